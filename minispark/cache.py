@@ -1,0 +1,416 @@
+"""Build a DSpark target cache: regenerate answers, capture target features, store anchor windows.
+
+``build_cache(CacheConfig(...))`` validates the prompt file, loads the target, then for each shard
+of ``samples_per_shard`` samples: encodes the prompts, samples answers in batches
+(``regenerate``), runs one full-sequence forward per sample capturing the chosen decoder layers and
+the final-norm hidden, draws anchors, and writes only the union of the anchors' windows
+(``cache_windows``) as one durable shard (``cache_format``). The manifest records everything a
+trainer must match. Every random choice of sample i derives from (seed, i), and shard k always holds
+the same samples, so a killed build resumes to the same bytes as an uninterrupted one.
+
+    minispark cache --prompts examples/prompts/demo.jsonl --out runs/cache --num-samples 32
+    .venv/bin/python -m pytest -q tests/test_cache.py
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from minispark import __version__
+from minispark.cache_format import (CACHE_DTYPES, FORMAT, FORMAT_VERSION, MANIFEST, CacheError, CacheMismatchError,
+                                    PackedSample, ShardFile, config_hash, file_sha256, pack_shard, read_manifest,
+                                    shard_name, write_manifest, write_shard)
+from minispark.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, format_bytes, full_bytes,
+                                     select_anchors, window_layout)
+from minispark.errors import MinisparkError
+from minispark.prompts import PromptSample, load_prompts, prompt_file_hash
+from minispark.regenerate import full_sequence, regenerate, sample_seed
+from minispark.sampling import SamplingConfig
+from minispark.target import PromptInputs, Target, load_target
+
+
+DEMO_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts"
+
+
+def default_prompts(is_vlm: bool) -> Path:
+    """The shipped demo corpus: text prompts, or text plus image prompts for a VLM target."""
+    return DEMO_PROMPTS / ("demo_vision.jsonl" if is_vlm else "demo.jsonl")
+
+
+@dataclass
+class CacheConfig:
+    """Everything ``minispark cache`` takes. ``layers`` is "auto", "1,9,17" or a list of ids.
+
+    ``dtype`` is the stored feature dtype; ``target_dtype`` the target's compute dtype (None: the
+    device default, fp32 on CPU). ``num_samples`` defaults to the number of prompts; more cycles
+    through the prompts again, each repeat with its own seed.
+    """
+
+    prompts: Path
+    out: Path
+    target: str | None = None
+    num_samples: int | None = None
+    max_new_tokens: int = 512
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    layers: str | Sequence[int] = "auto"
+    anchors_per_sample: int = 32
+    window: int = 128
+    block: int = 7
+    dtype: str = "bf16"
+    target_dtype: str | None = None
+    device: str | None = None
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    batch_size: int = 8
+    samples_per_shard: int = 64
+    seed: int = 0
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        self.prompts, self.out = Path(self.prompts), Path(self.out)
+        checks = [("--num-samples", self.num_samples is None or self.num_samples >= 1),
+                  ("--max-new-tokens", self.max_new_tokens >= 1), ("--anchors-per-sample", self.anchors_per_sample >= 1),
+                  ("--window", self.window >= 0), ("--block", self.block >= 1), ("--batch-size", self.batch_size >= 1),
+                  ("--samples-per-shard", self.samples_per_shard >= 1)]
+        for flag, ok in checks:
+            if not ok:
+                raise MinisparkError(f"{flag}: out of range ({flag.strip('-').replace('-', '_')} must be positive"
+                                     f"{'' if flag != '--window' else ' or 0'})")
+        if self.dtype not in CACHE_DTYPES:
+            raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(CACHE_DTYPES)})")
+        self.sampling  # validates temperature / top-k / top-p
+        self.layer_ids  # validates the syntax of --layers
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        try:
+            return SamplingConfig(self.temperature, top_k=self.top_k, top_p=self.top_p)
+        except ValueError as exc:
+            raise MinisparkError(str(exc)) from None
+
+    @property
+    def layer_ids(self) -> list[int] | None:
+        """Explicit layer ids, or None for auto."""
+        if isinstance(self.layers, str):
+            if self.layers.strip() == "auto":
+                return None
+            try:
+                return [int(x) for x in self.layers.split(",")]
+            except ValueError:
+                raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, got {self.layers!r}") from None
+        return [int(x) for x in self.layers]
+
+
+@dataclass
+class CacheReport:
+    """What a cache build produced; ``ratio_to_full`` compares with a full-sequence cache."""
+
+    out: Path
+    samples: int
+    generated_tokens: int
+    anchors: int
+    total_bytes: int
+    full_bytes: int
+    shards: int
+    resumed_shards: int = 0
+    seconds: float = 0.0
+
+    @property
+    def bytes_per_sample(self) -> float:
+        return self.total_bytes / max(self.samples, 1)
+
+    @property
+    def ratio_to_full(self) -> float:
+        return self.total_bytes / max(self.full_bytes, 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"samples": self.samples, "generated_tokens": self.generated_tokens, "anchors": self.anchors,
+                "bytes_per_sample": round(self.bytes_per_sample, 1), "ratio_to_full": round(self.ratio_to_full, 4),
+                "total_bytes": self.total_bytes, "full_bytes": self.full_bytes, "shards": self.shards,
+                "resumed_shards": self.resumed_shards, "seconds": round(self.seconds, 2), "out": str(self.out)}
+
+    def summary(self) -> str:
+        return (f"{self.samples} samples, {self.generated_tokens} tokens generated, {self.anchors} anchors, "
+                f"{format_bytes(self.bytes_per_sample)}/sample ({self.ratio_to_full:.3f}× a full-sequence cache; "
+                f"{format_bytes(self.total_bytes)} in {self.shards} shards at {self.out})")
+
+
+@dataclass
+class CacheEstimate:
+    """``--dry-run`` output: the size estimate and whether the output disk has room."""
+
+    estimate: ByteEstimate
+    free_bytes: int
+    layers: list[int]
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def fits(self) -> bool:
+        return self.estimate.total_bytes <= self.free_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        e = self.estimate
+        return {"samples": e.num_samples, "bytes_per_sample": round(e.bytes_per_sample, 1),
+                "total_bytes": e.total_bytes, "full_bytes": round(e.full_bytes_per_sample * e.num_samples),
+                "ratio_to_full": round(e.ratio, 4), "free_bytes": self.free_bytes, "fits": self.fits,
+                "layers": self.layers}
+
+    def describe(self) -> str:
+        room = "fits" if self.fits else "does NOT fit"
+        return (f"layers {self.layers}: {self.estimate.describe()}; {format_bytes(self.free_bytes)} free at the "
+                f"output: {room}")
+
+
+# ---------------------------------------------------------------------- preparation
+def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSample], Target, list[int]]:
+    """Validate the prompt file, then load the target and resolve the layers (refusing the last)."""
+    samples = load_prompts(config.prompts)  # the whole file, before anything expensive
+    if target is None:
+        target = load_target(config.target, dtype=config.target_dtype, device=config.device,
+                             load_in_4bit=config.load_in_4bit, load_in_8bit=config.load_in_8bit)
+    if not target.is_vlm:
+        for sample in samples:
+            if sample.images:
+                raise MinisparkError(f"{config.prompts}:{sample.line}: has images, but target {target.name} is "
+                                     "text-only")
+    explicit = config.layer_ids
+    layers = target.auto_layers() if explicit is None else target.check_layers(explicit)
+    return samples, target, layers
+
+
+def estimate_cache(config: CacheConfig, *, target: Target | None = None, max_prompts: int = 256) -> CacheEstimate:
+    """The ``--dry-run``: bytes per sample and in total, assuming every answer runs to the token cap."""
+    samples, target, layers = prepare(config, target)
+    return _estimate(config, target, samples, layers, max_prompts)
+
+
+def _estimate(config: CacheConfig, target: Target, samples: list[PromptSample], layers: list[int],
+              max_prompts: int) -> CacheEstimate:
+    num_samples = config.num_samples or len(samples)
+    picks = np.linspace(0, len(samples) - 1, num=min(len(samples), max_prompts)).round().astype(int)
+    lengths = [target.encode(**samples[i].encode_kwargs()).length for i in picks]
+    scale = len(samples) / len(picks)  # map each sample to the nearest encoded prompt
+    per_sample = [lengths[min(int(i / scale), len(lengths) - 1)] for i in range(len(samples))]
+    estimate = estimate_bytes(hidden_size=target.hidden_size, num_layers=len(layers), prompt_tokens=per_sample,
+                              answer_tokens=config.max_new_tokens, anchors_per_sample=config.anchors_per_sample,
+                              window=config.window, block=config.block, dtype=config.dtype,
+                              num_samples=num_samples, seed=config.seed)
+    notes = [f"answers assumed to reach --max-new-tokens {config.max_new_tokens} (an upper bound)"]
+    return CacheEstimate(estimate, _free_bytes(config.out), layers, notes)
+
+
+def manifest_config(config: CacheConfig, target: Target, layers: list[int], prompts_hash: str,
+                    num_prompts: int) -> dict[str, Any]:
+    """The part of the manifest a cache is identified by (resume and training compare it)."""
+    quantization = "4bit" if config.load_in_4bit else "8bit" if config.load_in_8bit else None
+    return {
+        "target": target.identity(),
+        "target_model": {"model_type": target.model_type, "num_layers": target.num_layers,
+                         "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
+                         "uses_mrope": target.uses_mrope, "compute_dtype": str(target.dtype).removeprefix("torch."),
+                         "quantization": quantization},
+        "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
+        "seed": config.seed, "anchors_per_sample": config.anchors_per_sample,
+        "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
+        "num_samples": config.num_samples or num_prompts,
+        "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
+                     "max_new_tokens": config.max_new_tokens},
+        # Batch composition changes logits by float noise, so it is part of what makes bytes reproducible.
+        "batching": {"batch_size": config.batch_size, "samples_per_shard": config.samples_per_shard},
+    }
+
+
+# ---------------------------------------------------------------------- the build
+def build_cache(config: CacheConfig, *, target: Target | None = None, progress: bool = False,
+                on_shard: Callable[[int], None] | None = None, log: Callable[[str], None] = print) -> CacheReport:
+    """Build (or resume) the cache described by ``config``; return the totals.
+
+    ``on_shard(k)`` is called after shard k is durably written and listed in the manifest.
+    """
+    started = time.perf_counter()
+    samples, target, layers = prepare(config, target)
+    cfg = manifest_config(config, target, layers, prompt_file_hash(config.prompts, samples), len(samples))
+    num_samples = cfg["num_samples"]
+    num_shards = math.ceil(num_samples / config.samples_per_shard)
+    config.out.mkdir(parents=True, exist_ok=True)
+    done = _resumable_shards(config.out, cfg, num_shards, log)
+    todo = [k for k in range(num_shards) if k not in done]
+    if todo and not config.force:
+        _check_disk(config, target, samples, layers, sum(len(_shard_range(k, config, num_samples)) for k in todo))
+
+    stamp = config_hash(cfg)
+    with _Bar(progress, num_samples, sum(e["samples"] for e in done.values())) as bar:
+        for k in todo:
+            indices = _shard_range(k, config, num_samples)
+            packed = _build_samples(target, samples, indices, layers, config, bar)
+            tensors = pack_shard(packed, len(layers), target.hidden_size, config.dtype)
+            metadata = {"config_hash": stamp, "shard": k, "first_sample": indices[0], "num_samples": len(indices)}
+            entry = write_shard(config.out / shard_name(k), tensors, metadata)
+            done[k] = entry | _shard_stats(tensors, len(layers), target.hidden_size, config.dtype)
+            write_manifest(config.out, _manifest(cfg, done, num_shards))
+            if on_shard is not None:
+                on_shard(k)
+    entries = [done[k] for k in range(num_shards)]
+    return CacheReport(out=config.out, samples=num_samples, generated_tokens=sum(e["generated_tokens"] for e in entries),
+                       anchors=sum(e["anchors"] for e in entries), total_bytes=sum(e["bytes"] for e in entries),
+                       full_bytes=sum(e["full_bytes"] for e in entries), shards=num_shards,
+                       resumed_shards=num_shards - len(todo), seconds=time.perf_counter() - started)
+
+
+def _shard_range(k: int, config: CacheConfig, num_samples: int) -> list[int]:
+    return list(range(k * config.samples_per_shard, min((k + 1) * config.samples_per_shard, num_samples)))
+
+
+def _build_samples(target: Target, samples: list[PromptSample], indices: list[int], layers: list[int],
+                   config: CacheConfig, bar: "_Bar") -> list[PackedSample]:
+    """Regenerate and capture one shard's samples, batched by prompt length (a fixed order per shard)."""
+    prompts = {i: target.encode(**samples[i % len(samples)].encode_kwargs()) for i in indices}
+    order = sorted(indices, key=lambda i: (prompts[i].length, i))
+    packed: dict[int, PackedSample] = {}
+    for start in range(0, len(order), config.batch_size):
+        batch = order[start:start + config.batch_size]
+        answers = regenerate(target, [prompts[i] for i in batch], [sample_seed(config.seed, i, 0) for i in batch],
+                             config.sampling, config.max_new_tokens)
+        for i, answer in zip(batch, answers):
+            packed[i] = pack_sample(target, i, prompts.pop(i), answer.tokens, answer.stopped_at_eos, layers, config)
+        bar.advance(len(batch), sum(len(a.tokens) for a in answers))
+    return [packed[i] for i in indices]
+
+
+def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.Tensor, stopped_at_eos: bool,
+                layers: list[int], config: CacheConfig) -> PackedSample:
+    """Capture the full sequence once and keep only the rows of the sample's anchor windows."""
+    full = full_sequence(target, prompt, answer)
+    prompt_len, seq_len = prompt.length, full.length
+    mask = answer_mask(prompt_len, seq_len)
+    anchors = select_anchors(mask, config.anchors_per_sample, np.random.default_rng(sample_seed(config.seed, index, 1)))
+    layout = window_layout(anchors, seq_len, config.window, config.block)
+    dtype = CACHE_DTYPES[config.dtype]
+    if len(anchors):
+        features, final = target.capture(full, layers)  # (L, m, d), (L, d) float32
+    else:  # answer shorter than 2 tokens: nothing to train on, skip the forward
+        features = torch.zeros((seq_len, len(layers), target.hidden_size))
+        final = torch.zeros((seq_len, target.hidden_size))
+    ids = full.input_ids[0].cpu().numpy()
+    text_pos = full.text_positions.cpu().numpy()
+    ctx, hid = torch.from_numpy(layout.ctx_pos), torch.from_numpy(layout.hid_pos)
+    return PackedSample(sample_index=index, prompt_len=prompt_len, seq_len=seq_len, stopped_at_eos=stopped_at_eos,
+                        layout=layout, input_ids=ids[layout.tok_pos], text_pos=text_pos[layout.tok_pos],
+                        loss_mask=mask[layout.tok_pos], features=features[ctx].to(dtype), final_hidden=final[hid].to(dtype))
+
+
+def _shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:
+    seq_len = tensors["seq_len"].long()
+    return {"samples": int(len(seq_len)), "first_sample": int(tensors["sample_index"][0]) if len(seq_len) else 0,
+            "generated_tokens": int((seq_len - tensors["prompt_len"].long()).sum()),
+            "anchors": int(len(tensors["anchor_pos"])),
+            "full_bytes": sum(full_bytes(int(n), num_layers, hidden_size, dtype) for n in seq_len)}
+
+
+def _manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: int) -> dict[str, Any]:
+    """The manifest for the shards finished so far; deterministic (no times) so resumes match byte for byte."""
+    entries = [done[k] for k in sorted(done)]
+    complete = len(entries) == num_shards
+    totals = {key: sum(e[key] for e in entries) for key in ("samples", "generated_tokens", "anchors", "bytes", "full_bytes")}
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "minispark_version": __version__, "config": cfg,
+            "num_shards": num_shards, "shards": entries, "complete": complete, "totals": totals}
+
+
+def _resumable_shards(out: Path, cfg: dict[str, Any], num_shards: int, log: Callable[[str], None]) -> dict[int, dict]:
+    """Finished shards already in ``out`` for this exact config; refuse a different cache's directory."""
+    listed: dict[str, dict] = {}
+    if (out / MANIFEST).exists():
+        manifest = read_manifest(out)
+        if manifest["config"] != cfg:
+            key = next(k for k in sorted(set(cfg) | set(manifest["config"])) if cfg.get(k) != manifest["config"].get(k))
+            raise CacheMismatchError(f"{out / MANIFEST}: --out holds a cache built with a different {key} "
+                                     f"({manifest['config'].get(key)!r}, now {cfg.get(key)!r}); use another --out "
+                                     "or delete it")
+        listed = {e["file"]: e for e in manifest["shards"]}
+    for stale in out.glob("*.tmp"):
+        stale.unlink()  # a write cut short by a kill
+    stamp = config_hash(cfg)
+    done = {}
+    for k in range(num_shards):
+        path = out / shard_name(k)
+        if not path.exists():
+            continue
+        entry = listed.get(path.name)
+        if entry is not None and path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]:
+            done[k] = entry
+            continue
+        try:  # renamed but not yet listed (killed between the two), or corrupt
+            shard = ShardFile(path)
+            ok = entry is None and shard.metadata.get("config_hash") == stamp and shard.metadata.get("shard") == k
+        except CacheError:
+            ok = False
+        if ok:
+            tensors = {key: shard[key] for key in ("seq_len", "prompt_len", "sample_index", "anchor_pos")}
+            done[k] = {"file": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path)} | \
+                _shard_stats(tensors, len(cfg["layers"]), cfg["target_model"]["hidden_size"], cfg["dtype"])
+        else:
+            log(f"{path}: corrupt or truncated shard; regenerating it")
+            path.unlink()
+    return done
+
+
+def _check_disk(config: CacheConfig, target: Target, samples: list[PromptSample], layers: list[int],
+                remaining: int) -> None:
+    estimate = _estimate(config, target, samples, layers, max_prompts=64).estimate
+    need = estimate.bytes_per_sample * remaining
+    free = _free_bytes(config.out)
+    if need > free:
+        raise MinisparkError(f"--out {config.out}: needs up to ~{format_bytes(need)} for {remaining} samples but only "
+                             f"{format_bytes(free)} is free (see --dry-run; --force starts anyway)")
+
+
+def _free_bytes(path: Path) -> int:
+    path = Path(path).resolve()
+    while not path.exists():
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+# ---------------------------------------------------------------------- progress
+class _Bar:
+    """A rich progress bar with samples/s, generated tokens/s and ETA (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, total: int, completed: int) -> None:
+        self.progress = None
+        self.tokens = 0
+        self.started = time.perf_counter()
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.progress = Progress(TextColumn("cache"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn())
+            self.task = self.progress.add_task("cache", total=total, completed=completed, rates="")
+        self.new_samples = 0
+
+    def __enter__(self) -> "_Bar":
+        if self.progress is not None:
+            self.progress.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def advance(self, samples: int, tokens: int) -> None:
+        self.tokens += tokens
+        self.new_samples += samples
+        if self.progress is not None:
+            elapsed = max(time.perf_counter() - self.started, 1e-9)
+            rates = f"{self.new_samples / elapsed:.2f} samples/s  {self.tokens / elapsed:.1f} tok/s"
+            self.progress.update(self.task, advance=samples, rates=rates)

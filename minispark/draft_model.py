@@ -1,0 +1,612 @@
+"""The DSpark draft model: a small parallel backbone fed with target features (KV injection), plus a
+sequential head that re-weights each draft position given the token drawn before it.
+
+Design notes §5–§7 and §10–§11 (logic follows DeepSpec's Qwen3 DSpark model):
+
+* backbone: ``num_layers`` pre-norm decoder layers (RMSNorm, GQA attention with q/k RMSNorm and 1D
+  rotary, SwiGLU) at the target's width. The context — target decoder-layer outputs of committed
+  tokens — is projected once, ``H_ctx = RMSNorm(fc(concat(H[l1..lm])))``, and every layer attends
+  over ``concat(K/V(H_ctx), K/V(block))``.
+* anchor trick: γ inputs ``[anchor, MASK×(γ−1)]`` at positions ``anchor_pos + [0..γ−1]`` give γ
+  draft positions. Block attention is bidirectional; a block sees context rows with
+  ``anchor_pos − W ≤ pos < anchor_pos`` (no lower bound when ``W == 0``).
+* sequential head (``none`` / ``vanilla`` / ``gated`` / ``rnn``) adds a bias ``B_k(x_{k−1}, …)``
+  to the base logits ``U_k = lm_head(h_k)``; each ``p_k`` is an ordinary softmax, so the exact
+  draft distribution is available for lossless rejection sampling.
+* confidence head: ``c_k = σ(w·[h_k ; W1[x_{k−1}]])``, computed before ``x_k`` is drawn.
+
+Training uses :meth:`DraftModel.forward_train` (anchor-packed rows, §10.2) followed by
+:meth:`DraftModel.head_logits` / :meth:`DraftModel.confidence_logits` on chunks of anchors.
+Inference uses a :class:`ContextCache` of per-layer context K/V (§11.2), :meth:`DraftModel.forward_block`
+and :meth:`DraftModel.sample_block`. Both paths share the same mask and layer code.
+
+    .venv/bin/python -m pytest -q tests/test_draft_model.py
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minispark.drafters.base import LengthPolicy, Proposal
+from minispark.sampling import SamplingConfig, probabilities, sample
+
+HeadType = Literal["none", "vanilla", "gated", "rnn"]
+HEAD_TYPES: tuple[str, ...] = ("none", "vanilla", "gated", "rnn")
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CONFIG_VERSION = 1
+
+
+@dataclass
+class DraftConfig:
+    """Everything needed to rebuild a draft model; saved as JSON beside its weights.
+
+    ``target`` identifies the target whose embedding/lm_head/features the drafter was trained on;
+    loading refuses a different target. ``window`` (W) bounds the context rows a block sees by
+    text position (``0`` = unlimited).
+    """
+
+    target: str
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    feature_layers: tuple[int, ...]
+    mask_token_id: int
+    num_layers: int = 2
+    rms_eps: float = 1e-6
+    rope_theta: float = 1_000_000.0
+    block_size: int = 7
+    window: int = 0
+    head: HeadType = "vanilla"
+    markov_rank: int = 256
+    confidence_head: bool = True
+    confidence_with_markov: bool = True
+    qk_norm: bool = True
+    initializer_range: float = 0.02
+    dtype: str = "bfloat16"
+    version: int = CONFIG_VERSION
+
+    def __post_init__(self) -> None:
+        self.feature_layers = tuple(int(i) for i in self.feature_layers)
+        if not self.feature_layers:
+            raise ValueError("feature_layers must name at least one target layer")
+        if any(b <= a for a, b in zip(self.feature_layers, self.feature_layers[1:])):
+            raise ValueError(f"feature_layers must be strictly increasing, got {self.feature_layers}")
+        if self.head not in HEAD_TYPES:
+            raise ValueError(f"head must be one of {HEAD_TYPES}, got {self.head!r}")
+        if self.head != "none" and self.markov_rank <= 0:
+            raise ValueError(f"head {self.head!r} needs markov_rank > 0, got {self.markov_rank}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
+        if self.block_size < 1 or self.window < 0:
+            raise ValueError(f"need block_size >= 1 and window >= 0, got {self.block_size}, {self.window}")
+        if not 0 <= self.mask_token_id < self.vocab_size:
+            raise ValueError(f"mask_token_id {self.mask_token_id} outside vocab of {self.vocab_size}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
+        if self.version != CONFIG_VERSION:
+            raise ValueError(f"draft config version {self.version} is not supported (want {CONFIG_VERSION})")
+
+    @property
+    def feature_size(self) -> int:
+        """Width m·d of the concatenated target features."""
+        return len(self.feature_layers) * self.hidden_size
+
+    @property
+    def confidence_uses_markov(self) -> bool:
+        return self.confidence_head and self.confidence_with_markov and self.head != "none"
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return DTYPES[self.dtype]
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "DraftConfig":
+        unknown = set(data) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown draft config keys: {sorted(unknown)}")
+        return cls(**data)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "DraftConfig":
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+# --------------------------------------------------------------------------------------------
+# Backbone
+# --------------------------------------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # Normalise in float32 (as the Qwen family does) so bf16 runs match fp32 closely.
+        xf = x.float()
+        xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * xf.to(x.dtype)
+
+
+def rotary(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Rotate ``x`` (B, H, S, D) by 1D positions (B, S) (rotate-half convention)."""
+    dim = x.shape[-1]
+    inv_freq = 1.0 / theta ** (torch.arange(0, dim, 2, device=x.device, dtype=torch.float32) / dim)
+    freqs = positions.float()[..., None] * inv_freq  # (B, S, D/2)
+    emb = torch.cat([freqs, freqs], dim=-1)[:, None]  # (B, 1, S, D)
+    cos, sin = emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+    half = dim // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * cos + rotated * sin
+
+
+class Attention(nn.Module):
+    """GQA attention over ``concat(context K/V, block K/V)``; the context K/V come precomputed."""
+
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__()
+        d, h, hkv, hd = config.hidden_size, config.num_heads, config.num_kv_heads, config.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = h, hkv, hd
+        self.theta = config.rope_theta
+        self.q_proj = nn.Linear(d, h * hd, bias=False)
+        self.k_proj = nn.Linear(d, hkv * hd, bias=False)
+        self.v_proj = nn.Linear(d, hkv * hd, bias=False)
+        self.o_proj = nn.Linear(h * hd, d, bias=False)
+        self.q_norm = RMSNorm(hd, config.rms_eps) if config.qk_norm else nn.Identity()
+        self.k_norm = RMSNorm(hd, config.rms_eps) if config.qk_norm else nn.Identity()
+
+    def key_value(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K, V (B, Hkv, S, D) of ``x`` (B, S, d) at ``positions`` (B, S), rotary applied to K."""
+        b, s, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(b, s, self.num_kv_heads, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(b, s, self.num_kv_heads, self.head_dim).transpose(1, 2)
+        return rotary(k, positions, self.theta), v
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        positions: torch.Tensor,
+        context_kv: tuple[torch.Tensor, torch.Tensor],
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """``x`` (B, Q, d) block inputs, ``context_kv`` (B, Hkv, N, D) each, ``mask`` (B, 1, Q, N+Q)."""
+        b, q_len, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, q_len, self.num_heads, self.head_dim)).transpose(1, 2)
+        q = rotary(q, positions, self.theta)
+        k_block, v_block = self.key_value(x, positions)
+        k = torch.cat([context_kv[0], k_block], dim=2)  # (B, Hkv, N+Q, D)
+        v = torch.cat([context_kv[1], v_block], dim=2)  # (B, Hkv, N+Q, D)
+        groups = self.num_heads // self.num_kv_heads
+        if groups > 1:
+            k = k.repeat_interleave(groups, dim=1)  # (B, H, N+Q, D)
+            v = v.repeat_interleave(groups, dim=1)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Q, D)
+        return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.num_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_eps)
+        self.self_attn = Attention(config)
+        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_eps)
+        self.mlp = MLP(config)
+
+    def forward(self, x, positions, context_kv, mask) -> torch.Tensor:
+        # The projected context enters only through context_kv: it is not normed per layer.
+        x = x + self.self_attn(self.input_layernorm(x), positions, context_kv, mask)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+def block_attention_mask(
+    context_positions: torch.Tensor,
+    anchor_positions: torch.Tensor,
+    block_size: int,
+    window: int,
+    context_valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Boolean mask (B, 1, A·γ, N + A·γ), True = may attend (DeepSpec's ``dspark_mask_mod``).
+
+    A draft query in block b sees context rows with ``pos < anchor_pos[b]`` (and
+    ``pos >= anchor_pos[b] − W`` when ``W > 0``; only rows where ``context_valid``) and every
+    token of its own block (bidirectional); blocks are isolated from each other.
+    ``context_positions`` (B, N), ``anchor_positions`` (B, A), ``context_valid`` (B, N).
+    """
+    batch, num_blocks = anchor_positions.shape
+    q_len = num_blocks * block_size
+    anchor = anchor_positions.repeat_interleave(block_size, dim=1)[:, :, None]  # (B, Aγ, 1)
+    kv_pos = context_positions[:, None, :]  # (B, 1, N)
+    sees_context = kv_pos < anchor  # (B, Aγ, N)
+    if window > 0:
+        sees_context = sees_context & (kv_pos >= anchor - window)
+    if context_valid is not None:
+        sees_context = sees_context & context_valid[:, None, :]
+    block_id = torch.arange(q_len, device=anchor_positions.device) // block_size
+    same_block = (block_id[:, None] == block_id[None, :]).expand(batch, q_len, q_len)  # (B, Aγ, Aγ)
+    return torch.cat([sees_context, same_block], dim=-1)[:, None]  # (B, 1, Aγ, N+Aγ)
+
+
+# --------------------------------------------------------------------------------------------
+# Sequential heads (§6) and confidence head (§7.1)
+# --------------------------------------------------------------------------------------------
+
+
+class MarkovHead(nn.Module):
+    """Vanilla low-rank Markov bias ``B(x_{k−1}, ·) = W2(W1[x_{k−1}])`` (eq. 5); stateless."""
+
+    stateful = False
+
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__()
+        self.rank = config.markov_rank
+        self.markov_w1 = nn.Embedding(config.vocab_size, config.markov_rank)
+        self.markov_w2 = nn.Linear(config.markov_rank, config.vocab_size, bias=False)
+
+    def prev_embedding(self, prev_tokens: torch.Tensor) -> torch.Tensor:
+        return self.markov_w1(prev_tokens.long())
+
+    def initial_state(self, like: torch.Tensor) -> torch.Tensor | None:
+        return None
+
+    def step(self, state, prev_emb: torch.Tensor, hidden: torch.Tensor):
+        """One position: (state, W1[x_{k−1}] (..., r), h_k (..., d)) → (state, bias (..., V))."""
+        return state, self.markov_w2(prev_emb)
+
+
+class GatedMarkovHead(MarkovHead):
+    """``bias = W2(σ(W_g·[h_k ; W1[x_{k−1}]]) ⊙ W1[x_{k−1}])`` (§6.2)."""
+
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__(config)
+        self.gate_proj = nn.Linear(config.hidden_size + config.markov_rank, config.markov_rank)
+
+    def step(self, state, prev_emb, hidden):
+        gate = torch.sigmoid(self.gate_proj(torch.cat([hidden, prev_emb], dim=-1)))
+        return state, self.markov_w2(gate * prev_emb)
+
+
+class RNNHead(MarkovHead):
+    """GRU-style state over the block prefix, one joint linear (eq. 6); state starts at zero."""
+
+    stateful = True
+
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__(config)
+        self.joint_proj = nn.Linear(2 * config.markov_rank + config.hidden_size, 3 * config.markov_rank)
+
+    def initial_state(self, like: torch.Tensor) -> torch.Tensor:
+        """Zero state (..., r) for hidden ``like`` (..., d)."""
+        return like.new_zeros(*like.shape[:-1], self.rank)
+
+    def step(self, state, prev_emb, hidden):
+        z = torch.cat([state, prev_emb, hidden], dim=-1)  # (..., 2r + d)
+        gate, candidate, output = self.joint_proj(z).chunk(3, dim=-1)
+        gate = torch.sigmoid(gate)
+        state = gate * state + (1.0 - gate) * torch.tanh(candidate)
+        return state, self.markov_w2(torch.tanh(output))
+
+
+HEADS = {"vanilla": MarkovHead, "gated": GatedMarkovHead, "rnn": RNNHead}
+
+
+# --------------------------------------------------------------------------------------------
+# The model
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainForward:
+    """Output of :meth:`DraftModel.forward_train` for B rows × A anchors.
+
+    hidden:      (B, A, γ, d) backbone output h_1..h_γ per anchor (after the final norm)
+    prev_tokens: (B, A, γ) teacher-forced sequential-head inputs [anchor, x*_1..x*_{γ−1}]
+    labels:      (B, A, γ) ground-truth draft targets x*_1..x*_γ
+    """
+
+    hidden: torch.Tensor
+    prev_tokens: torch.Tensor
+    labels: torch.Tensor
+
+
+class DraftModel(nn.Module):
+    def __init__(self, config: DraftConfig) -> None:
+        super().__init__()
+        self.config = config
+        d = config.hidden_size
+        self.embed_tokens = nn.Embedding(config.vocab_size, d)
+        self.fc = nn.Linear(config.feature_size, d, bias=False)
+        self.hidden_norm = RMSNorm(d, config.rms_eps)
+        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
+        self.norm = RMSNorm(d, config.rms_eps)
+        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+        self.markov = HEADS[config.head](config) if config.head != "none" else None
+        self.confidence_proj = None
+        if config.confidence_head:
+            width = d + (config.markov_rank if config.confidence_uses_markov else 0)
+            self.confidence_proj = nn.Linear(width, 1)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, std=self.config.initializer_range)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    @classmethod
+    def from_target(
+        cls, config: DraftConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor
+    ) -> "DraftModel":
+        """A fresh draft model with the target's embedding and lm_head copied in and frozen."""
+        expected = (config.vocab_size, config.hidden_size)
+        for name, weight in (("embedding", embed_weight), ("lm_head", lm_head_weight)):
+            if tuple(weight.shape) != expected:
+                raise ValueError(f"target {name} has shape {tuple(weight.shape)}, draft config wants {expected}")
+        model = cls(config).to(device=embed_weight.device, dtype=config.torch_dtype)
+        with torch.no_grad():
+            model.embed_tokens.weight.copy_(embed_weight)
+            model.lm_head.weight.copy_(lm_head_weight)
+        model.embed_tokens.requires_grad_(False)
+        model.lm_head.requires_grad_(False)
+        return model
+
+    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
+        """Weights a checkpoint stores: everything but the frozen embedding and lm_head."""
+        frozen = ("embed_tokens.", "lm_head.")
+        return {k: v for k, v in self.state_dict().items() if not k.startswith(frozen)}
+
+    # ---- backbone -------------------------------------------------------------------------
+
+    def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per-layer context K/V (B, Hkv, N, D) of target ``features`` (B, N, m·d) at ``positions`` (B, N)."""
+        context = self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))  # (B, N, d)
+        return [layer.self_attn.key_value(context, positions) for layer in self.layers]
+
+    def backbone(
+        self,
+        block_ids: torch.Tensor,
+        block_positions: torch.Tensor,
+        context_kv: list[tuple[torch.Tensor, torch.Tensor]],
+        mask: torch.Tensor,
+    ) -> torch.Tensor:
+        """Hidden (B, Q, d) for draft inputs ``block_ids`` (B, Q) given per-layer context K/V."""
+        x = self.embed_tokens(block_ids)
+        for layer, kv in zip(self.layers, context_kv):
+            x = layer(x, block_positions, kv, mask)
+        return self.norm(x)
+
+    def block_inputs(self, anchor_tokens: torch.Tensor, anchor_positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``[anchor, MASK×(γ−1)]`` ids and positions ``anchor_pos + [0..γ−1]``, both (B, A·γ)."""
+        gamma = self.config.block_size
+        batch, num_blocks = anchor_tokens.shape
+        ids = torch.full((batch, num_blocks, gamma), self.config.mask_token_id, dtype=torch.long, device=anchor_tokens.device)
+        ids[:, :, 0] = anchor_tokens
+        offsets = torch.arange(gamma, device=anchor_positions.device)
+        positions = anchor_positions[:, :, None] + offsets  # (B, A, γ)
+        return ids.view(batch, num_blocks * gamma), positions.view(batch, num_blocks * gamma)
+
+    def forward_train(
+        self,
+        features: torch.Tensor,
+        context_positions: torch.Tensor,
+        block_tokens: torch.Tensor,
+        anchor_positions: torch.Tensor,
+        context_valid: torch.Tensor | None = None,
+    ) -> TrainForward:
+        """Anchor-packed training forward (§10.2) for B rows, each with N context rows and A anchors.
+
+        features:          (B, N, m·d) target features of the context rows
+        context_positions: (B, N) their 1D text positions
+        block_tokens:      (B, A, γ+1) token ids at anchor_pos + [0..γ]: the anchor, then x*_1..x*_γ
+                           (pad past the sequence end with any id and mask those labels in the loss)
+        anchor_positions:  (B, A) 1D text position of each anchor
+        context_valid:     (B, N) False for padding rows; None = all valid
+
+        A row may be one whole sequence with many anchors (rows at any position; each block masks
+        what it may not see) or one anchor with its own context window (A = 1).
+        """
+        gamma = self.config.block_size
+        if block_tokens.shape[-1] != gamma + 1:
+            raise ValueError(f"block_tokens must hold γ+1 = {gamma + 1} ids per anchor, got {block_tokens.shape[-1]}")
+        batch, num_blocks = anchor_positions.shape
+        ids, positions = self.block_inputs(block_tokens[..., 0], anchor_positions)
+        mask = block_attention_mask(context_positions, anchor_positions, gamma, self.config.window, context_valid)
+        hidden = self.backbone(ids, positions, self.context_kv(features, context_positions), mask)
+        return TrainForward(
+            hidden=hidden.view(batch, num_blocks, gamma, -1),  # (B, A, γ, d)
+            prev_tokens=block_tokens[..., :-1],
+            labels=block_tokens[..., 1:],
+        )
+
+    # ---- heads ----------------------------------------------------------------------------
+
+    def head_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        """Draft logits (..., γ, V) = ``lm_head(h_k) + B_k`` for hidden (..., γ, d) and the
+        teacher-forced previous tokens (..., γ). The RNN head unrolls its state along γ."""
+        logits = self.lm_head(hidden)
+        if self.markov is None:
+            return logits
+        prev_emb = self.markov.prev_embedding(prev_tokens)  # (..., γ, r)
+        if not self.markov.stateful:
+            return logits + self.markov.step(None, prev_emb, hidden)[1]
+        state = self.markov.initial_state(hidden[..., 0, :])
+        biases = []
+        for k in range(hidden.shape[-2]):
+            state, bias = self.markov.step(state, prev_emb[..., k, :], hidden[..., k, :])
+            biases.append(bias)
+        return logits + torch.stack(biases, dim=-2)
+
+    def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        """Pre-sigmoid confidence (..., γ) (train with BCE-with-logits against c*_k)."""
+        prev_emb = self.markov.prev_embedding(prev_tokens) if self.config.confidence_uses_markov else None
+        return self._confidence_logits(hidden, prev_emb)
+
+    def _confidence_logits(self, hidden: torch.Tensor, prev_emb: torch.Tensor | None) -> torch.Tensor:
+        if self.confidence_proj is None:
+            raise RuntimeError("this draft model has no confidence head")
+        inputs = hidden
+        if self.config.confidence_uses_markov:
+            inputs = torch.cat([hidden, prev_emb.to(hidden.dtype)], dim=-1)  # (..., d + r)
+        return self.confidence_proj(inputs).squeeze(-1).float()
+
+    def confidence(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
+        """c_k = σ(w·[h_k ; W1[x_{k−1}]]) (..., γ) in (0, 1)."""
+        return torch.sigmoid(self.confidence_logits(hidden, prev_tokens))
+
+    # ---- inference ------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def forward_block(self, cache: "ContextCache", anchor_token: torch.Tensor, anchor_position: int) -> torch.Tensor:
+        """Hidden (γ, d) of one draft block after ``anchor_token`` against the cached context.
+
+        Rows older than the window are dropped from ``cache`` first (they can never be seen again);
+        rows at or after the anchor, if any, are masked exactly as in training."""
+        if self.config.window > 0:
+            cache.drop_before(anchor_position - self.config.window)
+        device = self.lm_head.weight.device
+        anchor_tokens = anchor_token.reshape(1, 1).to(device)
+        anchor_positions = torch.tensor([[anchor_position]], dtype=torch.long, device=device)
+        ids, positions = self.block_inputs(anchor_tokens, anchor_positions)  # (1, γ) each
+        mask = block_attention_mask(cache.positions[None], anchor_positions, self.config.block_size, self.config.window)
+        return self.backbone(ids, positions, cache.layer_kv(), mask)[0]
+
+    @torch.no_grad()
+    def sample_block(
+        self,
+        hidden: torch.Tensor,
+        anchor_token: torch.Tensor,
+        policy: LengthPolicy,
+        sampling: SamplingConfig,
+        generator: torch.Generator | None,
+    ) -> Proposal:
+        """The sequential stage (§6.4): left→right, ask ``policy.admit(k, c_k)`` before drawing x_k,
+        then draw x_k from p_k = probabilities(U_k + B_k(x_{k−1}, …)). ``hidden`` is (γ, d)."""
+        prev = anchor_token.reshape(()).to(hidden.device)
+        state = self.markov.initial_state(hidden[0]) if self.markov is not None else None
+        tokens, probs, confidences = [], [], []
+        for k in range(1, hidden.shape[0] + 1):
+            h = hidden[k - 1]  # (d,)
+            prev_emb = self.markov.prev_embedding(prev) if self.markov is not None else None  # (r,)
+            c = None
+            if self.confidence_proj is not None:
+                # c_k uses h_k and x_{k−1} only: it is known before x_k is drawn (non-anticipation).
+                c = torch.sigmoid(self._confidence_logits(h, prev_emb))
+            if not policy.admit(k, None if c is None else float(c)):
+                break
+            if c is not None:
+                confidences.append(c)
+            logits = self.lm_head(h)  # (V,)
+            if self.markov is not None:
+                state, bias = self.markov.step(state, prev_emb, h)
+                logits = logits + bias
+            p = probabilities(logits.float(), sampling)  # (V,)
+            prev = sample(p, generator)
+            tokens.append(prev)
+            probs.append(p)
+        if not tokens:
+            return Proposal.empty(hidden.device)
+        return Proposal(
+            tokens=torch.stack(tokens),  # (ℓ,)
+            probs=torch.stack(probs),  # (ℓ, V)
+            confidences=torch.stack(confidences) if confidences else None,  # (ℓ,)
+        )
+
+
+class ContextCache:
+    """Per-layer context K/V of committed tokens (§11.2), preallocated and grown by doubling.
+
+    Holds, for each draft layer, K (rotary applied) and V of the *projected* target features of
+    the tokens in the target KV cache, plus their 1D text positions. Draft-block K/V are never
+    stored. Rows live in ``[start, end)`` of the buffers; dropping old rows moves ``start``.
+    """
+
+    def __init__(self, config: DraftConfig, device: torch.device | str, dtype: torch.dtype, capacity: int = 256) -> None:
+        self.shape = (config.num_layers, config.num_kv_heads)  # buffers: (L, Hkv, cap, D)
+        self.head_dim = config.head_dim
+        self.device, self.dtype = torch.device(device), dtype
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        shape = (*self.shape, capacity, self.head_dim)
+        self.keys = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.pos = torch.zeros(capacity, device=self.device, dtype=torch.long)
+        self.start = self.end = 0
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(n,) text positions of the held rows."""
+        return self.pos[self.start : self.end]
+
+    def layer_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (K, V), each (1, Hkv, n, D)."""
+        k, v = self.keys[:, :, self.start : self.end], self.values[:, :, self.start : self.end]
+        return [(k[i][None], v[i][None]) for i in range(k.shape[0])]
+
+    def clear(self) -> None:
+        self.start = self.end = 0
+
+    def append(self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor) -> None:
+        """Add rows: ``layer_kv`` per layer (1, Hkv, n, D) each, ``positions`` (n,)."""
+        n = positions.numel()
+        if self.end + n > self.pos.numel():
+            self._make_room(n)
+        new_k = torch.stack([k[0] for k, _ in layer_kv])  # (L, Hkv, n, D)
+        new_v = torch.stack([v[0] for _, v in layer_kv])
+        self.keys[:, :, self.end : self.end + n] = new_k
+        self.values[:, :, self.end : self.end + n] = new_v
+        self.pos[self.end : self.end + n] = positions
+        self.end += n
+
+    def _make_room(self, n: int) -> None:
+        held = len(self)
+        old = (self.keys, self.values, self.pos, self.start, self.end)
+        capacity = self.pos.numel()
+        while held + n > capacity:
+            capacity *= 2
+        if capacity != self.pos.numel():
+            self._allocate(capacity)
+        keys, values, pos, start, end = old
+        # Compact to the front (copy via clone: source and destination may overlap).
+        self.keys[:, :, :held] = keys[:, :, start:end].clone()
+        self.values[:, :, :held] = values[:, :, start:end].clone()
+        self.pos[:held] = pos[start:end].clone()
+        self.start, self.end = 0, held
+
+    def drop_before(self, position: int) -> None:
+        """Forget rows with text position < ``position`` (positions increase along the rows)."""
+        self.start += int((self.positions < position).sum())
+
+    def crop(self, position: int) -> None:
+        """Forget rows with text position >= ``position`` (roll back to an earlier context)."""
+        self.end = self.start + int((self.positions < position).sum())

@@ -1,0 +1,142 @@
+"""The DSpark drafter: a trained :class:`~minispark.draft_model.DraftModel` plus its context cache,
+behind the shared :class:`~minispark.drafters.base.Drafter` interface; and its checkpoint format.
+
+A checkpoint is a directory holding ``config.json`` (a :class:`DraftConfig`) and
+``model.safetensors`` with every weight except the frozen embedding and lm_head, which are always
+taken from the target at load time. The config names the target; loading refuses another one.
+
+    .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from minispark.draft_model import ContextCache, DraftConfig, DraftModel
+from minispark.drafters.base import Drafter, LengthPolicy, Proposal
+from minispark.sampling import SamplingConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+
+
+class DSparkDrafter(Drafter):
+    """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
+
+    The draft cache holds per-layer K/V of the projected features of every token in the target
+    KV cache (bounded by the window W); ``commit`` appends the newly cached span.
+    """
+
+    name = "dspark"
+
+    def __init__(self, model: DraftModel) -> None:
+        self.model = model.eval()
+        self.config = model.config
+        self.feature_layers = tuple(model.config.feature_layers)
+        weight = model.lm_head.weight
+        self.cache = ContextCache(model.config, weight.device, weight.dtype)
+
+    @torch.no_grad()
+    def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
+        self.cache.clear()
+        self._append(features, text_positions)
+
+    @torch.no_grad()
+    def propose(
+        self,
+        ids: torch.Tensor,
+        anchor_position: int,
+        policy: LengthPolicy,
+        sampling: SamplingConfig,
+        generator: torch.Generator,
+    ) -> Proposal:
+        anchor = ids[-1]
+        hidden = self.model.forward_block(self.cache, anchor, int(anchor_position))  # (γ, d)
+        return self.model.sample_block(hidden, anchor, policy, sampling, generator)
+
+    @torch.no_grad()
+    def commit(
+        self,
+        num_accepted: int,
+        new_cached_ids: torch.Tensor,
+        features: torch.Tensor | None,
+        text_positions: torch.Tensor,
+    ) -> None:
+        self._append(features, text_positions)
+
+    def _append(self, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
+        if features is None:
+            raise ValueError("the DSpark drafter needs target features for every cached token")
+        if features.shape[0] != text_positions.numel() or features.shape[-1] != self.config.feature_size:
+            raise ValueError(
+                f"features {tuple(features.shape)} do not match {text_positions.numel()} positions "
+                f"× feature size {self.config.feature_size}"
+            )
+        if text_positions.numel() == 0:
+            return
+        device = self.model.lm_head.weight.device
+        positions = text_positions.to(device=device, dtype=torch.long)
+        layer_kv = self.model.context_kv(features.to(device)[None], positions[None])  # (1, Hkv, n, D) each
+        self.cache.append(layer_kv, positions)
+
+
+def save_drafter(model: DraftModel, path: str | Path) -> None:
+    """Write ``config.json`` + ``model.safetensors`` (no embedding/lm_head) to ``path`` atomically:
+    everything goes to a temporary sibling directory that is then renamed into place."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        model.config.save(tmp / CONFIG_FILE)
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.trainable_state_dict().items()}
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"target": model.config.target})
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def load_draft_model(
+    path: str | Path,
+    target_embed: torch.Tensor,
+    target_lm_head: torch.Tensor,
+    device: torch.device | str,
+    target_identity: str | None = None,
+) -> DraftModel:
+    """Rebuild a :class:`DraftModel` from a checkpoint directory and the target's frozen weights.
+
+    ``target_identity``, when given, must equal the identity the drafter was trained against."""
+    path = Path(path)
+    config = DraftConfig.load(path / CONFIG_FILE)
+    if target_identity is not None and target_identity != config.target:
+        raise ValueError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
+    model = DraftModel.from_target(config, target_embed.to(device), target_lm_head.to(device))
+    weights = load_file(str(path / WEIGHTS_FILE), device=str(device))
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if not k.startswith(("embed_tokens.", "lm_head."))]
+    if missing or unexpected:
+        raise ValueError(f"checkpoint {path} does not match its config: missing {missing}, unexpected {unexpected}")
+    return model
+
+
+def load_drafter(
+    path: str | Path,
+    target_embed: torch.Tensor,
+    target_lm_head: torch.Tensor,
+    device: torch.device | str,
+    target_identity: str | None = None,
+) -> DSparkDrafter:
+    """A ready :class:`DSparkDrafter` from a checkpoint directory (see :func:`load_draft_model`)."""
+    return DSparkDrafter(load_draft_model(path, target_embed, target_lm_head, device, target_identity))

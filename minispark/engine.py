@@ -1,0 +1,195 @@
+"""The speculative decoding loop: propose → verify → accept → commit.
+
+The engine sees token ids and tensors only (prompts, templates and images stay in ``target``).
+One round:
+
+1. propose: the drafter proposes x_1..x_ℓ after the anchor (the last committed token), asking the
+   length policy before each token; ℓ = 0 is a plain decode step.
+2. verify:  ONE target forward over [anchor, x_1..x_ℓ] on the KV cache.
+3. accept:  greedy or rejection sampling (``accept.py``) → n accepted drafts and one next token.
+4. commit:  crop the target KV cache to the committed length (no re-prefill) and hand the drafter
+   the features of the newly cached tokens.
+
+The anchor is never in the target KV cache: the prefill covers the prompt minus its last token,
+which is the first round's anchor. So every round, prefill included, has the same shape.
+
+    minispark generate --drafter lookup --prompt "Say hello" --json
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from minispark.accept import accept as accept_rule
+from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, Proposal
+from minispark.sampling import SamplingConfig, make_generator
+from minispark.target import PromptInputs, StepOutput, TargetSession
+
+
+@dataclass
+class GenerationStats:
+    """Per-generation metrics: τ counts the emitted target token, so a plain decode step has τ = 1."""
+
+    rounds: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    proposed_lengths: list[int] = field(default_factory=list)
+    new_tokens: int = 0
+    prefill_s: float = 0.0
+    wall_s: float = 0.0
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per round (accepted drafts + the target's own token)."""
+        return (sum(self.accepted_lengths) + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        """Acceptance rate of draft position k; denominator = rounds that proposed position k."""
+        longest = max(self.proposed_lengths, default=0)
+        rates = []
+        for k in range(1, longest + 1):
+            proposed = sum(1 for length in self.proposed_lengths if length >= k)
+            accepted = sum(1 for length in self.accepted_lengths if length >= k)
+            rates.append(accepted / proposed)
+        return rates
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": self.rounds,
+            "tau": self.tau,
+            "acceptance_per_position": self.acceptance_per_position,
+            "mean_proposed": sum(self.proposed_lengths) / self.rounds if self.rounds else 0.0,
+            "new_tokens": self.new_tokens,
+            "prefill_s": self.prefill_s,
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.tokens_per_s,
+        }
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    stop_reason: str  # "eos" | "stop" | "max_tokens"
+    stats: GenerationStats
+
+
+@dataclass
+class DecodeState:
+    """Committed tokens (prompt included) on CPU; the last one is the anchor, not yet in the KV cache."""
+
+    ids: torch.Tensor
+    prompt_length: int
+
+    @property
+    def anchor(self) -> torch.Tensor:
+        return self.ids[-1:]
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.ids[self.prompt_length:].tolist()
+
+
+def propose(drafter: Drafter, state: DecodeState, session: TargetSession, policy: LengthPolicy,
+            sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
+    """Step 1: draft tokens after the anchor, the policy consulted before each one."""
+    policy.start_round(state.ids.numel())
+    anchor_position = int(session.text_positions(session.cache_length, 1)[0])
+    proposal = drafter.propose(state.ids, anchor_position, policy, sampling, generator)
+    if len(proposal) > policy.max_tokens:
+        raise RuntimeError(f"drafter {drafter.name} proposed {len(proposal)} > {policy.max_tokens} tokens")
+    return proposal
+
+
+def verify(session: TargetSession, state: DecodeState, proposal: Proposal) -> StepOutput:
+    """Step 2: one target forward over [anchor, x_1..x_ℓ] → (ℓ+1, V) logits."""
+    device = session.target.device
+    block = torch.cat([state.anchor, proposal.tokens.cpu()]).to(device)  # (ℓ+1,)
+    return session.step(block)
+
+
+def accept(proposal: Proposal, verified: StepOutput, sampling: SamplingConfig,
+           generator: torch.Generator) -> tuple[int, int]:
+    """Step 3: how many drafts survive, and the token the target emits after them."""
+    device = verified.logits.device
+    draft_probs = proposal.probs.to(device) if proposal.probs is not None else None
+    return accept_rule(proposal.tokens.to(device), draft_probs, verified.logits, sampling, generator)
+
+
+def commit(session: TargetSession, drafter: Drafter, state: DecodeState, proposal: Proposal,
+           accepted: int, next_token: int, verified: StepOutput) -> list[int]:
+    """Step 4: keep [anchor, x_1..x_n] in the KV cache, append [x_1..x_n, next] to the sequence."""
+    start = session.cache_length - len(proposal) - 1  # cache length before this round's verify
+    session.crop(start + accepted + 1)
+    cached = torch.cat([state.anchor, proposal.tokens[:accepted].cpu()])  # (n+1,)
+    features = verified.features[: accepted + 1] if verified.features is not None else None
+    drafter.commit(accepted, cached, features, session.text_positions(start, accepted + 1))
+    emitted = proposal.tokens[:accepted].tolist() + [next_token]
+    state.ids = torch.cat([state.ids, torch.tensor(emitted, dtype=state.ids.dtype)])
+    return emitted
+
+
+def truncate(new_ids: list[int], eos_ids: set[int], max_new_tokens: int,
+             stop: Callable[[list[int]], int | None] | None) -> tuple[list[int], str | None]:
+    """Cut the generated ids at the first EOS (kept, as HF does), a stop string, or the token limit."""
+    for index, token in enumerate(new_ids[:max_new_tokens]):
+        if token in eos_ids:
+            return new_ids[: index + 1], "eos"
+    if stop is not None and (keep := stop(new_ids[:max_new_tokens])) is not None:
+        return new_ids[:keep], "stop"
+    if len(new_ids) >= max_new_tokens:
+        return new_ids[:max_new_tokens], "max_tokens"
+    return new_ids, None
+
+
+@torch.no_grad()
+def speculative_generate(
+    session: TargetSession,
+    prompt: PromptInputs,
+    drafter: Drafter,
+    sampling: SamplingConfig = SamplingConfig(),
+    policy: LengthPolicy | None = None,
+    max_new_tokens: int = 256,
+    eos_ids: set[int] | frozenset[int] = frozenset(),
+    stop: Callable[[list[int]], int | None] | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    generator: torch.Generator | None = None,
+) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt``; lossless w.r.t. the target.
+
+    ``stop(new_ids)`` returns how many generated ids to keep when a stop string appears;
+    ``on_tokens`` receives each round's committed ids (already truncated) for streaming.
+    """
+    policy = policy or FixedLength(0)
+    generator = generator or make_generator(None, session.target.device)
+    stats = GenerationStats()
+    started = time.perf_counter()
+    prefilled = session.prefill(prompt, prompt.length - 1)
+    prompt_ids = prompt.input_ids[0].cpu()
+    drafter.reset(prompt_ids[:-1], prefilled.features, prompt.text_positions[:-1])
+    stats.prefill_s = time.perf_counter() - started
+    state = DecodeState(ids=prompt_ids.clone(), prompt_length=prompt.length)
+    reason = None
+    streamed = 0
+    while reason is None:
+        proposal = propose(drafter, state, session, policy, sampling, generator)
+        verified = verify(session, state, proposal)
+        accepted, next_token = accept(proposal, verified, sampling, generator)
+        commit(session, drafter, state, proposal, accepted, next_token, verified)
+        stats.rounds += 1
+        stats.proposed_lengths.append(len(proposal))
+        stats.accepted_lengths.append(accepted)
+        kept, reason = truncate(state.new_ids, eos_ids, max_new_tokens, stop)
+        if on_tokens is not None and len(kept) > streamed:
+            on_tokens(kept[streamed:])
+        streamed = len(kept)
+    stats.new_tokens = len(kept)
+    stats.wall_s = time.perf_counter() - started
+    return GenerationResult(token_ids=kept, stop_reason=reason, stats=stats)

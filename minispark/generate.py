@@ -1,0 +1,124 @@
+"""Text-level generation: prompt and images in, text and metrics out, through the speculative loop.
+
+This is the Python API behind ``minispark generate`` (and later ``chat``): it builds the drafter
+and length policy from names, applies the chat template, runs ``engine.speculative_generate`` and
+decodes the result.
+
+    python -c "from minispark.generate import generate; from minispark.target import load_target; \
+print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.drafters.lookup import LookupDrafter
+from minispark.engine import GenerationResult, speculative_generate
+from minispark.errors import MinisparkError
+from minispark.sampling import SamplingConfig, make_generator
+from minispark.target import Target
+
+DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
+
+
+@dataclass
+class GenerateOutput:
+    text: str
+    result: GenerationResult
+    seed: int
+
+    def as_dict(self, target: Target, drafter: Drafter) -> dict:
+        return {
+            "text": self.text,
+            "token_ids": self.result.token_ids,
+            "stop_reason": self.result.stop_reason,
+            "target": target.name,
+            "drafter": drafter.name,
+            "seed": self.seed,
+            **self.result.stats.as_dict(),
+        }
+
+
+def make_drafter(spec: str, target: Target) -> Drafter:
+    """``none``, ``lookup``, or a DSpark checkpoint directory."""
+    if spec == "none":
+        return NoDrafter()
+    if spec == "lookup":
+        return LookupDrafter()
+    if Path(spec).is_dir():
+        from minispark.drafters.dspark import load_drafter
+
+        return load_drafter(Path(spec), target)
+    raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
+
+
+def stop_on_strings(target: Target, stop_strings: Sequence[str]) -> Callable[[list[int]], int | None] | None:
+    """A ``stop`` callback for the engine: the shortest prefix whose text contains a stop string."""
+    if not stop_strings:
+        return None
+
+    def decode(ids: list[int]) -> str:
+        return target.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def stop(new_ids: list[int]) -> int | None:
+        if not any(s in decode(new_ids) for s in stop_strings):
+            return None
+        low, high = 1, len(new_ids)  # containment is monotone in the prefix length: bisect it
+        while low < high:
+            mid = (low + high) // 2
+            if any(s in decode(new_ids[:mid]) for s in stop_strings):
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    return stop
+
+
+def generate(
+    target: Target,
+    prompt: str | None = None,
+    *,
+    images: Sequence[str | Path] = (),
+    messages: list[dict] | None = None,
+    drafter: Drafter | str = "none",
+    sampling: SamplingConfig = SamplingConfig(),
+    policy: LengthPolicy | None = None,
+    gamma: int = 7,
+    max_new_tokens: int = 256,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
+    on_text: Callable[[str], None] | None = None,
+) -> GenerateOutput:
+    """Generate a reply to ``prompt`` (or ``messages``) with speculative decoding."""
+    if isinstance(drafter, str):
+        drafter = make_drafter(drafter, target)
+    if policy is None:
+        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else gamma)
+    inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
+    generator = make_generator(seed, target.device)
+    used_seed = generator.initial_seed()
+    on_tokens = None
+    if on_text is not None:
+        streamed: list[int] = []
+        printed = [""]
+
+        def on_tokens(ids: list[int]) -> None:
+            # Decode the whole reply each time: byte-level BPE can split a character across tokens.
+            streamed.extend(ids)
+            text = target.tokenizer.decode(streamed, skip_special_tokens=True)
+            if len(text) > len(printed[0]) and not text.endswith("\ufffd"):
+                on_text(text[len(printed[0]):])
+                printed[0] = text
+
+    with target.session(drafter.feature_layers) as session:
+        result = speculative_generate(
+            session, inputs, drafter, sampling=sampling, policy=policy, max_new_tokens=max_new_tokens,
+            eos_ids=target.eos_token_ids, stop=stop_on_strings(target, stop_strings), on_tokens=on_tokens,
+            generator=generator,
+        )
+    text = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+    return GenerateOutput(text=text, result=result, seed=used_seed)

@@ -1,0 +1,242 @@
+"""Target cache on tiny random models: stored windows equal a full-sequence capture (text and image).
+
+Also covers batched regeneration (equal to one-by-one, stops at EOS), layer choice, anchors,
+the dry-run estimate and the disk check.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+import minispark.cache as cache_module
+from minispark.cache import CacheConfig, build_cache, estimate_cache
+from minispark.cache_format import CACHE_DTYPES, CacheReader
+from minispark.errors import MinisparkError
+from minispark.regenerate import regenerate
+from minispark.sampling import SamplingConfig
+from minispark.target import load_target
+from minispark.tiny_models import build_tiny, make_test_image
+
+NUM_LAYERS = 6
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    # Tiny models on a shared 2-core box: extra intra-op threads only add contention.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    return load_target(str(build_tiny("llama", tmp_path_factory.mktemp("llama"), num_layers=NUM_LAYERS)))
+
+
+@pytest.fixture(scope="module")
+def qwen_vl(tmp_path_factory):
+    return load_target(str(build_tiny("qwen2_5_vl", tmp_path_factory.mktemp("qwen_vl"), num_layers=NUM_LAYERS)))
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("prompts")
+    (root / "img").mkdir()
+    make_test_image(root / "img" / "a.png")
+    make_test_image(root / "img" / "b.png", size=(84, 56), seed=1)
+    text = [{"prompt": "Write a short poem about rivers."}, {"prompt": "What is 17 times 23?"},
+            {"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name a colour."}]},
+            {"prompt": "Explain recursion with an example in Python, please, in detail."}]
+    vision = [{"prompt": "Describe this picture.", "images": ["img/a.png"]},
+              {"prompt": "Say hello."},
+              {"messages": [{"role": "user", "content": [{"type": "image", "image": "img/b.png"},
+                                                         {"type": "text", "text": "What is in it?"}]}]}]
+    files = {}
+    for name, records in (("text", text), ("vision", vision)):
+        files[name] = root / f"{name}.jsonl"
+        files[name].write_text("".join(json.dumps(r) + "\n" for r in records))
+    return files
+
+
+def build_recording(config: CacheConfig, target, monkeypatch) -> tuple[CacheReader, dict]:
+    """Build a cache while recording each sample's full sequence (prompt + regenerated answer)."""
+    fulls = {}
+    original = cache_module.pack_sample
+
+    def recording(target, index, prompt, answer, *args, **kwargs):
+        fulls[index] = cache_module.full_sequence(target, prompt, answer)
+        return original(target, index, prompt, answer, *args, **kwargs)
+
+    monkeypatch.setattr(cache_module, "pack_sample", recording)
+    build_cache(config, target=target)
+    return CacheReader(config.out), fulls
+
+
+def check_against_full_capture(reader: CacheReader, target, fulls: dict, prompts_by_sample: dict) -> int:
+    """Every anchor's stored window equals the slice of a fresh full-sequence capture; returns #anchors."""
+    config = reader.config
+    layers, window, block, dtype = config["layers"], config["window"], config["block"], CACHE_DTYPES[config["dtype"]]
+    assert target.num_layers - 1 not in layers, "the last layer must never be stored"
+    captures = {i: target.capture(full, layers) for i, full in fulls.items()}  # (L, m, d), (L, d)
+    per_sample: dict[int, list[int]] = {}
+    for anchor in reader:
+        i, a = anchor.sample_index, anchor.position
+        full, (features, final) = fulls[i], captures[i]
+        seq_len, prompt_len = full.length, prompts_by_sample[i].length
+        assert torch.equal(full.input_ids[0, :prompt_len], prompts_by_sample[i].input_ids[0])
+        # validity: the anchor token and its next token are inside the answer (the loss mask)
+        assert prompt_len <= a < a + 1 < seq_len
+        c = a if window == 0 else min(window, a)
+        g, k = min(block, seq_len - a), min(block, seq_len - 1 - a)
+        torch.testing.assert_close(anchor.context_features, features[a - c:a].to(dtype), rtol=0, atol=0)
+        torch.testing.assert_close(anchor.final_hidden, final[a:a + g].to(dtype), rtol=0, atol=0)
+        assert anchor.input_ids.tolist() == full.input_ids[0, a - c:a + k + 1].tolist()
+        assert anchor.text_positions.tolist() == full.text_positions[a - c:a + k + 1].tolist()
+        assert anchor.loss_mask.tolist() == [p >= prompt_len for p in range(a - c, a + k + 1)]
+        assert anchor.token == int(full.input_ids[0, a]) and anchor.context_len == c
+        per_sample.setdefault(i, []).append(a)
+    num_anchors = 0
+    for i, full in fulls.items():
+        valid = max(0, full.length - 1 - prompts_by_sample[i].length)
+        anchors = per_sample.get(i, [])
+        assert len(anchors) == len(set(anchors)) == min(config["anchors_per_sample"], valid)
+        num_anchors += len(anchors)
+    return num_anchors
+
+
+def encoded(target, path: Path, count: int) -> dict:
+    samples = cache_module.load_prompts(path)
+    return {i: target.encode(**samples[i % len(samples)].encode_kwargs()) for i in range(count)}
+
+
+@pytest.mark.parametrize("dtype, window", [("fp32", 6), ("bf16", 3)])
+def test_text_windows_equal_full_capture(llama, prompts, tmp_path, monkeypatch, dtype, window):
+    config = CacheConfig(prompts=prompts["text"], out=tmp_path / "cache", num_samples=6, max_new_tokens=20,
+                         layers="1,3", anchors_per_sample=5, window=window, block=4, dtype=dtype, batch_size=2,
+                         samples_per_shard=4, seed=11)
+    reader, fulls = build_recording(config, llama, monkeypatch)
+    assert reader.layers == [1, 3] and reader.window == window and reader.block == 4
+    assert len(fulls) == 6 and len(reader.shards) == 2
+    assert check_against_full_capture(reader, llama, fulls, encoded(llama, prompts["text"], 6)) == len(reader)
+
+
+def test_image_windows_equal_full_capture(qwen_vl, prompts, tmp_path, monkeypatch):
+    config = CacheConfig(prompts=prompts["vision"], out=tmp_path / "cache", max_new_tokens=16, layers="2,4",
+                         anchors_per_sample=4, window=0, block=3, dtype="fp32", batch_size=3, seed=5)
+    reader, fulls = build_recording(config, qwen_vl, monkeypatch)
+    by_sample = encoded(qwen_vl, prompts["vision"], 3)
+    assert check_against_full_capture(reader, qwen_vl, fulls, by_sample) == len(reader) > 0
+    image_id = qwen_vl.model.config.image_token_id
+    with_images = [a for a in reader if (a.input_ids == image_id).any()]
+    assert {a.sample_index for a in with_images} == {0, 2}  # image tokens are ordinary context rows
+    for anchor in with_images:
+        full = fulls[anchor.sample_index]
+        # text positions follow the M-RoPE temporal component, which lags the index after an image
+        assert torch.equal(full.position_ids[0, 0, :anchor.position].cpu().to(torch.int32),
+                           anchor.text_positions[:anchor.context_len])
+        assert int(anchor.text_positions[-1]) < anchor.position + len(anchor.labels)
+    assert reader.config["target_model"]["uses_mrope"] is True
+
+
+def test_loss_mask_is_exactly_the_answer(llama, prompts, tmp_path, monkeypatch):
+    config = CacheConfig(prompts=prompts["text"], out=tmp_path / "cache", num_samples=2, max_new_tokens=12,
+                         layers="1", anchors_per_sample=64, window=0, block=2, dtype="fp32")
+    reader, fulls = build_recording(config, llama, monkeypatch)
+    shard = reader.shards[0]
+    for s in range(2):
+        t0, t1 = shard["sample_tok_offset"][s:s + 2].tolist()
+        prompt_len = int(shard["prompt_len"][s])
+        positions = shard["tok_pos"][t0:t1].tolist()
+        assert shard["loss_mask"][t0:t1].tolist() == [int(p >= prompt_len) for p in positions]
+        assert int(shard["seq_len"][s]) - prompt_len == 12  # random tiny model: runs to the cap
+
+
+def test_batched_regeneration_equals_one_by_one(qwen_vl, prompts):
+    samples = cache_module.load_prompts(prompts["vision"])
+    inputs = [qwen_vl.encode(**s.encode_kwargs()) for s in samples]
+    config = SamplingConfig(0.7, top_k=20, top_p=0.8)
+    batched = regenerate(qwen_vl, inputs, [10, 11, 12], config, 12)
+    single = [regenerate(qwen_vl, [x], [seed], config, 12)[0] for x, seed in zip(inputs, [10, 11, 12])]
+    assert [a.tokens.tolist() for a in batched] == [a.tokens.tolist() for a in single]
+    again = regenerate(qwen_vl, inputs, [10, 11, 13], config, 12)
+    assert again[0].tokens.tolist() == batched[0].tokens.tolist() != []
+    assert again[2].tokens.tolist() != batched[2].tokens.tolist()  # a different seed, a different answer
+
+
+def test_regeneration_stops_at_eos(llama, prompts, monkeypatch):
+    samples = cache_module.load_prompts(prompts["text"])
+    inputs = [llama.encode(**s.encode_kwargs()) for s in samples[:2]]
+    greedy = SamplingConfig(0.0)
+    free = regenerate(llama, inputs, [0, 1], greedy, 10)
+    stop = int(free[0].tokens[3])
+    monkeypatch.setattr(llama, "eos_token_ids", {stop})
+    stopped = regenerate(llama, inputs, [0, 1], greedy, 10)
+    first = free[0].tokens.tolist().index(stop)
+    assert stopped[0].tokens.tolist() == free[0].tokens[:first + 1].tolist() and stopped[0].stopped_at_eos
+    if stop not in free[1].tokens.tolist():
+        assert stopped[1].tokens.tolist() == free[1].tokens.tolist() and not stopped[1].stopped_at_eos
+
+
+def test_layers_auto_and_the_last_layer_is_refused(llama, prompts, tmp_path):
+    base = dict(prompts=prompts["text"], num_samples=1, max_new_tokens=4, dtype="fp32")
+    with pytest.raises(MinisparkError, match="final decoder layer"):
+        build_cache(CacheConfig(out=tmp_path / "refused", layers=f"1,{NUM_LAYERS - 1}", **base), target=llama)
+    assert not (tmp_path / "refused").exists()  # refused before any work
+    with pytest.raises(MinisparkError, match="--layers"):
+        CacheConfig(out=tmp_path / "x", layers="1,two", **base)
+    build_cache(CacheConfig(out=tmp_path / "auto", **base), target=llama)
+    layers = CacheReader(tmp_path / "auto").layers
+    assert layers == llama.auto_layers() and NUM_LAYERS - 1 not in layers
+
+
+def test_images_on_a_text_target_are_refused_before_work(llama, prompts, tmp_path):
+    with pytest.raises(MinisparkError, match=r"vision.jsonl:1: has images, but target .* is text-only"):
+        build_cache(CacheConfig(prompts=prompts["vision"], out=tmp_path / "c"), target=llama)
+
+
+def test_dry_run_estimate_tracks_the_real_size(llama, prompts, tmp_path, monkeypatch):
+    config = CacheConfig(prompts=prompts["text"], out=tmp_path / "cache", num_samples=8, max_new_tokens=24,
+                         layers="1,2", anchors_per_sample=4, window=5, block=3, dtype="bf16", samples_per_shard=8)
+    estimate = estimate_cache(config, target=llama)
+    assert estimate.fits and estimate.layers == [1, 2] and not (tmp_path / "cache").exists()
+    report = build_cache(config, target=llama)
+    assert report.samples == 8 and report.generated_tokens == 8 * 24  # random model: no EOS
+    assert report.anchors == 8 * 4 and 0 < report.ratio_to_full < 1
+    # estimate counts tensor bytes only; shard headers add a little on top
+    assert estimate.estimate.bytes_per_sample == pytest.approx(report.bytes_per_sample, rel=0.35)
+    assert set(report.to_json()) >= {"samples", "generated_tokens", "anchors", "bytes_per_sample", "ratio_to_full"}
+    assert f"{report.samples} samples" in report.summary()
+
+    monkeypatch.setattr(cache_module, "_free_bytes", lambda path: 1000)
+    assert not estimate_cache(config, target=llama).fits
+    refused = CacheConfig(**{**vars(config), "out": tmp_path / "small_disk"})
+    with pytest.raises(MinisparkError, match="--force"):
+        build_cache(refused, target=llama)
+    forced = CacheConfig(**{**vars(config), "out": tmp_path / "small_disk", "force": True, "num_samples": 1})
+    assert build_cache(forced, target=llama).samples == 1
+
+
+def test_anchor_rows_map_into_unique_sorted_unions(llama, prompts, tmp_path):
+    config = CacheConfig(prompts=prompts["text"], out=tmp_path / "cache", num_samples=4, max_new_tokens=30,
+                         layers="1", anchors_per_sample=6, window=4, block=3, dtype="fp32", samples_per_shard=4)
+    build_cache(config, target=llama)
+    shard = CacheReader(config.out).shards[0]
+    for s in range(4):
+        anchors = range(*shard["sample_anchor_offset"][s:s + 2].tolist())
+        for kind in ("tok", "ctx", "hid"):
+            r0, r1 = shard[f"sample_{kind}_offset"][s:s + 2].tolist()
+            rows = shard[f"{kind}_pos"][r0:r1].numpy()
+            assert np.all(np.diff(rows) > 0), f"duplicate {kind} rows in sample {s}"
+            covered = set()
+            for i in anchors:
+                start, end = shard[f"anchor_{kind}"][i].tolist()
+                assert r0 <= start <= end <= r1
+                covered.update(range(start, end))
+            assert covered == set(range(r0, r1)), f"{kind} rows not used by any anchor"

@@ -1,0 +1,406 @@
+"""DSpark draft model: masking, train/inference equivalence, exact sampling, frozen weights, the
+length policy, and the checkpoint format. Tiny random models on CPU, seeded.
+
+    .venv/bin/python -m pytest -q tests/test_draft_model.py
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+from scipy.stats import chi2, poisson
+
+from minispark.draft_model import ContextCache, DraftConfig, DraftModel, block_attention_mask
+from minispark.drafters.base import FixedLength, LengthPolicy
+from minispark.drafters.dspark import DSparkDrafter, load_drafter, save_drafter
+from minispark.sampling import SamplingConfig, make_generator, probabilities
+
+D, V, GAMMA, M = 32, 97, 4, 3
+HEADS = ("none", "vanilla", "gated", "rnn")
+GREEDY = SamplingConfig(0.0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # Tiny ops: one thread is as fast and keeps the shared machine free.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def make_config(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True) -> DraftConfig:
+    return DraftConfig(
+        target="tiny-test-target@0",
+        hidden_size=D,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        vocab_size=vocab,
+        feature_layers=(0, 2, 3),
+        mask_token_id=vocab - 1,
+        block_size=GAMMA,
+        window=window,
+        head=head,
+        markov_rank=16,
+        confidence_head=confidence,
+        dtype="float32",
+    )
+
+
+def target_weights(vocab: int = V, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(vocab, D, generator=g), 0.5 * torch.randn(vocab, D, generator=g)
+
+
+def make_model(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True, seed: int = 0) -> DraftModel:
+    """A draft model whose trainable weights are large enough that every path matters."""
+    embed, lm_head = target_weights(vocab, seed)
+    model = DraftModel.from_target(make_config(head, window, vocab, confidence), embed, lm_head)
+    torch.manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and "norm" not in name:
+                p.normal_(0.0, 0.5 if "markov" in name else 0.3)
+    return model.eval()
+
+
+def sequence(length: int, seed: int = 0, offset: int = 3):
+    """Token ids (T,), target features (T, m·d) and text positions (T,) of one sequence."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, V - 1, (length,), generator=g)
+    features = torch.randn(length, M * D, generator=g)
+    return ids, features, torch.arange(length) + offset
+
+
+# ---- masking ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("window", [0, 4])
+def test_block_sees_only_allowed_context(window: int) -> None:
+    model = make_model("rnn", window)
+    ids, features, positions = sequence(20)
+    anchors = torch.tensor([5, 9, 13])  # row indices; text positions are these + 3
+    blocks = torch.stack([ids[a : a + GAMMA + 1] for a in anchors])[None]  # (1, A, γ+1)
+
+    def logits(features, blocks):
+        out = model.forward_train(features[None], positions[None], blocks, positions[anchors][None])
+        return model.head_logits(out.hidden, out.prev_tokens)[0]  # (A, γ, V)
+
+    base = logits(features, blocks)
+    for b, a in enumerate(anchors.tolist()):
+        lowest = a - window if window else 0
+        forbidden = [a, a + 1] + ([lowest - 1] if window else [])
+        for row in forbidden:
+            moved = features.clone()
+            moved[row] += 1.0
+            torch.testing.assert_close(logits(moved, blocks)[b], base[b], rtol=0, atol=1e-6)
+        for row in (a - 1, lowest):
+            moved = features.clone()
+            moved[row] += 1.0
+            assert (logits(moved, blocks)[b] - base[b]).abs().max() > 1e-3, f"row {row} must reach block {b}"
+        other = blocks.clone()
+        other[0, (b + 1) % len(anchors), 0] = (other[0, (b + 1) % len(anchors), 0] + 1) % (V - 1)
+        torch.testing.assert_close(logits(features, other)[b], base[b], rtol=0, atol=1e-6)
+
+
+def test_mask_layout() -> None:
+    mask = block_attention_mask(torch.arange(6)[None], torch.tensor([[2, 5]]), block_size=2, window=2)
+    expected = torch.tensor(
+        [
+            [1, 1, 0, 0, 0, 0, 1, 1, 0, 0],
+            [1, 1, 0, 0, 0, 0, 1, 1, 0, 0],
+            [0, 0, 0, 1, 1, 0, 0, 0, 1, 1],
+            [0, 0, 0, 1, 1, 0, 0, 0, 1, 1],
+        ],
+        dtype=torch.bool,
+    )
+    assert torch.equal(mask[0, 0], expected)
+
+
+def test_windowed_rows_equal_packed_row() -> None:
+    """The trainer may feed one anchor per row with only its window [a−W, a) of context."""
+    window = 5
+    model = make_model("gated", window)
+    ids, features, positions = sequence(20)
+    anchors = torch.tensor([2, 8, 15])
+    blocks = torch.stack([ids[a : a + GAMMA + 1] for a in anchors])  # (A, γ+1)
+    packed = model.forward_train(features[None], positions[None], blocks[None], positions[anchors][None])
+    # One row per anchor, context padded on the left to W rows (padding masked by context_valid).
+    rows = [torch.arange(a - window, a) for a in anchors.tolist()]
+    valid = torch.stack([r >= 0 for r in rows])  # (A, W)
+    rows = [r.clamp(min=0) for r in rows]
+    windowed = model.forward_train(
+        torch.stack([features[r] for r in rows]),
+        torch.stack([positions[r] for r in rows]),
+        blocks[:, None],
+        positions[anchors][:, None],
+        context_valid=valid,
+    )
+    torch.testing.assert_close(windowed.hidden[:, 0], packed.hidden[0])
+
+
+# ---- train / inference equivalence ------------------------------------------------------------
+
+
+def run_rounds(model: DraftModel, sampling: SamplingConfig, accepted=(2, 0, 3, 1), prompt: int = 6, seed: int = 0):
+    """Drive the drafter like the engine does; returns the full sequence and per-round records."""
+    ids, features, positions = sequence(prompt + 5 * (GAMMA + 1), seed)
+    drafter = DSparkDrafter(model)
+    drafter.cache = ContextCache(model.config, "cpu", torch.float32, capacity=4)  # exercise growth
+    drafter.reset(ids[: prompt - 1], features[: prompt - 1], positions[: prompt - 1])
+    generator = make_generator(seed)
+    anchor, rounds = prompt - 1, []
+    for n in accepted:
+        proposal = drafter.propose(ids[: anchor + 1], int(positions[anchor]), FixedLength(GAMMA), sampling, generator)
+        assert len(proposal) == GAMMA
+        rounds.append((anchor, proposal))
+        # Whatever the verifier decided, the sequence continues with the row's own tokens here.
+        span = slice(anchor, anchor + n + 1)
+        drafter.commit(n, ids[span], features[span], positions[span])
+        anchor += n + 1
+    return ids, features, positions, rounds
+
+
+@pytest.mark.parametrize("window", [0, 5])
+@pytest.mark.parametrize("head", HEADS)
+def test_train_forward_equals_incremental_inference(head: str, window: int) -> None:
+    model = make_model(head, window)
+    for sampling in (GREEDY, SamplingConfig(1.0)):
+        ids, features, positions, rounds = run_rounds(model, sampling)
+        anchors = torch.tensor([a for a, _ in rounds])
+        blocks = torch.stack([torch.cat([ids[a : a + 1], p.tokens]) for a, p in rounds])  # (R, γ+1)
+        out = model.forward_train(features[None], positions[None], blocks[None], positions[anchors][None])
+        logits = model.head_logits(out.hidden, out.prev_tokens)[0]  # (R, γ, V)
+        confidence = model.confidence(out.hidden, out.prev_tokens)[0]  # (R, γ)
+        for r, (_, proposal) in enumerate(rounds):
+            torch.testing.assert_close(proposal.confidences, confidence[r])
+            if sampling.greedy:
+                assert torch.equal(proposal.tokens, logits[r].argmax(-1))
+            torch.testing.assert_close(proposal.probs, probabilities(logits[r], sampling))
+
+
+def test_cache_crop_rolls_back_a_commit() -> None:
+    model = make_model("vanilla", window=0)
+    ids, features, positions = sequence(12)
+    drafter = DSparkDrafter(model)
+    drafter.reset(ids[:5], features[:5], positions[:5])
+    before = drafter.model.forward_block(drafter.cache, ids[5], int(positions[5]))
+    drafter.commit(2, ids[5:8], features[5:8], positions[5:8])
+    assert len(drafter.cache) == 8
+    drafter.cache.crop(int(positions[5]))
+    assert len(drafter.cache) == 5
+    torch.testing.assert_close(drafter.model.forward_block(drafter.cache, ids[5], int(positions[5])), before)
+
+
+# ---- sampling exactness -----------------------------------------------------------------------
+
+
+def pair_chi_square(tokens: torch.Tensor, probs: torch.Tensor, anchor: int, vocab: int) -> float:
+    """Smallest p-value over positions k of a chi-square test of the counts of (x_{k−1}, x_k)
+    against Σ_draws 1{x_{k−1}=u}·p_k(v) — the counts the returned distributions predict (valid for
+    any prefix dependence). Cells expected below 5 are pooled and tested with a Poisson tail."""
+    n, gamma = tokens.shape
+    prev = torch.cat([torch.full((n, 1), anchor), tokens[:, :-1]], dim=1)  # (N, γ)
+    worst = 1.0
+    for k in range(gamma):
+        onehot_prev = F.one_hot(prev[:, k], vocab).double()  # (N, V)
+        expected = onehot_prev.T @ probs[:, k].double()  # (V_prev, V)
+        observed = onehot_prev.T @ F.one_hot(tokens[:, k], vocab).double()
+        if (observed[expected == 0] > 0).any():
+            return 0.0  # drew a token its own distribution gives no mass
+        big = expected >= 5
+        stat = ((observed - expected)[big] ** 2 / expected[big]).sum().item()
+        dof = max(int(big.sum()) - int(big.any(1).sum()), 1)
+        worst = min(worst, float(chi2.sf(stat, dof)))
+        rare_expected, rare_observed = expected[~big].sum().item(), observed[~big].sum().item()
+        if rare_expected > 0:  # P(Poisson(E) >= O): too many draws of rare tokens
+            worst = min(worst, float(poisson.sf(rare_observed - 1, rare_expected)))
+    return worst
+
+
+def draw_many(model: DraftModel, hidden: torch.Tensor, anchor: int, sampling: SamplingConfig, n: int, seed: int):
+    generator = make_generator(seed)
+    anchor_t = torch.tensor(anchor)
+    proposals = [model.sample_block(hidden, anchor_t, FixedLength(GAMMA), sampling, generator) for _ in range(n)]
+    return torch.stack([p.tokens for p in proposals]), torch.stack([p.probs for p in proposals])
+
+
+SMALL_V = 6
+SAMPLINGS = [SamplingConfig(1.0), SamplingConfig(0.8, top_p=0.9), SamplingConfig(1.3, top_k=3)]
+DRAWS = 2500
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_sampler_draws_from_the_distributions_it_returns(head: str) -> None:
+    model = make_model(head, vocab=SMALL_V, seed=3)
+    hidden = 0.5 * torch.randn(GAMMA, D, generator=torch.Generator().manual_seed(4))  # flat-ish p_k
+    anchor = 2
+    with torch.no_grad():
+        for i, sampling in enumerate(SAMPLINGS):
+            tokens, probs = draw_many(model, hidden, anchor, sampling, DRAWS, seed=10 + i)
+            assert pair_chi_square(tokens, probs, anchor, SMALL_V) > 1e-4, sampling
+            # The returned p_d is the training path's distribution for the drawn prefix.
+            prev = torch.cat([torch.full((len(tokens), 1), anchor), tokens[:, :-1]], dim=1)
+            reference = probabilities(model.head_logits(hidden.expand(len(tokens), -1, -1), prev), sampling)
+            torch.testing.assert_close(probs, reference)
+
+
+def test_chi_square_catches_a_wrong_sampler() -> None:
+    """Negative control: draw from the base logits (no Markov bias) while the test compares
+    against the biased distributions — the test must reject."""
+    model = make_model("vanilla", vocab=SMALL_V, seed=3)
+    hidden = 0.5 * torch.randn(GAMMA, D, generator=torch.Generator().manual_seed(4))  # flat-ish p_k
+    sampling, anchor = SamplingConfig(1.0), 2
+    wrong = make_model("vanilla", vocab=SMALL_V, seed=3)
+    with torch.no_grad():
+        wrong.markov.markov_w2.weight.zero_()
+        tokens, _ = draw_many(wrong, hidden, anchor, sampling, DRAWS, seed=10)
+        prev = torch.cat([torch.full((len(tokens), 1), anchor), tokens[:, :-1]], dim=1)
+        claimed = probabilities(model.head_logits(hidden.expand(len(tokens), -1, -1), prev), sampling)
+    assert pair_chi_square(tokens, claimed, anchor, SMALL_V) < 1e-6
+
+
+# ---- frozen weights ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_only_trainable_params_learn(head: str) -> None:
+    model = make_model(head).train()
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith(("embed_tokens", "lm_head"))}
+    trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    assert set(frozen) == {"embed_tokens.weight", "lm_head.weight"}
+    assert not set(frozen) & set(trainable)
+    ids, features, positions = sequence(20)
+    anchors = torch.tensor([3, 7, 10])
+    blocks = torch.stack([ids[a : a + GAMMA + 1] for a in anchors])[None]
+    out = model.forward_train(features[None], positions[None], blocks, positions[anchors][None])
+    logits = model.head_logits(out.hidden, out.prev_tokens)
+    loss = F.cross_entropy(logits.flatten(0, -2), out.labels.flatten())
+    loss = loss + F.binary_cross_entropy_with_logits(
+        model.confidence_logits(out.hidden, out.prev_tokens), torch.full(out.labels.shape, 0.5)
+    )
+    # A trainer that forgets to filter parameters must still leave the frozen ones alone.
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+    loss.backward()
+    for name, p in model.named_parameters():
+        if p.requires_grad:
+            assert p.grad is not None and torch.isfinite(p.grad).all(), name
+        else:
+            assert p.grad is None, name
+    optimizer.step()
+    for name, p in model.named_parameters():
+        if name in frozen:
+            assert torch.equal(p, frozen[name]), name
+        else:
+            assert not torch.equal(p, trainable[name]), name
+
+
+# ---- the length policy ------------------------------------------------------------------------
+
+
+class StopAt(LengthPolicy):
+    """Admits positions < ``stop``; records (k, c_k, generator state) at every question."""
+
+    def __init__(self, stop: int, generator: torch.Generator) -> None:
+        self.stop, self.generator, self.calls = stop, generator, []
+        self.max_tokens = GAMMA
+
+    def start_round(self, context_length: int) -> None:
+        pass
+
+    def admit(self, position: int, confidence: float | None) -> bool:
+        self.calls.append((position, confidence, self.generator.get_state()))
+        return position < self.stop
+
+
+@pytest.mark.parametrize("confidence", [True, False])
+@pytest.mark.parametrize("head", ["vanilla", "rnn"])
+def test_policy_is_asked_before_each_draw(head: str, confidence: bool) -> None:
+    model = make_model(head, confidence=confidence)
+    hidden = torch.randn(GAMMA, D, generator=torch.Generator().manual_seed(5))
+    anchor, sampling = torch.tensor(7), SamplingConfig(1.0)
+    generator = make_generator(0)
+    full = StopAt(GAMMA + 1, generator)
+    reference = model.sample_block(hidden, anchor, full, sampling, generator)
+    assert [k for k, _, _ in full.calls] == list(range(1, GAMMA + 1))
+    for stop in range(1, GAMMA + 1):
+        generator = make_generator(0)
+        policy = StopAt(stop, generator)
+        proposal = model.sample_block(hidden, anchor, policy, sampling, generator)
+        assert len(proposal) == stop - 1
+        assert [k for k, _, _ in policy.calls] == list(range(1, stop + 1))
+        assert torch.equal(proposal.tokens, reference.tokens[: stop - 1])
+        for (_, c, state), (_, c_ref, state_ref) in zip(policy.calls, full.calls):
+            # At admit(k) exactly k−1 tokens have been drawn, and c_k is already fixed.
+            assert torch.equal(state, state_ref)
+            assert c == c_ref
+        # Refusing position k means x_k is never drawn.
+        assert torch.equal(generator.get_state(), full.calls[stop - 1][2])
+        if confidence:
+            assert all(c is not None for _, c, _ in policy.calls)
+            if stop > 1:
+                expected = torch.tensor([c for _, c, _ in policy.calls[: stop - 1]])
+                torch.testing.assert_close(proposal.confidences, expected)
+        else:
+            assert all(c is None for _, c, _ in policy.calls)
+            assert proposal.confidences is None
+
+
+# ---- config and checkpoint --------------------------------------------------------------------
+
+
+def test_config_json_round_trip(tmp_path) -> None:
+    config = make_config("gated", window=64)
+    config.save(tmp_path / "config.json")
+    assert DraftConfig.load(tmp_path / "config.json") == config
+    data = json.loads(config.to_json())
+    data["bogus"] = 1
+    with pytest.raises(ValueError, match="bogus"):
+        DraftConfig.from_dict(data)
+    with pytest.raises(ValueError, match="head"):
+        make_config("crf")
+
+
+def test_checkpoint_round_trip(tmp_path) -> None:
+    model = make_model("rnn", window=5)
+    embed, lm_head = target_weights()
+    path = tmp_path / "drafter"
+    save_drafter(model, path)
+    save_drafter(model, path)  # overwriting an existing checkpoint is fine
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["drafter"]
+    stored = load_file(str(path / "model.safetensors"))
+    assert not any(k.startswith(("embed_tokens", "lm_head")) for k in stored)
+
+    drafter = load_drafter(path, embed, lm_head, "cpu", target_identity="tiny-test-target@0")
+    assert drafter.feature_layers == (0, 2, 3)
+    for (name, a), (_, b) in zip(model.state_dict().items(), drafter.model.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert not drafter.model.lm_head.weight.requires_grad
+
+    with pytest.raises(ValueError, match="trained for target") as error:
+        load_drafter(path, embed, lm_head, "cpu", target_identity="another-target")
+    assert "\n" not in str(error.value)
+    with pytest.raises(ValueError, match="shape"):
+        load_drafter(path, embed[:, :16], lm_head, "cpu")
+
+
+def test_empty_context_and_bfloat16() -> None:
+    """A one-token prompt leaves the cache empty; bf16 weights still give float32 p_d."""
+    embed, lm_head = target_weights()
+    config = make_config("rnn", window=3)
+    config.dtype = "bfloat16"
+    drafter = DSparkDrafter(DraftModel.from_target(config, embed, lm_head))
+    drafter.reset(torch.empty(0, dtype=torch.long), torch.empty(0, M * D), torch.empty(0, dtype=torch.long))
+    ids, features, positions = sequence(8)
+    for anchor in (0, 1):
+        proposal = drafter.propose(ids[: anchor + 1], int(positions[anchor]), FixedLength(GAMMA), SamplingConfig(1.0), make_generator(0))
+        assert len(proposal) == GAMMA and proposal.probs.dtype == torch.float32
+        torch.testing.assert_close(proposal.probs.sum(-1), torch.ones(GAMMA))
+        drafter.commit(0, ids[anchor : anchor + 1], features[anchor : anchor + 1].bfloat16(), positions[anchor : anchor + 1])
+    assert len(drafter.cache) == 2

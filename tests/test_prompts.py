@@ -1,0 +1,118 @@
+"""Prompt-file validation (FILE:LINE errors before any work) and the shipped demo corpus."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from minispark.errors import MinisparkError
+from minispark.prompts import PromptFileError, load_prompts, prompt_file_hash
+
+CORPUS = Path(__file__).resolve().parent.parent / "examples" / "prompts"
+
+
+def write(path: Path, *lines: object) -> Path:
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def image(tmp_path: Path) -> Path:
+    (tmp_path / "pics").mkdir()
+    path = tmp_path / "pics" / "dot.png"
+    Image.new("RGB", (8, 8), "red").save(path)
+    return path
+
+
+def test_both_forms_parse_and_images_resolve_relative_to_the_file(tmp_path, image, monkeypatch):
+    path = write(tmp_path / "p.jsonl",
+                 {"prompt": "Describe.", "images": ["pics/dot.png"], "id": "a", "category": "image"},
+                 "",  # blank lines are skipped but still counted
+                 {"messages": [{"role": "system", "content": "Be brief."},
+                               {"role": "user", "content": [{"type": "image", "image": "file://pics/dot.png"},
+                                                            {"type": "text", "text": "What is it?"}]},
+                               {"role": "assistant", "content": "A reference answer we do not want."}]})
+    monkeypatch.chdir("/")  # resolution must not depend on the working directory
+    first, second = load_prompts(path)
+    assert first.line == 1 and first.images == (image.resolve(),) and first.id == "a"
+    assert first.encode_kwargs() == {"prompt": "Describe.", "images": [image.resolve()]}
+    assert second.line == 3 and second.images == (image.resolve(),)
+    messages = second.encode_kwargs()["messages"]
+    assert [m["role"] for m in messages] == ["system", "user"]  # trailing assistant answer dropped
+    assert messages[1]["content"][0] == {"type": "image", "image": str(image.resolve())}
+
+
+@pytest.mark.parametrize("line, reason", [
+    ('{"prompt": "hi"', "malformed JSON"),
+    ('["prompt"]', "expected a JSON object"),
+    ('{"promt": "hi"}', "unknown key 'promt'"),
+    ('{"prompt": "hi", "messages": []}', "exactly one of"),
+    ('{"prompt": ""}', "non-empty string"),
+    ('{"prompt": "hi", "images": "a.png"}', "must be a list"),
+    ('{"prompt": "hi", "images": ["missing.png"]}', "unreadable image 'missing.png'"),
+    ('{"prompt": "hi", "images": ["not_an_image.png"]}', "unreadable image 'not_an_image.png'"),
+    ('{"prompt": "hi", "images": ["https://example.com/a.png"]}', "remote image"),
+    ('{"messages": [{"role": "robot", "content": "hi"}]}', "role must be one of"),
+    ('{"messages": [{"role": "user", "content": "hi", "name": "x"}]}', "unknown key 'name'"),
+    ('{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "type must be 'text' or 'image'"),
+    ('{"messages": [{"role": "user", "content": [{"type": "image", "image": "gone.png"}]}]}', "unreadable image"),
+    ('{"messages": [{"role": "system", "content": "only a system prompt"}]}', "at least one user message"),
+])
+def test_bad_lines_fail_with_file_and_line(tmp_path, line, reason):
+    (tmp_path / "not_an_image.png").write_text("this is text, not a PNG")
+    path = write(tmp_path / "bad.jsonl", {"prompt": "fine"}, "", line, {"prompt": "never reached"})
+    with pytest.raises(PromptFileError) as info:
+        load_prompts(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:3: ") and reason in message
+    assert "\n" not in message and isinstance(info.value, MinisparkError)
+
+
+def test_empty_file_is_refused(tmp_path):
+    with pytest.raises(PromptFileError, match="no prompts"):
+        load_prompts(write(tmp_path / "empty.jsonl", "", "  "))
+
+
+def test_prompt_hash_covers_the_images(tmp_path, image):
+    path = write(tmp_path / "p.jsonl", {"prompt": "Describe.", "images": ["pics/dot.png"]})
+    before = prompt_file_hash(path)
+    Image.new("RGB", (8, 8), "blue").save(image)
+    assert prompt_file_hash(path) != before
+
+
+@pytest.mark.parametrize("name", ["demo.jsonl", "demo_vision.jsonl"])
+def test_shipped_corpus_loads(name):
+    samples = load_prompts(CORPUS / name)
+    categories = {s.category for s in samples}
+    assert len(samples) >= 300 and {"chat", "math", "code"} <= categories
+    assert len({s.id for s in samples}) == len(samples)
+    images = [s for s in samples if s.images]
+    if name == "demo.jsonl":
+        assert not images  # the text corpus serves text-only targets such as the embedded one
+    else:
+        assert len(images) >= 8 and categories == {"chat", "math", "code", "image"}
+        assert any(s.messages for s in images) and any(s.prompt for s in images)
+
+
+def test_every_jsonl_under_examples_prompts_loads():
+    files = sorted(CORPUS.glob("**/*.jsonl"))
+    assert files
+    for path in files:
+        load_prompts(path)
+
+
+def test_corpus_generator_is_deterministic(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("make_corpus", CORPUS / "make_corpus.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module, "HERE", tmp_path)
+    module.main()
+    for name in ("demo.jsonl", "demo_vision.jsonl"):
+        assert (tmp_path / name).read_text() == (CORPUS / name).read_text(), f"{name} is stale: rerun make_corpus.py"
+    for png in (CORPUS / "images").glob("*.png"):
+        with Image.open(png) as shipped, Image.open(tmp_path / "images" / png.name) as fresh:
+            assert shipped.tobytes() == fresh.tobytes()

@@ -1,0 +1,164 @@
+"""SPS tables: JSON round trip, schema errors, interpolation, lookup by device and target."""
+
+import json
+import warnings
+from dataclasses import asdict
+from pathlib import Path
+
+import pytest
+
+from minispark.sps import (
+    SPSTable,
+    SPSTableError,
+    find_table,
+    list_tables,
+    sanitize_name,
+    table_filename,
+)
+
+REPO_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
+
+
+def make_table(
+    device="NVIDIA GeForce RTX 3050", target="Qwen/Qwen3-VL-2B-Instruct", dtype="bfloat16"
+):
+    seconds = [[0.010, 0.011, 0.014], [0.020, 0.021, 0.024]]
+    return SPSTable(
+        device=device,
+        target=target,
+        dtype=dtype,
+        quantization="none",
+        contexts=[0, 1000],
+        tokens=[1, 2, 4],
+        seconds=seconds,
+        seconds_min=[[s * 0.95 for s in row] for row in seconds],
+        seconds_spread=[[0.02, 0.03, 0.02], [0.01, 0.01, 0.05]],
+        metadata={"torch": "2.14.1", "driver": "555.42", "date": "2025-01-01T00:00:00Z"},
+    )
+
+
+def test_round_trip_and_atomic_save(tmp_path):
+    table = make_table()
+    path = table.save(table.path_in(tmp_path))
+    assert path.name == "nvidia-geforce-rtx-3050__qwen-qwen3-vl-2b-instruct.json"
+    assert SPSTable.load(path) == table
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]  # no temp file left behind
+
+
+def test_interpolation_between_contexts_and_tokens():
+    table = make_table()
+    assert table.step_seconds(1, 0) == pytest.approx(0.010)
+    assert table.step_seconds(1, 500) == pytest.approx(0.015)
+    assert table.step_seconds(4, 250) == pytest.approx(0.014 + 0.25 * 0.010)
+    assert table.step_seconds(1, 5000) == pytest.approx(0.020)  # clamped above the profiled range
+    assert table.step_seconds(3, 0) == pytest.approx(0.0125)  # between profiled token counts
+    assert table.sps(1, 500) == pytest.approx(1 / 0.015)
+    assert table.curve(3, 0) == pytest.approx([100.0, 1 / 0.011, 80.0])
+
+
+def test_tokens_beyond_profile_are_refused():
+    with pytest.raises(SPSTableError, match=r"5 tokens is outside the profiled range 1\.\.4"):
+        make_table().sps(5, 0)
+
+
+def test_from_inline():
+    table = SPSTable.from_inline([1.0, 0.5, 0.45])
+    assert table.curve(3) == pytest.approx([1.0, 0.5, 0.45])
+    assert table.sps(2, context_length=10_000) == pytest.approx(0.5)
+    with pytest.raises(ValueError):
+        SPSTable.from_inline([1.0, 0.0])
+
+
+def test_generic_is_decreasing():
+    curve = SPSTable.generic().curve(16)
+    assert all(b < a for a, b in zip(curve, curve[1:]))
+
+
+@pytest.mark.parametrize(
+    "edit, field",
+    [
+        (lambda d: d.pop("seconds"), "seconds"),
+        (lambda d: d.update(colour="red"), "colour"),
+        (lambda d: d.update(version=7), "version"),
+        (lambda d: d.update(device=""), "device"),
+        (lambda d: d.update(contexts=[1000, 0]), "contexts"),
+        (lambda d: d.update(tokens=[0, 1, 2]), "tokens"),
+        (lambda d: d["seconds"].pop(), "seconds"),
+        (lambda d: d["seconds_spread"][1].pop(), "seconds_spread"),
+        (lambda d: d["seconds"][0].__setitem__(1, -1.0), "seconds"),
+        (lambda d: d["seconds_min"][0].__setitem__(0, 1.0), "seconds_min"),
+        (lambda d: d["metadata"].pop("driver"), "metadata.driver"),
+    ],
+)
+def test_schema_errors_name_file_and_field(tmp_path, edit, field):
+    data = asdict(make_table())
+    edit(data)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SPSTableError) as info:
+        SPSTable.load(path)
+    message = str(info.value)
+    assert "\n" not in message
+    assert str(path) in message and f"'{field}'" in message
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(SPSTableError, match="not found"):
+        SPSTable.load(tmp_path / "missing.json")
+    (tmp_path / "broken.json").write_text("{")
+    with pytest.raises(SPSTableError, match="broken.json: not readable as JSON"):
+        SPSTable.load(tmp_path / "broken.json")
+
+
+def test_sanitize_name():
+    assert (
+        sanitize_name("NVIDIA GeForce RTX 3050 Laptop GPU") == "nvidia-geforce-rtx-3050-laptop-gpu"
+    )
+    assert sanitize_name("Qwen/Qwen3-VL-2B-Instruct") == "qwen-qwen3-vl-2b-instruct"
+    assert sanitize_name("a__b") == "a-b"  # '__' stays reserved as the device/target separator
+    assert sanitize_name("../..") == "unknown"
+    assert table_filename("cpu", "SmolLM2-135M") == "cpu__smollm2-135m.json"
+
+
+def test_find_table_exact_and_by_device_substring(tmp_path):
+    exact = make_table()
+    exact.save(exact.path_in(tmp_path))
+    assert find_table(tmp_path, exact.device, exact.target) == exact
+    short = make_table(device="RTX 4090")
+    short.save(tmp_path / "nested" / "mine.json")  # found recursively, whatever the file name
+    found = find_table(tmp_path, "NVIDIA GeForce RTX 4090 D", "qwen/qwen3-vl-2b-instruct")
+    assert found == short
+    with pytest.warns(UserWarning, match="no SPS table"):  # only whole '-'-separated words match
+        find_table(tmp_path, "NVIDIA GeForce RTX 40900", "qwen/qwen3-vl-2b-instruct")
+
+
+def test_find_table_fallback_and_strict(tmp_path):
+    table = make_table()
+    table.save(table.path_in(tmp_path))
+    with pytest.warns(
+        UserWarning,
+        match="no SPS table for device 'NVIDIA GeForce RTX 3050' and target 'other/model'",
+    ):
+        fallback = find_table(tmp_path, table.device, "other/model")
+    assert fallback.device == "generic"
+    with pytest.raises(SPSTableError, match=r"expected nvidia-geforce-rtx-3050__other-model\.json"):
+        find_table(tmp_path, table.device, "other/model", strict=True)
+    with pytest.warns(UserWarning, match="dtype=float16"):  # another precision is another workload
+        assert find_table(tmp_path, table.device, table.target, dtype="float16").device == "generic"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert find_table(tmp_path, table.device, table.target, dtype="bfloat16") == table
+    with pytest.warns(UserWarning, match="found: none"):
+        find_table(tmp_path / "absent", "cpu", "x")
+
+
+def test_find_table_never_skips_a_malformed_table(tmp_path):
+    (tmp_path / "junk.json").write_text("[]")
+    with pytest.raises(SPSTableError, match="junk.json"):
+        find_table(tmp_path, "cpu", "x")
+
+
+@pytest.mark.parametrize("path", list_tables(REPO_TABLES), ids=lambda p: p.name)
+def test_every_shipped_table_loads(path):
+    table = SPSTable.load(path)
+    assert path.name == table_filename(table.device, table.target)

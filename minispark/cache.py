@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import shutil
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -79,18 +80,17 @@ class CacheConfig:
 
     def __post_init__(self) -> None:
         self.prompts, self.out = Path(self.prompts), Path(self.out)
-        checks = [("--num-samples", self.num_samples is None or self.num_samples >= 1),
-                  ("--max-new-tokens", self.max_new_tokens >= 1), ("--anchors-per-sample", self.anchors_per_sample >= 1),
-                  ("--window", self.window >= 0), ("--block", self.block >= 1), ("--batch-size", self.batch_size >= 1),
-                  ("--samples-per-shard", self.samples_per_shard >= 1)]
-        for flag, ok in checks:
-            if not ok:
-                raise MinisparkError(f"{flag}: out of range ({flag.strip('-').replace('-', '_')} must be positive"
-                                     f"{'' if flag != '--window' else ' or 0'})")
+        num_samples = 1 if self.num_samples is None else self.num_samples
+        minimums = {"--num-samples": (num_samples, 1), "--max-new-tokens": (self.max_new_tokens, 1),
+                    "--anchors-per-sample": (self.anchors_per_sample, 1), "--window": (self.window, 0),
+                    "--block": (self.block, 1), "--batch-size": (self.batch_size, 1),
+                    "--samples-per-shard": (self.samples_per_shard, 1)}
+        for flag, (value, minimum) in minimums.items():
+            if value < minimum:
+                raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
         if self.dtype not in CACHE_DTYPES:
             raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(CACHE_DTYPES)})")
-        self.sampling  # validates temperature / top-k / top-p
-        self.layer_ids  # validates the syntax of --layers
+        _ = self.sampling, self.layer_ids  # both raise MinisparkError on bad values
 
     @property
     def sampling(self) -> SamplingConfig:
@@ -108,7 +108,8 @@ class CacheConfig:
             try:
                 return [int(x) for x in self.layers.split(",")]
             except ValueError:
-                raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, got {self.layers!r}") from None
+                raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
+                                     f"got {self.layers!r}") from None
         return [int(x) for x in self.layers]
 
 
@@ -233,11 +234,13 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
 
 # ---------------------------------------------------------------------- the build
 def build_cache(config: CacheConfig, *, target: Target | None = None, progress: bool = False,
-                on_shard: Callable[[int], None] | None = None, log: Callable[[str], None] = print) -> CacheReport:
+                on_shard: Callable[[int], None] | None = None, log: Callable[[str], None] | None = None) -> CacheReport:
     """Build (or resume) the cache described by ``config``; return the totals.
 
+    ``progress`` shows a rich bar on stderr; ``log`` receives notices (default: stderr);
     ``on_shard(k)`` is called after shard k is durably written and listed in the manifest.
     """
+    log = log or (lambda message: print(message, file=sys.stderr))
     started = time.perf_counter()
     samples, target, layers = prepare(config, target)
     cfg = manifest_config(config, target, layers, prompt_file_hash(config.prompts, samples), len(samples))
@@ -262,10 +265,10 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
             if on_shard is not None:
                 on_shard(k)
     entries = [done[k] for k in range(num_shards)]
-    return CacheReport(out=config.out, samples=num_samples, generated_tokens=sum(e["generated_tokens"] for e in entries),
-                       anchors=sum(e["anchors"] for e in entries), total_bytes=sum(e["bytes"] for e in entries),
-                       full_bytes=sum(e["full_bytes"] for e in entries), shards=num_shards,
-                       resumed_shards=num_shards - len(todo), seconds=time.perf_counter() - started)
+    total = {key: sum(e[key] for e in entries) for key in ("generated_tokens", "anchors", "bytes", "full_bytes")}
+    return CacheReport(out=config.out, samples=num_samples, generated_tokens=total["generated_tokens"],
+                       anchors=total["anchors"], total_bytes=total["bytes"], full_bytes=total["full_bytes"],
+                       shards=num_shards, resumed_shards=num_shards - len(todo), seconds=time.perf_counter() - started)
 
 
 def _shard_range(k: int, config: CacheConfig, num_samples: int) -> list[int]:
@@ -294,7 +297,8 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.
     full = full_sequence(target, prompt, answer)
     prompt_len, seq_len = prompt.length, full.length
     mask = answer_mask(prompt_len, seq_len)
-    anchors = select_anchors(mask, config.anchors_per_sample, np.random.default_rng(sample_seed(config.seed, index, 1)))
+    rng = np.random.default_rng(sample_seed(config.seed, index, 1))
+    anchors = select_anchors(mask, config.anchors_per_sample, rng)
     layout = window_layout(anchors, seq_len, config.window, config.block)
     dtype = CACHE_DTYPES[config.dtype]
     if len(anchors):
@@ -307,7 +311,8 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.
     ctx, hid = torch.from_numpy(layout.ctx_pos), torch.from_numpy(layout.hid_pos)
     return PackedSample(sample_index=index, prompt_len=prompt_len, seq_len=seq_len, stopped_at_eos=stopped_at_eos,
                         layout=layout, input_ids=ids[layout.tok_pos], text_pos=text_pos[layout.tok_pos],
-                        loss_mask=mask[layout.tok_pos], features=features[ctx].to(dtype), final_hidden=final[hid].to(dtype))
+                        loss_mask=mask[layout.tok_pos], features=features[ctx].to(dtype),
+                        final_hidden=final[hid].to(dtype))
 
 
 def _shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:
@@ -322,21 +327,23 @@ def _manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: 
     """The manifest for the shards finished so far; deterministic (no times) so resumes match byte for byte."""
     entries = [done[k] for k in sorted(done)]
     complete = len(entries) == num_shards
-    totals = {key: sum(e[key] for e in entries) for key in ("samples", "generated_tokens", "anchors", "bytes", "full_bytes")}
+    keys = ("samples", "generated_tokens", "anchors", "bytes", "full_bytes")
+    totals = {key: sum(e[key] for e in entries) for key in keys}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "minispark_version": __version__, "config": cfg,
             "num_shards": num_shards, "shards": entries, "complete": complete, "totals": totals}
 
 
-def _resumable_shards(out: Path, cfg: dict[str, Any], num_shards: int, log: Callable[[str], None]) -> dict[int, dict]:
+def _resumable_shards(out: Path, cfg: dict[str, Any], num_shards: int,
+                      log: Callable[[str], None]) -> dict[int, dict]:
     """Finished shards already in ``out`` for this exact config; refuse a different cache's directory."""
     listed: dict[str, dict] = {}
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
         if manifest["config"] != cfg:
-            key = next(k for k in sorted(set(cfg) | set(manifest["config"])) if cfg.get(k) != manifest["config"].get(k))
+            old = manifest["config"]
+            key = next(k for k in sorted(set(cfg) | set(old)) if cfg.get(k) != old.get(k))
             raise CacheMismatchError(f"{out / MANIFEST}: --out holds a cache built with a different {key} "
-                                     f"({manifest['config'].get(key)!r}, now {cfg.get(key)!r}); use another --out "
-                                     "or delete it")
+                                     f"({old.get(key)!r}, now {cfg.get(key)!r}); use another --out or delete it")
         listed = {e["file"]: e for e in manifest["shards"]}
     for stale in out.glob("*.tmp"):
         stale.unlink()  # a write cut short by a kill
@@ -391,10 +398,12 @@ class _Bar:
         self.tokens = 0
         self.started = time.perf_counter()
         if enabled:
+            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
             self.progress = Progress(TextColumn("cache"), BarColumn(), MofNCompleteColumn(),
-                                     TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn())
+                                     TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                                     console=Console(stderr=True))  # stdout stays clean for --json
             self.task = self.progress.add_task("cache", total=total, completed=completed, rates="")
         self.new_samples = 0
 

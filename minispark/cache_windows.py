@@ -68,7 +68,8 @@ class WindowLayout:
     anchor_tok: np.ndarray
 
 
-def window_bounds(anchors: np.ndarray, seq_len: int, window: int, block: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+def window_bounds(anchors: np.ndarray, seq_len: int, window: int,
+                  block: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Per-anchor ``[start, end)`` sequence intervals for the three row kinds."""
     anchors = np.asarray(anchors, dtype=np.int64)
     ctx_start = np.zeros_like(anchors) if window == 0 else np.maximum(anchors - window, 0)

@@ -38,6 +38,8 @@ DEFAULT_BINS = 15
 #: Temperatures tried per position: log-spaced 0.1..10, plus exactly 1 (so the fit can keep raw).
 DEFAULT_GRID = np.unique(np.concatenate([np.geomspace(0.1, 10.0, 193), [1.0]]))
 CALIBRATION_VERSION = 1
+#: STS temperatures are stored beside the drafter checkpoint under this name.
+CALIBRATION_FILE = "calibration.json"
 
 
 class CalibrationError(MinisparkError):
@@ -474,3 +476,9 @@ if __name__ == "__main__":
     Console().print(
         render_metrics(position_metrics(conf_, acc_), position_metrics(conf_, acc_, fitted))
     )
+
+
+def drafter_calibration(drafter_dir: str | Path) -> Calibration | None:
+    """The STS calibration stored with a drafter checkpoint, or None if it was never calibrated."""
+    path = Path(drafter_dir) / CALIBRATION_FILE
+    return Calibration.load(path) if path.is_file() else None

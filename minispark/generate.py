@@ -51,7 +51,13 @@ def make_drafter(spec: str, target: Target) -> Drafter:
     if Path(spec).is_dir():
         from minispark.drafters.dspark import load_drafter
 
-        return load_drafter(Path(spec), target)
+        try:
+            drafter = load_drafter(Path(spec), target.model.get_input_embeddings().weight, target.lm_head.weight,
+                                   target.device, target_identity=target.name)
+        except ValueError as exc:
+            raise MinisparkError(f"--drafter {spec}: {exc}") from None
+        target.check_layers(drafter.feature_layers)
+        return drafter
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
 
 

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from minispark.errors import MinisparkError
+
 
 @dataclass(frozen=True)
 class SamplingConfig:
@@ -28,11 +30,11 @@ class SamplingConfig:
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
-            raise ValueError(f"--temperature must be >= 0, got {self.temperature}")
+            raise MinisparkError(f"--temperature must be >= 0, got {self.temperature}")
         if self.top_k < 0:
-            raise ValueError(f"--top-k must be >= 0, got {self.top_k}")
+            raise MinisparkError(f"--top-k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"--top-p must be in (0, 1], got {self.top_p}")
+            raise MinisparkError(f"--top-p must be in (0, 1], got {self.top_p}")
 
     @property
     def greedy(self) -> bool:

@@ -186,8 +186,12 @@ class Target:
             extra = new_positions.to(inputs.position_ids.device).view(1, 1, -1).expand(3, 1, -1)
             position_ids = torch.cat([inputs.position_ids, extra], dim=2)  # (3, 1, P+n)
         ids = torch.cat([inputs.input_ids, new_ids.view(1, -1).to(inputs.input_ids.device)], dim=1)
+        kwargs = dict(inputs.model_kwargs)
+        if "mm_token_type_ids" in kwargs:  # generated tokens are text (type 0)
+            types = kwargs["mm_token_type_ids"]
+            kwargs["mm_token_type_ids"] = torch.cat([types, types.new_zeros(1, n)], dim=1)
         return replace(inputs, input_ids=ids, text_positions=torch.cat([inputs.text_positions, new_positions]),
-                       position_ids=position_ids)
+                       position_ids=position_ids, model_kwargs=kwargs)
 
     # ------------------------------------------------------------------ forwards
     def session(self, capture_layers: Sequence[int] = (), capture_final: bool = False) -> "TargetSession":
@@ -261,6 +265,8 @@ class TargetSession:
         if inputs.position_ids is not None:
             _, self.rope_delta = self.target.mrope_positions(inputs.input_ids, kwargs)
             kwargs["position_ids"] = inputs.position_ids[:, :, :length]
+        if "mm_token_type_ids" in kwargs:
+            kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, :length]
         out = self.target.model(input_ids=inputs.input_ids[:, :length], cache=self.cache, use_cache=True,
                                 logits_to_keep=0 if all_logits else 1, **kwargs)
         return self._collect(out.logits)
@@ -317,6 +323,9 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, \
         AutoTokenizer, BitsAndBytesConfig
 
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the CLI shows its own status; keep stderr to one line on errors
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     if source in (None, "", "embedded", EMBEDDED_NAME):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig
 
 
@@ -60,7 +61,7 @@ class FixedLength(LengthPolicy):
 
     def __init__(self, max_tokens: int) -> None:
         if max_tokens < 0:
-            raise ValueError(f"--gamma must be >= 0, got {max_tokens}")
+            raise MinisparkError(f"--gamma must be >= 0, got {max_tokens}")
         self.max_tokens = max_tokens
 
     def start_round(self, context_length: int) -> None:
@@ -78,6 +79,8 @@ class Drafter(ABC):
     """
 
     name: str = "drafter"
+    #: Whether proposals carry confidences c_k (needed by the threshold and schedule policies).
+    has_confidence: bool = False
     #: Target decoder layers whose outputs the drafter consumes (KV injection); () for none.
     feature_layers: tuple[int, ...] = ()
 

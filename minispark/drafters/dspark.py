@@ -39,6 +39,7 @@ class DSparkDrafter(Drafter):
         self.model = model.eval()
         self.config = model.config
         self.feature_layers = tuple(model.config.feature_layers)
+        self.has_confidence = model.config.confidence_head
         weight = model.lm_head.weight
         self.cache = ContextCache(model.config, weight.device, weight.dtype)
 

@@ -1,0 +1,216 @@
+"""The ``minispark`` command line: parses flags, calls library functions, prints with rich.
+
+Every command is a thin wrapper; what it does is reachable from Python (``minispark.generate``,
+``minispark.bench``, ``minispark.simulate``, ...). A ``MinisparkError`` is printed as one line.
+
+    minispark --help
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from minispark.errors import MinisparkError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="DSpark speculative decoding for local vision-language models.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def one_line_errors(command: Callable) -> Callable:
+    """Turn user-facing errors into a single ``error: ...`` line and exit status 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except MinisparkError as exc:
+            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+def _print_json(data: dict) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
+
+
+TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
+DtypeOpt = typer.Option(None, "--dtype", help="fp32 | bf16 | fp16 (default: bf16 on CUDA, fp32 on CPU).")
+DeviceOpt = typer.Option(None, "--device", help="cpu | cuda | cuda:N (default: CUDA if present).")
+
+
+def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
+          load_in_8bit: bool = False):
+    from minispark.target import load_target
+
+    with err_console.status(f"loading target {target or 'embedded SmolLM2-135M-Instruct'}..."):
+        return load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
+
+
+def _policy(mode: str, gamma: int, drafter, threshold: Optional[float], sps: Optional[Path], target, calibration):
+    from minispark.drafters.base import FixedLength, NoDrafter
+    from minispark.schedule import make_length_policy
+
+    if isinstance(drafter, NoDrafter):
+        return FixedLength(0)
+    table = None
+    if mode == "schedule":
+        from minispark.profile import serving_table
+
+        table = serving_table(target, sps)
+    return make_length_policy(mode, gamma, has_confidence=drafter.has_confidence, threshold=threshold,
+                              sps_table=table, calibration=calibration)
+
+
+@app.command()
+@one_line_errors
+def generate(
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="User message (default: a built-in prompt)."),
+    image: list[Path] = typer.Option([], "--image", help="Image file(s) for a vision-language target."),
+    target: Optional[str] = TargetOpt,
+    drafter: str = typer.Option("lookup", "--drafter", help="none | lookup | a DSpark checkpoint directory."),
+    mode: str = typer.Option("fixed", "--mode", help="Length policy: fixed | threshold | schedule."),
+    gamma: int = typer.Option(7, "--gamma", help="Maximum draft tokens per round."),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="Confidence threshold (threshold mode)."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: lookup)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k"),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string(s)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
+    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
+) -> None:
+    """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
+    from minispark.calibrate import drafter_calibration
+    from minispark.generate import DEFAULT_PROMPT, generate as run_generate, make_drafter
+    from minispark.sampling import SamplingConfig
+
+    sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    for path in image:
+        if not path.is_file():
+            raise MinisparkError(f"--image {path}: file not found")
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    draft = make_drafter(drafter, loaded)
+    policy = _policy(mode, gamma, draft, threshold, sps, loaded, drafter_calibration(drafter) if Path(drafter).is_dir() else None)
+    on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
+    out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
+                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text)
+    if as_json:
+        _print_json(out.as_dict(loaded, draft))
+        return
+    stats = out.result.stats
+    console.print()
+    err_console.print(f"[dim]{stats.new_tokens} tokens in {stats.wall_s:.2f}s ({stats.tokens_per_s:.1f} tok/s), "
+                      f"{stats.rounds} rounds, tau={stats.tau:.2f}, drafter={draft.name}, stop={out.result.stop_reason}"
+                      "[/dim]")
+
+
+@app.command()
+@one_line_errors
+def bench(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="Evaluate this drafter (τ at T=0 and T=1)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Held-out prompts JSONL (with --drafter)."),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts used from --prompts."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    gamma: int = typer.Option(7, "--gamma"),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Benchmark decoding: baselines side by side, or one drafter's acceptance."""
+    from minispark.bench import bench_baselines, bench_drafter
+
+    loaded = _load(target, dtype, device)
+    if drafter is None:
+        with err_console.status("benchmarking...") as status:
+            report = bench_baselines(loaded, max_new_tokens=max_new_tokens, gamma=gamma,
+                                     progress=lambda msg: status.update(msg))
+        if as_json:
+            _print_json(report)
+            return
+        table = Table(title=f"{report['target']} · {report['prompts']} prompts · greedy · "
+                            f"{report['environment']['device']} ({report['environment']['threads']} threads)")
+        for column in ("method", "tok/s", "median tok/s", "× HF greedy", "τ"):
+            table.add_column(column, justify="right" if column != "method" else "left")
+        for name, row in report["methods"].items():
+            table.add_row(name, f"{row['tokens_per_s']:.2f}", f"{row['median_tokens_per_s']:.2f}",
+                          f"{row['ratio_to_hf_greedy']:.3f}", f"{row['tau']:.2f}" if "tau" in row else "")
+        console.print(table)
+        console.print(f"identical outputs across methods: {report['identical_outputs']}")
+        return
+    from minispark.prompts import load_prompt_inputs
+
+    inputs = load_prompt_inputs(loaded, prompts, num_prompts) if prompts else None
+    if inputs is None:
+        raise MinisparkError("--drafter needs --prompts FILE.jsonl (held-out prompts)")
+    report = bench_drafter(loaded, drafter, inputs, max_new_tokens=max_new_tokens, gamma=gamma)
+    if as_json:
+        _print_json(report)
+        return
+    table = Table(title=f"drafter {drafter} on {report['prompts']} prompts")
+    for column in ("temperature", "τ", "tok/s", "acceptance per position"):
+        table.add_column(column)
+    for key in (k for k in report if k.startswith("T=")):
+        row = report[key]
+        table.add_row(key, f"{row['tau']:.2f}", f"{row['tokens_per_s']:.2f}",
+                      " ".join(f"{a:.2f}" for a in row["acceptance_per_position"]))
+    console.print(table)
+
+
+@app.command()
+@one_line_errors
+def simulate(
+    conf: Optional[str] = typer.Option(None, "--conf", help="Per-position confidences, e.g. 0.9,0.8,0.7."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON."),
+    sps_inline: Optional[str] = typer.Option(None, "--sps-inline", help="SPS for 1,2,3.. tokens: 1.0,0.5,0.45"),
+    appendix_a: bool = typer.Option(False, "--appendix-a", help="Run §9's counterexample by Monte Carlo."),
+    draws: int = typer.Option(100_000, "--draws"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The scheduler simulator (design notes §15): Θ(ℓ), causal vs peeking choices, Appendix A."""
+    from minispark.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
+    from minispark.sps import SPSTable
+
+    if appendix_a:
+        result = run_appendix_a(draws=draws, seed=seed)
+        _print_json(result) if as_json else console.print(render_appendix_a(result))
+        return
+    if conf is None:
+        raise MinisparkError("--conf is required (or use --appendix-a)")
+    confidences = _floats(conf, "--conf")
+    if sps is not None:
+        table = SPSTable.load(sps)
+    elif sps_inline is not None:
+        table = SPSTable.from_inline(_floats(sps_inline, "--sps-inline"))
+    else:
+        raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
+    result = theta_table(confidences, table)
+    _print_json(result) if as_json else console.print(render_theta_table(result))
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise MinisparkError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+
+
+if __name__ == "__main__":
+    app()

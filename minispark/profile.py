@@ -1,0 +1,502 @@
+"""Throttle-aware SPS profiler: the target's forward step time for 1..max_tokens new tokens.
+
+The scheduler (design notes §8, §8.1) needs SPS(n), steps per second of one target forward over n
+new tokens (anchor + drafts) after a KV cache of the current context length, on the device and
+precision it serves with. This module measures that grid and writes it as an
+:class:`~minispark.sps.SPSTable` to ``sps_tables/<device>__<target>.json``.
+
+Small GPUs throttle after a few seconds of load and shared CPUs change speed with their neighbours
+(§14.2), so one timing per size would mostly measure *when* it ran. Per context length:
+
+1. build the KV cache once (random token ids, prefilled in chunks); every timed step of n tokens
+   is followed by ``crop(context)``, so each step sees exactly the same cache;
+2. warm up (untimed passes over every size), then time a reference size a few times: the baseline;
+3. run ``rounds`` rounds, each timing every size once in a fresh shuffled order, bracketed by the
+   reference size at its start and end; a round whose reference median drifts more than
+   ``drift_bound`` from the baseline is discarded and re-measured after ``cooldown_s`` of rest
+   (up to ``max_remeasure`` times; after that the least-drifted attempt is kept and counted);
+4. report the median, the min and the spread (p90 − p10)/median of the kept rounds per size.
+
+CUDA steps are timed with events after a synchronize; CPU steps with ``perf_counter``.
+
+    python -m minispark.profile --contexts 256,1024 --max-tokens 16   # embedded target, this device
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import gc
+import platform
+import random
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from minispark.errors import MinisparkError
+from minispark.sps import SPSTable
+from minispark.target import PromptInputs, Target, TargetSession, load_target
+
+#: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
+ProgressFn = Callable[[int, int, str], None]
+#: Prefill chunk: a 4096-token cache is built in 1024-token forwards (bounded attention memory).
+PREFILL_CHUNK = 1024
+
+
+@dataclass
+class ProfileConfig:
+    """What to measure and how hard to fight noise.
+
+    contexts:        KV-cache lengths to profile (those beyond the model's positions are skipped)
+    max_tokens:      profile n = 1..max_tokens new tokens per step (≥ γ+1 for the scheduler)
+    rounds:          kept rounds per context; each times every size once, shuffled
+    warmup:          untimed passes over every size per context before the baseline
+    reference_tokens: the size timed at each round's start and end to detect drift
+    reference_repeats: timings of the reference size that make the baseline
+    drift_bound:     relative |reference median / baseline − 1| above which a round is re-measured
+    max_remeasure:   re-measurements per round before keeping the least-drifted attempt
+    cooldown_s:      rest before re-measuring a drifted round (lets a throttled device cool)
+    seed:            shuffling and token ids
+    note:            free text stored in the table's metadata (e.g. "shared CPU, noisy")
+    """
+
+    contexts: list[int] = field(default_factory=lambda: [256, 1024, 4096])
+    max_tokens: int = 16
+    rounds: int = 10
+    warmup: int = 2
+    reference_tokens: int = 1
+    reference_repeats: int = 5
+    drift_bound: float = 0.10
+    max_remeasure: int = 2
+    cooldown_s: float = 5.0
+    seed: int = 0
+    note: str = ""
+
+    def __post_init__(self) -> None:
+        self.contexts = sorted({int(c) for c in self.contexts})
+        checks = [
+            (bool(self.contexts) and self.contexts[0] >= 0, "--contexts: need lengths >= 0"),
+            (self.max_tokens >= 1, "--max-tokens must be >= 1"),
+            (self.rounds >= 1, "--rounds must be >= 1"),
+            (self.warmup >= 0, "--warmup must be >= 0"),
+            (1 <= self.reference_tokens <= self.max_tokens, "reference_tokens must be in 1..max_tokens"),
+            (self.reference_repeats >= 1, "reference_repeats must be >= 1"),
+            (self.drift_bound > 0, "--drift-bound must be > 0"),
+            (self.max_remeasure >= 0, "--max-remeasure must be >= 0"),
+            (self.cooldown_s >= 0, "--cooldown must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise MinisparkError(message)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(range(1, self.max_tokens + 1))
+
+
+# ---------------------------------------------------------------------- device and target identity
+def device_name(device: torch.device | str | None = None) -> str:
+    """The name tables are filed under: the GPU's name, or the CPU model plus torch's thread count.
+
+    CPU timings depend on the thread count, so ``"AMD EPYC, 2 threads"`` and ``"AMD EPYC, 16
+    threads"`` are different devices. The serving side must call this too, to look its table up.
+    """
+    device = torch.device(device if device is not None else "cpu")
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1]
+                break
+    model = model or platform.processor() or platform.machine() or "cpu"
+    model = re.sub(r"\((R|TM|tm|r)\)", "", model)  # "Intel(R) Core(TM)" → "Intel Core"
+    model = " ".join(model.split())
+    return f"{model}, {torch.get_num_threads()} threads"
+
+
+def target_quantization(target: Target) -> str:
+    """``"none"``, ``"bnb-4bit-nf4"``, ``"bnb-8bit"`` …: the precision the target *computes* in.
+
+    GGUF checkpoints (the embedded target) are dequantized on load, so they run as ``"none"``.
+    """
+    config = getattr(target.model.config, "quantization_config", None)
+    if config is None:
+        return "none"
+    if not isinstance(config, dict):
+        config = config.to_dict()
+    method = str(config.get("quant_method", "unknown")).split(".")[-1].lower()
+    if method == "gguf":
+        return "none"
+    if method == "bitsandbytes":
+        if config.get("load_in_4bit"):
+            return f"bnb-4bit-{config.get('bnb_4bit_quant_type', 'fp4')}"
+        return "bnb-8bit"
+    return method
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def driver_version(device: torch.device) -> str:
+    """The NVIDIA driver version for CUDA (nvidia-smi), ``"n/a"`` for CPU."""
+    if device.type != "cuda":
+        return "n/a"
+    if shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout
+            if out.strip():
+                return out.strip().splitlines()[0]
+    return f"unknown (CUDA runtime {torch.version.cuda})"
+
+
+# ---------------------------------------------------------------------- timing
+class StepTimer:
+    """Seconds one callable takes on ``device``.
+
+    With no ``timer``: CUDA events around the call (after a synchronize, so earlier queued work is
+    not counted), or ``time.perf_counter`` on CPU. An injected ``timer`` (a clock in seconds) is
+    read exactly twice per call, before and after, with synchronizes around it on CUDA.
+    """
+
+    def __init__(self, device: torch.device, timer: Callable[[], float] | None = None) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.use_events = self.cuda and timer is None
+        self.timer = timer or time.perf_counter
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        if self.use_events:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(self.device)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        t0 = self.timer()
+        fn()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        return self.timer() - t0
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (pos - low) * (ordered[high] - ordered[low])
+
+
+# ---------------------------------------------------------------------- profiling
+@dataclass
+class _ContextResult:
+    samples: dict[int, list[float]]  # n tokens → kept timings (one per kept round)
+    baseline_s: float
+    drifts: list[float]              # |drift| of every attempted round, in order
+    remeasured: int                  # attempts discarded for drift
+    kept_drifted: int                # rounds kept although still beyond the bound
+
+
+def _build_cache(session: TargetSession, ids: torch.Tensor) -> None:
+    """Prefill ``ids`` (1, L) into the empty session in chunks of PREFILL_CHUNK tokens."""
+    length = ids.shape[1]
+    if length == 0:
+        return
+    first = min(length, PREFILL_CHUNK)
+    session.prefill(PromptInputs(input_ids=ids, text_positions=torch.arange(length)), length=first)
+    for start in range(first, length, PREFILL_CHUNK):
+        session.step(ids[0, start:start + PREFILL_CHUNK])
+
+
+def _profile_context(target: Target, config: ProfileConfig, context: int, measure: StepTimer,
+                     sleep: Callable[[float], None], rng: random.Random,
+                     tick: Callable[..., None]) -> _ContextResult:
+    generator = torch.Generator().manual_seed(config.seed + context)
+    ids = torch.randint(0, target.vocab_size, (1, context + config.max_tokens), generator=generator)
+    ids = ids.to(target.device)
+    draft = ids[0, context:]  # (max_tokens,) the "new" tokens; their values do not change the cost
+    sizes, ref = config.tokens, config.reference_tokens
+
+    with target.session() as session:
+        _build_cache(session, ids[:, :context])
+
+        def timed(n: int) -> float:
+            seconds = measure(lambda: session.step(draft[:n]))
+            session.crop(context)
+            return seconds
+
+        for _ in range(config.warmup):
+            for n in sizes:
+                timed(n)
+        baseline = statistics.median(timed(ref) for _ in range(config.reference_repeats))
+
+        samples: dict[int, list[float]] = {n: [] for n in sizes}
+        drifts: list[float] = []
+        remeasured = kept_drifted = 0
+        for r in range(config.rounds):
+            best: tuple[float, dict[int, float]] | None = None
+            for attempt in range(config.max_remeasure + 1):
+                if attempt:
+                    sleep(config.cooldown_s)
+                order = list(sizes)
+                rng.shuffle(order)
+                refs = [timed(ref)]
+                times = {}
+                for n in order:
+                    times[n] = timed(n)
+                    tick(1, f"context {context}, round {r + 1}/{config.rounds}")
+                refs.append(timed(ref))
+                drift = abs(statistics.median(refs) / baseline - 1.0)
+                drifts.append(drift)
+                if best is None or drift < best[0]:
+                    best = (drift, times)
+                if drift <= config.drift_bound:
+                    break
+                remeasured += attempt < config.max_remeasure
+                if attempt < config.max_remeasure:
+                    tick(0, f"context {context}: round {r + 1} drifted {drift:.0%}, re-measuring",
+                         replanned=len(sizes))
+            assert best is not None
+            kept_drifted += best[0] > config.drift_bound
+            for n, seconds in best[1].items():
+                samples[n].append(seconds)
+    return _ContextResult(samples, baseline, drifts, remeasured, kept_drifted)
+
+
+def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn | None = None, *,
+                   timer: Callable[[], float] | None = None,
+                   sleep: Callable[[float], None] = time.sleep) -> SPSTable:
+    """Measure the SPS table of ``target`` on the device it is loaded on (see the module docstring).
+
+    ``timer`` and ``sleep`` are injectable for tests (a fake clock that throttles, a cooldown that
+    cools it); by default CUDA events / ``perf_counter`` and ``time.sleep``.
+    """
+    max_positions = getattr(target.text_config, "max_position_embeddings", None)
+    contexts = [c for c in config.contexts
+                if max_positions is None or c + config.max_tokens <= max_positions]
+    skipped = [c for c in config.contexts if c not in contexts]
+    if skipped:
+        warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
+                      f"exceeds {target.name}'s {max_positions} positions", stacklevel=2)
+    if not contexts:
+        raise MinisparkError(f"--contexts: none of {config.contexts} fits {target.name}'s "
+                             f"{max_positions} positions")
+
+    device = target.device
+    measure = StepTimer(device, timer)
+    rng = random.Random(config.seed)
+    total = len(contexts) * config.rounds * config.max_tokens
+    done = 0
+
+    def tick(steps: int, message: str, *, replanned: int = 0) -> None:
+        nonlocal done, total
+        done += steps
+        total += replanned  # a discarded round is measured again
+        if progress is not None:
+            progress(done, total, message)
+
+    started = time.monotonic()
+    results: list[_ContextResult] = []
+    gc_was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()  # a collection inside a timed step is noise, not model cost
+    try:
+        for context in contexts:
+            results.append(_profile_context(target, config, context, measure, sleep, rng, tick))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+    sizes = config.tokens
+    seconds = [[statistics.median(res.samples[n]) for n in sizes] for res in results]
+    seconds_min = [[min(res.samples[n]) for n in sizes] for res in results]
+    spread = [[(_quantile(res.samples[n], 0.9) - _quantile(res.samples[n], 0.1)) / statistics.median(res.samples[n])
+               for n in sizes] for res in results]
+    metadata = _metadata(target, config, device, skipped, time.monotonic() - started)
+    metadata["drift"] = {
+        str(context): {
+            "baseline_s": res.baseline_s,
+            "max_abs_drift": max(res.drifts),
+            "median_abs_drift": statistics.median(res.drifts),
+            "remeasured_rounds": res.remeasured,
+            "kept_drifted_rounds": res.kept_drifted,
+        }
+        for context, res in zip(contexts, results)
+    }
+    return SPSTable(
+        device=device_name(device),
+        target=target.name,
+        dtype=dtype_name(target.dtype),
+        quantization=target_quantization(target),
+        contexts=contexts,
+        tokens=sizes,
+        seconds=seconds,
+        seconds_min=seconds_min,
+        seconds_spread=spread,
+        metadata=metadata,
+    )
+
+
+def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipped: list[int],
+              wall_s: float) -> dict[str, Any]:
+    import transformers
+
+    meta: dict[str, Any] = {
+        "torch": torch.__version__,
+        "driver": driver_version(device),
+        "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch_device": str(device),
+        "target_identity": target.identity(),
+        "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
+        "config": asdict(config),
+        "contexts_skipped": skipped,
+        "wall_seconds": round(wall_s, 1),
+    }
+    if device.type == "cuda":
+        meta["cuda"] = torch.version.cuda or "unknown"
+    else:
+        meta["threads"] = torch.get_num_threads()
+    if config.note:
+        meta["note"] = config.note
+    return meta
+
+
+# ---------------------------------------------------------------------- reporting
+def format_table(table: SPSTable, tokens: list[int] | None = None) -> str:
+    """Median ms per step (min in brackets) for ``tokens`` at every context, as aligned text."""
+    tokens = [n for n in (tokens or table.tokens) if n in table.tokens]
+    head = f"{'context':>8} " + " ".join(f"{'n=' + str(n):>20}" for n in tokens)
+    lines = [f"{table.device} / {table.target} ({table.dtype}, {table.quantization}): ms per step, "
+             f"median [min] spread", head]
+    for ci, context in enumerate(table.contexts):
+        cells = []
+        for n in tokens:
+            j = table.tokens.index(n)
+            cells.append(f"{table.seconds[ci][j] * 1e3:7.2f} [{table.seconds_min[ci][j] * 1e3:6.2f}] "
+                         f"{table.seconds_spread[ci][j]:4.0%}")
+        lines.append(f"{context:>8} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def plot_sps(table: SPSTable, path: str | Path) -> Path:
+    """PNG: step time (median, min) vs tokens per context, and the cost relative to one token."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (ax_ms, ax_rel) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ci, context in enumerate(table.contexts):
+        med = [s * 1e3 for s in table.seconds[ci]]
+        low = [s * 1e3 for s in table.seconds_min[ci]]
+        line, = ax_ms.plot(table.tokens, med, marker="o", ms=3, label=f"context {context}")
+        ax_ms.plot(table.tokens, low, ls="--", lw=0.8, color=line.get_color())
+        ax_rel.plot(table.tokens, [m / med[0] for m in med], marker="o", ms=3, color=line.get_color(),
+                    label=f"context {context}")
+    ax_ms.set(xlabel="tokens per forward (anchor + drafts)", ylabel="ms per step (— median, -- min)",
+              title="target step time")
+    ax_rel.set(xlabel="tokens per forward (anchor + drafts)", ylabel="step time / step time at 1 token",
+               title="relative cost (1 = free extra tokens)")
+    for ax in (ax_ms, ax_rel):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{table.device} / {table.target} ({table.dtype}, {table.quantization}), "
+                 f"{table.metadata.get('date', '')}", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@contextlib.contextmanager
+def rich_progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
+    """A rich progress bar on stderr as a ``progress`` callback (``None`` when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn("profile"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
+    task = bar.add_task("", total=None)
+
+    def update(done: int, total: int, message: str) -> None:
+        bar.update(task, completed=done, total=total, description=message)
+
+    with bar:
+        yield update
+
+
+# ---------------------------------------------------------------------- one call for the CLI
+def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str | None = None,
+                device: str | None = None, load_in_4bit: bool = False, load_in_8bit: bool = False,
+                threads: int | None = None, out_dir: str | Path = "sps_tables", plot: str | Path | None = None,
+                show_progress: bool = True) -> tuple[SPSTable, Path]:
+    """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot)."""
+    if threads is not None:
+        if threads < 1:
+            raise MinisparkError("--threads must be >= 1")
+        torch.set_num_threads(threads)
+    loaded = load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
+                         load_in_8bit=load_in_8bit)
+    with rich_progress(show_progress) as progress:
+        table = profile_target(loaded, config, progress)
+    path = table.save(table.path_in(out_dir))
+    if plot is not None:
+        plot_sps(table, plot)
+    return table, path
+
+
+def _main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", default=None)
+    parser.add_argument("--dtype", default=None)
+    parser.add_argument("--device", default=None)
+    parser.add_argument("--contexts", default="256,1024,4096")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--drift-bound", type=float, default=0.10)
+    parser.add_argument("--cooldown", type=float, default=5.0)
+    parser.add_argument("--note", default="")
+    parser.add_argument("--out-dir", default="sps_tables")
+    parser.add_argument("--plot", default=None)
+    args = parser.parse_args(argv)
+    config = ProfileConfig(contexts=[int(c) for c in args.contexts.split(",")], max_tokens=args.max_tokens,
+                           rounds=args.rounds, drift_bound=args.drift_bound, cooldown_s=args.cooldown,
+                           note=args.note)
+    table, path = run_profile(config, target=args.target, dtype=args.dtype, device=args.device,
+                              threads=args.threads, out_dir=args.out_dir, plot=args.plot)
+    print(format_table(table, [n for n in (1, 2, 4, 8, 16, 32) if n <= table.max_tokens]))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    try:
+        _main()
+    except MinisparkError as err:
+        sys.exit(f"error: {err}")

@@ -1,0 +1,143 @@
+"""SPS profiler: table shape and metadata, steady cache length, chunked prefill, drift re-measurement.
+
+(Every shipped table under sps_tables/ is loaded by tests/test_sps.py::test_every_shipped_table_loads.)
+"""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from minispark import profile
+from minispark.profile import ProfileConfig, format_table, plot_sps, profile_target
+from minispark.sps import SPSTable, find_table, table_filename
+from minispark.target import PromptInputs, TargetSession, load_target
+
+
+@pytest.fixture(scope="module")
+def tiny_target(tiny_dir):
+    return load_target(str(tiny_dir("llama")))
+
+
+class ThrottlingClock:
+    """A fake device: every step takes 1 ms, or 2 ms while hot; a cooldown sleep ends the heat.
+
+    The profiler reads the timer exactly twice per timed step, so every second read ends a step.
+    Steps ``hot_from .. hot_from + hot_steps - 1`` (1-based) run hot unless a sleep came first.
+    """
+
+    def __init__(self, hot_from: int, hot_steps: int) -> None:
+        self.now = 0.0
+        self.reads = 0
+        self.steps = 0
+        self.hot_from, self.hot_until = hot_from, hot_from + hot_steps
+        self.sleeps: list[float] = []
+
+    def timer(self) -> float:
+        self.reads += 1
+        if self.reads % 2 == 0:
+            self.steps += 1
+            hot = self.hot_from <= self.steps < self.hot_until
+            self.now += 0.002 if hot else 0.001
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.hot_until = min(self.hot_until, self.steps + 1)  # cooled: no more hot steps
+
+
+def test_table_shape_metadata_and_round_trip(tiny_target, tmp_path, monkeypatch):
+    cache_lengths = []
+    real_step = TargetSession.step
+
+    def spy(session, tokens):
+        cache_lengths.append((session.cache_length, tokens.numel()))
+        return real_step(session, tokens)
+
+    monkeypatch.setattr(TargetSession, "step", spy)
+    config = ProfileConfig(contexts=[40, 16, 5000], max_tokens=3, rounds=2, warmup=1,
+                           reference_repeats=2, drift_bound=10.0, note="unit test")
+    calls = []
+    with pytest.warns(UserWarning, match=r"skipping contexts \[5000\]"):
+        table = profile_target(tiny_target, config, progress=lambda *a: calls.append(a))
+
+    assert table.contexts == [16, 40] and table.tokens == [1, 2, 3]
+    for grid in (table.seconds, table.seconds_min, table.seconds_spread):
+        assert [len(row) for row in grid] == [3, 3]
+    assert all(lo <= med for lo_row, row in zip(table.seconds_min, table.seconds)
+               for lo, med in zip(lo_row, row))
+    assert table.device.endswith(f", {torch.get_num_threads()} threads")
+    assert (table.dtype, table.quantization) == ("float32", "none")
+    meta = table.metadata
+    assert meta["torch"] == torch.__version__ and meta["driver"] == "n/a" and meta["note"] == "unit test"
+    assert meta["contexts_skipped"] == [5000] and set(meta["drift"]) == {"16", "40"}
+    assert meta["config"]["max_tokens"] == 3
+
+    # Every step starts from the profiled context: crop() restores the cache after each one.
+    assert {length for length, _ in cache_lengths} == {16, 40}
+    assert {n for _, n in cache_lengths} == {1, 2, 3}
+    assert calls[-1][0] == calls[-1][1] == 2 * 2 * 3  # contexts × rounds × sizes, all done
+
+    path = table.save(table.path_in(tmp_path))
+    assert path.name == table_filename(table.device, table.target)
+    assert SPSTable.load(path) == table
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # found, not the generic fallback
+        assert find_table(tmp_path, table.device, table.target, dtype="float32") == table
+
+    assert "n=3" in format_table(table)
+    png = plot_sps(table, tmp_path / "sps.png")
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_chunked_prefill_matches_one_prefill(tiny_target, monkeypatch):
+    ids = torch.randint(0, tiny_target.vocab_size, (1, 21), generator=torch.Generator().manual_seed(0))
+    with tiny_target.session() as whole:
+        whole.prefill(PromptInputs(input_ids=ids[:, :20], text_positions=torch.arange(20)))
+        expected = whole.step(ids[0, 20:]).logits
+    monkeypatch.setattr(profile, "PREFILL_CHUNK", 8)
+    with tiny_target.session() as chunked:
+        profile._build_cache(chunked, ids[:, :20])
+        assert chunked.cache_length == 20
+        # batched vs chunked attention differ by float rounding only (logits have std ~6)
+        torch.testing.assert_close(chunked.step(ids[0, 20:]).logits, expected, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("max_remeasure", [2, 0], ids=["remeasured", "negative-control"])
+def test_drift_triggers_cooldown_and_remeasure(tiny_target, max_remeasure):
+    # Per context: 4 warm-up steps, 3 baseline steps, then rounds of 6 steps (ref, 4 sizes, ref).
+    # From step 16 on (the last three sizes and closing reference of round 2) the device runs hot
+    # until a cooldown.
+    clock = ThrottlingClock(hot_from=16, hot_steps=1000)
+    config = ProfileConfig(contexts=[8], max_tokens=4, rounds=3, warmup=1, reference_repeats=3,
+                           drift_bound=0.1, max_remeasure=max_remeasure, cooldown_s=7.0)
+    table = profile_target(tiny_target, config, timer=clock.timer, sleep=clock.sleep)
+    drift = table.metadata["drift"]["8"]
+    assert drift["baseline_s"] == pytest.approx(0.001)
+    if max_remeasure:
+        # The drifted round was thrown away and measured again after one cooldown: clean table.
+        assert clock.sleeps == [7.0]
+        assert drift["max_abs_drift"] == pytest.approx(0.5)
+        assert (drift["remeasured_rounds"], drift["kept_drifted_rounds"]) == (1, 0)
+        assert all(s == pytest.approx(0.001) for row in table.seconds_min + table.seconds for s in row)
+        assert all(math.isclose(s, 0.0, abs_tol=1e-6) for s in table.seconds_spread[0])
+    else:
+        # Without re-measurement the device never cools and the hot timings land in the table.
+        assert clock.sleeps == []
+        assert drift["max_abs_drift"] == pytest.approx(1.0)
+        assert (drift["remeasured_rounds"], drift["kept_drifted_rounds"]) == (0, 2)
+        assert sum(s == pytest.approx(0.002) for s in table.seconds[0]) == 3
+
+
+def test_config_validation():
+    with pytest.raises(Exception, match="--max-tokens"):
+        ProfileConfig(max_tokens=0)
+    with pytest.raises(Exception, match="reference_tokens"):
+        ProfileConfig(max_tokens=2, reference_tokens=3)
+    assert ProfileConfig(contexts=[1024, 256, 256]).contexts == [256, 1024]
+
+
+def test_device_name_cpu():
+    name = profile.device_name("cpu")
+    assert name.endswith("threads") and "(R)" not in name

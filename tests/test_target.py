@@ -1,0 +1,123 @@
+"""Target loading, hidden-state capture and one-line errors for bad input (API and CLI)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from minispark.cli import app
+from minispark.errors import MinisparkError
+from minispark.target import Target, load_target
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tiny_dir) -> Target:
+    return load_target(str(tiny_dir("llama")))
+
+
+def test_unknown_target_is_one_line_error() -> None:
+    with pytest.raises(MinisparkError, match="no such directory") as info:
+        load_target("/definitely/not/here")
+    assert "\n" not in str(info.value)
+    with pytest.raises(MinisparkError, match="--target nobody/no-such-model") as info:
+        load_target("nobody/no-such-model")
+    assert "\n" not in str(info.value)
+
+
+def test_image_for_text_only_target(tiny_llama: Target, test_image) -> None:
+    with pytest.raises(MinisparkError, match="text-only") as info:
+        tiny_llama.encode(prompt="hi", images=[test_image])
+    assert tiny_llama.name in str(info.value)
+
+
+def test_missing_image(tiny_dir) -> None:
+    target = load_target(str(tiny_dir("qwen2_5_vl")))
+    with pytest.raises(MinisparkError, match="image not found: .*nope.png"):
+        target.encode(prompt="hi", images=["nope.png"])
+
+
+def test_final_layer_refused(tiny_llama: Target) -> None:
+    last = tiny_llama.num_layers - 1
+    with pytest.raises(MinisparkError, match="final decoder layer"):
+        tiny_llama.session([1, last])
+    with pytest.raises(MinisparkError, match="out of range"):
+        tiny_llama.check_layers([tiny_llama.num_layers + 3])
+
+
+def test_auto_layers_spread_and_never_last(tiny_llama: Target) -> None:
+    layers = tiny_llama.auto_layers()
+    assert tiny_llama.num_layers - 1 not in layers and layers == sorted(set(layers))
+    # The design notes' example: 36 layers → 1, 9, 17, 25, 33.
+    tiny_llama.num_layers = 36
+    try:
+        assert tiny_llama.auto_layers() == [1, 9, 17, 25, 33]
+    finally:
+        tiny_llama.num_layers = tiny_llama.text_config.num_hidden_layers
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2_5_vl"])
+def test_capture_matches_output_hidden_states(tiny_dir, test_image, family: str) -> None:
+    """Hooked layer outputs equal transformers' hidden_states[i+1]; the final hidden is post-norm."""
+    target = load_target(str(tiny_dir(family)))
+    images = [test_image] if target.is_vlm else []
+    inputs = target.encode(prompt="Look at this.", images=images)
+    features, final = target.capture(inputs, [0, 2])
+    kwargs = dict(inputs.model_kwargs)
+    if inputs.position_ids is not None:
+        kwargs["position_ids"] = inputs.position_ids
+    with torch.no_grad():
+        out = target.model(input_ids=inputs.input_ids, output_hidden_states=True, **kwargs)
+    torch.testing.assert_close(features[:, 0], out.hidden_states[1][0])
+    torch.testing.assert_close(features[:, 1], out.hidden_states[3][0])
+    torch.testing.assert_close(final, out.hidden_states[-1][0])  # transformers 5.x: last entry is post-norm
+    logits = target.lm_head(final)
+    torch.testing.assert_close(logits, out.logits[0].float())
+
+
+def test_text_positions_follow_mrope_temporal_component(tiny_dir, test_image) -> None:
+    target = load_target(str(tiny_dir("qwen2_5_vl")))
+    inputs = target.encode(prompt="What is this?", images=[test_image])
+    assert inputs.position_ids is not None
+    assert torch.equal(inputs.text_positions, inputs.position_ids[0, 0].cpu())
+    extended = target.extend(inputs, torch.tensor([5, 6]))
+    assert extended.text_positions[-2:].tolist() == [int(inputs.text_positions[-1]) + 1,
+                                                      int(inputs.text_positions[-1]) + 2]
+
+
+def test_load_in_4bit_generates(tiny_dir) -> None:
+    pytest.importorskip("bitsandbytes")
+    target = load_target(str(tiny_dir("llama")), load_in_4bit=True)
+    from minispark.generate import generate
+
+    out = generate(target, "Hello", drafter="lookup", max_new_tokens=8)
+    assert len(out.result.token_ids) == 8
+
+
+def test_cli_generate_json(tiny_dir) -> None:
+    result = CliRunner().invoke(app, ["generate", "--target", str(tiny_dir("llama")), "--prompt", "Hello there",
+                                      "--drafter", "lookup", "--max-new-tokens", "12", "--json", "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    for key in ("text", "token_ids", "rounds", "tau", "acceptance_per_position", "tokens_per_s", "target",
+                "drafter"):
+        assert key in data
+    assert len(data["token_ids"]) == 12 and data["drafter"] == "lookup"
+
+
+@pytest.mark.parametrize("args, culprit", [
+    (["--target", "/no/such/dir"], "--target /no/such/dir"),
+    (["--image", "/no/such.png"], "--image /no/such.png"),
+    (["--temperature", "-1"], "--temperature"),
+    (["--drafter", "bogus"], "--drafter bogus"),
+])
+def test_cli_bad_input_is_one_line(tiny_dir, args: list[str], culprit: str) -> None:
+    base = ["generate", "--max-new-tokens", "2"]
+    if "--target" not in args:
+        base += ["--target", str(tiny_dir("llama"))]
+    result = CliRunner().invoke(app, base + args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and culprit in lines[0], result.stderr

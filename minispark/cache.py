@@ -34,7 +34,7 @@ from minispark.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, 
                                      select_anchors, window_layout)
 from minispark.errors import MinisparkError
 from minispark.prompts import PromptSample, load_prompts, prompt_file_hash
-from minispark.regenerate import full_sequence, regenerate, sample_seed
+from minispark.regenerate import regenerate, sample_seed
 from minispark.sampling import SamplingConfig
 from minispark.target import PromptInputs, Target, load_target
 
@@ -94,10 +94,7 @@ class CacheConfig:
 
     @property
     def sampling(self) -> SamplingConfig:
-        try:
-            return SamplingConfig(self.temperature, top_k=self.top_k, top_p=self.top_p)
-        except ValueError as exc:
-            raise MinisparkError(str(exc)) from None
+        return SamplingConfig(self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     @property
     def layer_ids(self) -> list[int] | None:
@@ -294,7 +291,7 @@ def _build_samples(target: Target, samples: list[PromptSample], indices: list[in
 def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.Tensor, stopped_at_eos: bool,
                 layers: list[int], config: CacheConfig) -> PackedSample:
     """Capture the full sequence once and keep only the rows of the sample's anchor windows."""
-    full = full_sequence(target, prompt, answer)
+    full = target.extend(prompt, answer)  # (1, P + n); generated tokens continue the text positions
     prompt_len, seq_len = prompt.length, full.length
     mask = answer_mask(prompt_len, seq_len)
     rng = np.random.default_rng(sample_seed(config.seed, index, 1))

@@ -175,6 +175,51 @@ def bench(
 
 @app.command()
 @one_line_errors
+def cache(
+    target: Optional[str] = TargetOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
+    out: Path = typer.Option(Path("runs/cache"), "--out", help="Cache directory (resumes if it exists)."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples"),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens"),
+    temperature: float = typer.Option(0.7, "--temperature"),
+    top_p: float = typer.Option(0.8, "--top-p"),
+    top_k: int = typer.Option(20, "--top-k"),
+    layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
+    anchors_per_sample: int = typer.Option(32, "--anchors-per-sample"),
+    window: int = typer.Option(128, "--window", help="Context rows stored before each anchor; 0 = full context."),
+    block: int = typer.Option(7, "--block", help="Draft block size γ."),
+    dtype: str = typer.Option("bf16", "--dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
+    target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Target compute dtype."),
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
+    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+    samples_per_shard: int = typer.Option(64, "--samples-per-shard"),
+    seed: int = typer.Option(0, "--seed"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Estimate disk use and exit."),
+    force: bool = typer.Option(False, "--force", help="Start even if the disk check fails."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Regenerate answers with the target and cache its features for sampled anchor windows only."""
+    from minispark.cache import CacheConfig, build_cache, default_prompts, estimate_cache
+
+    loaded = _load(target, target_dtype, device, load_in_4bit, load_in_8bit)
+    config = CacheConfig(
+        prompts=prompts or default_prompts(loaded.is_vlm), out=out, target=target, num_samples=num_samples,
+        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, layers=layers,
+        anchors_per_sample=anchors_per_sample, window=window, block=block, dtype=dtype, target_dtype=target_dtype,
+        device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
+        samples_per_shard=samples_per_shard, seed=seed, force=force)
+    if dry_run:
+        estimate = estimate_cache(config, target=loaded)
+        _print_json(estimate.to_json()) if as_json else console.print(estimate.describe())
+        return
+    report = build_cache(config, target=loaded, progress=True)
+    _print_json(report.to_json()) if as_json else console.print(report.summary())
+
+
+@app.command()
+@one_line_errors
 def simulate(
     conf: Optional[str] = typer.Option(None, "--conf", help="Per-position confidences, e.g. 0.9,0.8,0.7."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON."),

@@ -26,11 +26,14 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PIL import Image
 
 from minispark.errors import MinisparkError
+
+if TYPE_CHECKING:
+    from minispark.target import PromptInputs, Target
 
 SAMPLE_KEYS = {"prompt", "images", "messages", "id", "category"}
 MESSAGE_KEYS = {"role", "content"}
@@ -180,7 +183,11 @@ def _parse_messages(value: Any, image, fail) -> tuple[list[dict], list[Path]]:
                 resolved = image(part.get("image"))
                 images.append(resolved)
                 parts.append({**part, "type": "image", "image": str(resolved)})
-        messages.append({"role": message["role"], "content": parts})
+        if all(part["type"] == "text" for part in parts):
+            # text-only parts become one string: text models' chat templates expect string content
+            messages.append({"role": message["role"], "content": "".join(part["text"] for part in parts)})
+        else:
+            messages.append({"role": message["role"], "content": parts})
     if messages[-1]["role"] == "assistant":
         messages.pop()  # the reference answer is replaced by the target's own
     if not any(m["role"] == "user" for m in messages):
@@ -219,3 +226,16 @@ def main(argv: Sequence[str]) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main(sys.argv[1:]))
+
+
+def load_prompt_inputs(target: Target, path: Path | str, limit: int, *, held_out: bool = True) -> list[PromptInputs]:
+    """Encode up to ``limit`` prompts of a prompt file for evaluation.
+
+    ``held_out`` takes them from the end of the file: caches and training read it from the start,
+    so the tail is the natural held-out split for a corpus used for both.
+    """
+    samples = load_prompts(path)
+    if not target.is_vlm:
+        samples = [s for s in samples if not s.images]
+    picked = samples[-limit:] if held_out else samples[:limit]
+    return [target.encode(**sample.encode_kwargs()) for sample in picked]

@@ -112,20 +112,3 @@ def regenerate(target: Target, prompts: Sequence[PromptInputs], seeds: Sequence[
         end = int(hits[0]) + 1 if len(hits) else len(row)
         answers.append(Answer(tokens=row[:end].clone(), stopped_at_eos=bool(len(hits))))
     return answers
-
-
-def full_sequence(target: Target, prompt: PromptInputs, answer: torch.Tensor) -> PromptInputs:
-    """Prompt + answer as one input for a full-sequence capture.
-
-    Per-token kwargs (mm_token_type_ids) are extended with 0 = text for the answer tokens, so the
-    processor's modality mask keeps the sequence's length.
-    """
-    full = target.extend(prompt, answer.to(prompt.input_ids.device))
-    kwargs = dict(full.model_kwargs)
-    for key in PER_TOKEN_KWARGS:
-        value = kwargs.get(key)
-        if value is not None and value.shape[1] < full.length:
-            pad = value.new_zeros((1, full.length - value.shape[1]))
-            kwargs[key] = torch.cat([value, pad], dim=1)  # (1, P + n)
-    full.model_kwargs = kwargs
-    return full

@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from PIL import Image
 
 import minispark.cache as cache_module
 from minispark.cache import CacheConfig, build_cache, estimate_cache
@@ -71,7 +70,7 @@ def build_recording(config: CacheConfig, target, monkeypatch) -> tuple[CacheRead
     original = cache_module.pack_sample
 
     def recording(target, index, prompt, answer, *args, **kwargs):
-        fulls[index] = cache_module.full_sequence(target, prompt, answer)
+        fulls[index] = target.extend(prompt, answer)
         return original(target, index, prompt, answer, *args, **kwargs)
 
     monkeypatch.setattr(cache_module, "pack_sample", recording)
@@ -124,6 +123,9 @@ def test_text_windows_equal_full_capture(llama, prompts, tmp_path, monkeypatch, 
     reader, fulls = build_recording(config, llama, monkeypatch)
     assert reader.layers == [1, 3] and reader.window == window and reader.block == 4
     assert len(fulls) == 6 and len(reader.shards) == 2
+    # samples 4 and 5 reuse prompts 0 and 1 (6 samples, 4 prompts) with their own seeds
+    assert fulls[4].input_ids[0, :20].tolist() == fulls[0].input_ids[0, :20].tolist()
+    assert fulls[4].input_ids.tolist() != fulls[0].input_ids.tolist()
     assert check_against_full_capture(reader, llama, fulls, encoded(llama, prompts["text"], 6)) == len(reader)
 
 

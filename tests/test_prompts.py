@@ -46,6 +46,13 @@ def test_both_forms_parse_and_images_resolve_relative_to_the_file(tmp_path, imag
     assert messages[1]["content"][0] == {"type": "image", "image": str(image.resolve())}
 
 
+def test_text_only_parts_become_string_content(tmp_path):
+    path = write(tmp_path / "p.jsonl", {"messages": [{"role": "user", "content": [
+        {"type": "text", "text": "Hello "}, {"type": "text", "text": "there."}]}]})
+    (sample,) = load_prompts(path)
+    assert sample.encode_kwargs() == {"messages": [{"role": "user", "content": "Hello there."}]}
+
+
 @pytest.mark.parametrize("line, reason", [
     ('{"prompt": "hi"', "malformed JSON"),
     ('["prompt"]', "expected a JSON object"),

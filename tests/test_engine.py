@@ -171,3 +171,14 @@ def test_max_new_tokens_and_metrics(tiny_llama: Target) -> None:
     assert result.token_ids == want[:10] and result.stop_reason == "max_tokens"
     assert stats.rounds == 2 and stats.tau == 5.0  # 4 accepted + 1 per round
     assert stats.acceptance_per_position == [1.0, 1.0, 1.0, 1.0]
+
+
+@pytest.mark.parametrize("family", ["qwen2", "qwen3", "qwen2_vl", "qwen3_vl"])
+def test_greedy_parity_other_families(tiny_dir, test_image, family: str) -> None:
+    target = load_target(str(tiny_dir(family)))
+    images = [test_image] if target.is_vlm else []
+    inputs = target.encode(prompt="Describe this, please.", images=images)
+    want = hf_greedy(target, inputs, 24)
+    for drafter in [LookupDrafter(), OracleDrafter(want, inputs.length, False, target.vocab_size),
+                    OracleDrafter(want, inputs.length, True, target.vocab_size)]:
+        assert_parity(target, inputs, run(target, inputs, drafter, 3, 24), want)

@@ -66,6 +66,7 @@ class CacheConfig:
     top_k: int = 20
     layers: str | Sequence[int] = "auto"
     anchors_per_sample: int = 32
+    anchor_run: int = 8
     window: int = 128
     block: int = 7
     dtype: str = "bf16"
@@ -82,7 +83,8 @@ class CacheConfig:
         self.prompts, self.out = Path(self.prompts), Path(self.out)
         num_samples = 1 if self.num_samples is None else self.num_samples
         minimums = {"--num-samples": (num_samples, 1), "--max-new-tokens": (self.max_new_tokens, 1),
-                    "--anchors-per-sample": (self.anchors_per_sample, 1), "--window": (self.window, 0),
+                    "--anchors-per-sample": (self.anchors_per_sample, 1),
+                    "--anchor-run": (self.anchor_run, 1), "--window": (self.window, 0),
                     "--block": (self.block, 1), "--batch-size": (self.batch_size, 1),
                     "--samples-per-shard": (self.samples_per_shard, 1)}
         for flag, (value, minimum) in minimums.items():
@@ -202,7 +204,7 @@ def _estimate(config: CacheConfig, target: Target, samples: list[PromptSample], 
     per_sample = [lengths[min(int(i / scale), len(lengths) - 1)] for i in range(len(samples))]
     estimate = estimate_bytes(hidden_size=target.hidden_size, num_layers=len(layers), prompt_tokens=per_sample,
                               answer_tokens=config.max_new_tokens, anchors_per_sample=config.anchors_per_sample,
-                              window=config.window, block=config.block, dtype=config.dtype,
+                              anchor_run=config.anchor_run, window=config.window, block=config.block, dtype=config.dtype,
                               num_samples=num_samples, seed=config.seed)
     notes = [f"answers assumed to reach --max-new-tokens {config.max_new_tokens} (an upper bound)"]
     return CacheEstimate(estimate, _free_bytes(config.out), layers, notes)
@@ -219,7 +221,7 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
                          "uses_mrope": target.uses_mrope, "compute_dtype": str(target.dtype).removeprefix("torch."),
                          "quantization": quantization},
         "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
-        "seed": config.seed, "anchors_per_sample": config.anchors_per_sample,
+        "seed": config.seed, "anchors_per_sample": config.anchors_per_sample, "anchor_run": config.anchor_run,
         "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
         "num_samples": config.num_samples or num_prompts,
         "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
@@ -295,7 +297,7 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.
     prompt_len, seq_len = prompt.length, full.length
     mask = answer_mask(prompt_len, seq_len)
     rng = np.random.default_rng(sample_seed(config.seed, index, 1))
-    anchors = select_anchors(mask, config.anchors_per_sample, rng)
+    anchors = select_anchors(mask, config.anchors_per_sample, rng, config.anchor_run)
     layout = window_layout(anchors, seq_len, config.window, config.block)
     dtype = CACHE_DTYPES[config.dtype]
     if len(anchors):

@@ -186,6 +186,7 @@ def cache(
     top_k: int = typer.Option(20, "--top-k"),
     layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
     anchors_per_sample: int = typer.Option(32, "--anchors-per-sample"),
+    anchor_run: int = typer.Option(8, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
     window: int = typer.Option(128, "--window", help="Context rows stored before each anchor; 0 = full context."),
     block: int = typer.Option(7, "--block", help="Draft block size γ."),
     dtype: str = typer.Option("bf16", "--dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
@@ -207,7 +208,7 @@ def cache(
     config = CacheConfig(
         prompts=prompts or default_prompts(loaded.is_vlm), out=out, target=target, num_samples=num_samples,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, layers=layers,
-        anchors_per_sample=anchors_per_sample, window=window, block=block, dtype=dtype, target_dtype=target_dtype,
+        anchors_per_sample=anchors_per_sample, anchor_run=anchor_run, window=window, block=block, dtype=dtype, target_dtype=target_dtype,
         device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
         samples_per_shard=samples_per_shard, seed=seed, force=force)
     if dry_run:

@@ -29,6 +29,17 @@ def test_select_anchors_is_seeded_distinct_sorted_and_valid():
     assert select_anchors(answer_mask(40, 41), 32, np.random.default_rng(0)).size == 0
 
 
+def test_anchor_runs_are_consecutive_and_shrink_the_context_union():
+    mask = answer_mask(40, 400)
+    runs = select_anchors(mask, 32, np.random.default_rng(3), run=8)
+    assert len(set(runs.tolist())) == 32 and np.all(mask[runs]) and np.all(mask[runs + 1])
+    starts = runs[np.r_[True, np.diff(runs) != 1]]
+    assert len(starts) <= 5  # four runs of 8, or five when the answer's short last chunk is drawn
+    scattered = select_anchors(mask, 32, np.random.default_rng(3), run=1)
+    rows = lambda anchors: window_layout(anchors, 400, 32, 7).ctx_pos.size  # noqa: E731
+    assert rows(runs) <= 5 * (32 + 7) < rows(scattered)
+
+
 @pytest.mark.parametrize("window", [0, 1, 5, 16, 64])
 def test_window_union_has_no_duplicates_and_covers_every_anchor(window):
     rng = np.random.default_rng(window)

@@ -66,8 +66,8 @@ class CacheConfig:
     top_k: int = 20
     layers: str | Sequence[int] = "auto"
     anchors_per_sample: int = 32
-    anchor_run: int = 8
-    window: int = 128
+    anchor_run: int = 16
+    window: int = 32
     block: int = 7
     dtype: str = "bf16"
     target_dtype: str | None = None

@@ -186,8 +186,8 @@ def cache(
     top_k: int = typer.Option(20, "--top-k"),
     layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
     anchors_per_sample: int = typer.Option(32, "--anchors-per-sample"),
-    anchor_run: int = typer.Option(8, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
-    window: int = typer.Option(128, "--window", help="Context rows stored before each anchor; 0 = full context."),
+    anchor_run: int = typer.Option(16, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
+    window: int = typer.Option(32, "--window", help="Context rows stored before each anchor; 0 = full context."),
     block: int = typer.Option(7, "--block", help="Draft block size γ."),
     dtype: str = typer.Option("bf16", "--dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
     target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Target compute dtype."),
@@ -217,6 +217,72 @@ def cache(
         return
     report = build_cache(config, target=loaded, progress=True)
     _print_json(report.to_json()) if as_json else console.print(report.summary())
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+@one_line_errors
+def train(
+    ctx: typer.Context,
+    recipe: str = typer.Option(..., "--recipe", help="Recipe name (rtx3050, cpu-smollm2, tiny) or a TOML file."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache", help="Target cache directory."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory for checkpoints and the drafter."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory breakdown and predicted peak."),
+    no_progress: bool = typer.Option(False, "--no-progress"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Train the DSpark drafter on a target cache. Extra KEY=VALUE arguments override the recipe."""
+    from minispark.memory import estimate_memory
+    from minispark.recipes import load_recipe
+    from minispark.train import train as run_train
+
+    config = load_recipe(recipe, list(ctx.args))
+    if dry_run:
+        breakdown = estimate_memory(config)
+        _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe())
+        return
+    report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress)
+    _print_json(report.metrics) if as_json else console.print(report.summary())
+
+
+@app.command()
+@one_line_errors
+def profile(
+    target: Optional[str] = TargetOpt,
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
+    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+    contexts: str = typer.Option("256,1024,4096", "--contexts", help="KV-cache lengths to profile."),
+    max_tokens: int = typer.Option(16, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
+    rounds: int = typer.Option(10, "--rounds", help="Shuffled rounds per context."),
+    warmup: int = typer.Option(2, "--warmup"),
+    drift_bound: float = typer.Option(0.10, "--drift-bound", help="Relative reference drift that re-measures a round."),
+    max_remeasure: int = typer.Option(2, "--max-remeasure"),
+    cooldown: float = typer.Option(5.0, "--cooldown", help="Seconds to rest before re-measuring a drifted round."),
+    seed: int = typer.Option(0, "--seed"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (CPU targets)."),
+    note: str = typer.Option("", "--note", help="Free text stored in the table's metadata."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: the shipped sps_tables/)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a PNG of the SPS curves."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
+    from dataclasses import asdict
+
+    from minispark.profile import SHIPPED_TABLES, ProfileConfig, format_table, run_profile
+
+    config = ProfileConfig(contexts=[int(c) for c in _floats(contexts, "--contexts")], max_tokens=max_tokens,
+                           rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
+                           cooldown_s=cooldown, seed=seed, note=note)
+    table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
+                              load_in_8bit=load_in_8bit, threads=threads, out_dir=out or SHIPPED_TABLES, plot=plot,
+                              show_progress=not as_json)
+    if as_json:
+        _print_json({"path": str(path), **asdict(table)})
+        return
+    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens]))
+    console.print(f"wrote {path}")
 
 
 @app.command()

@@ -50,10 +50,11 @@ def make_drafter(spec: str, target: Target) -> Drafter:
         return LookupDrafter()
     if Path(spec).is_dir():
         from minispark.drafters.dspark import load_drafter
+        from minispark.recipes import target_id
 
         try:
             drafter = load_drafter(Path(spec), target.model.get_input_embeddings().weight, target.lm_head.weight,
-                                   target.device, target_identity=target.name)
+                                   target.device, target_identity=target_id(target.identity()))
         except ValueError as exc:
             raise MinisparkError(f"--drafter {spec}: {exc}") from None
         target.check_layers(drafter.feature_layers)

@@ -14,20 +14,23 @@ Small GPUs throttle after a few seconds of load and shared CPUs change speed wit
 3. run ``rounds`` rounds, each timing every size once in a fresh shuffled order, bracketed by the
    reference size at its start and end; a round whose reference median drifts more than
    ``drift_bound`` from the baseline is discarded and re-measured after ``cooldown_s`` of rest
-   (up to ``max_remeasure`` times; after that the least-drifted attempt is kept and counted);
+   (up to ``max_remeasure`` times; after that the least-drifted attempt is kept and counted, and
+   the baseline is re-taken: the speed has settled at a new level, or the first baseline was
+   itself measured in a disturbed moment, and either way later rounds should be judged against
+   the current level rather than all be re-measured);
 4. report the median, the min and the spread (p90 − p10)/median of the kept rounds per size.
 
 CUDA steps are timed with events after a synchronize; CPU steps with ``perf_counter``.
 
-    python -m minispark.profile --contexts 256,1024 --max-tokens 16   # embedded target, this device
+    minispark profile --contexts 256,1024 --max-tokens 16   # embedded target, this device
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import gc
+import os
 import platform
 import random
 import re
@@ -44,8 +47,11 @@ from typing import Any, Callable, Iterator
 import torch
 
 from minispark.errors import MinisparkError
-from minispark.sps import SPSTable
+from minispark.sps import SPSTable, find_table
 from minispark.target import PromptInputs, Target, TargetSession, load_target
+
+#: The tables shipped with minispark (the repository's sps_tables/ next to the package).
+SHIPPED_TABLES = Path(__file__).resolve().parent.parent / "sps_tables"
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
 ProgressFn = Callable[[int, int, str], None]
@@ -123,7 +129,8 @@ def device_name(device: torch.device | str | None = None) -> str:
     model = model or platform.processor() or platform.machine() or "cpu"
     model = re.sub(r"\((R|TM|tm|r)\)", "", model)  # "Intel(R) Core(TM)" → "Intel Core"
     model = " ".join(model.split())
-    return f"{model}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    return f"{model}, {threads} thread{'' if threads == 1 else 's'}"
 
 
 def target_quantization(target: Target) -> str:
@@ -196,6 +203,11 @@ class StepTimer:
         return self.timer() - t0
 
 
+def _spread(times: list[float]) -> float:
+    """(p90 − p10) / median: the relative spread the SPS table stores."""
+    return (_quantile(times, 0.9) - _quantile(times, 0.1)) / statistics.median(times)
+
+
 def _quantile(values: list[float], q: float) -> float:
     """Linear-interpolated quantile (numpy's default method)."""
     ordered = sorted(values)
@@ -209,7 +221,7 @@ def _quantile(values: list[float], q: float) -> float:
 @dataclass
 class _ContextResult:
     samples: dict[int, list[float]]  # n tokens → kept timings (one per kept round)
-    baseline_s: float
+    baselines_s: list[float]         # the first baseline, then one per re-baselining
     drifts: list[float]              # |drift| of every attempted round, in order
     remeasured: int                  # attempts discarded for drift
     kept_drifted: int                # rounds kept although still beyond the bound
@@ -226,6 +238,23 @@ def _build_cache(session: TargetSession, ids: torch.Tensor) -> None:
         session.step(ids[0, start:start + PREFILL_CHUNK])
 
 
+def _one_round(timed: Callable[[int], float], sizes: list[int], ref: int, rng: random.Random,
+               on_step: Callable[[], None]) -> tuple[float, dict[int, float]]:
+    """Every size once in a fresh shuffled order, bracketed by the reference size.
+
+    Returns the median of the two reference timings and {n tokens: seconds}.
+    """
+    order = list(sizes)
+    rng.shuffle(order)
+    refs = [timed(ref)]
+    times = {}
+    for n in order:
+        times[n] = timed(n)
+        on_step()
+    refs.append(timed(ref))
+    return statistics.median(refs), times
+
+
 def _profile_context(target: Target, config: ProfileConfig, context: int, measure: StepTimer,
                      sleep: Callable[[float], None], rng: random.Random,
                      tick: Callable[..., None]) -> _ContextResult:
@@ -240,45 +269,37 @@ def _profile_context(target: Target, config: ProfileConfig, context: int, measur
 
         def timed(n: int) -> float:
             seconds = measure(lambda: session.step(draft[:n]))
-            session.crop(context)
+            session.crop(context)  # every step sees the same cache
             return seconds
+
+        def take_baseline() -> float:
+            return statistics.median(timed(ref) for _ in range(config.reference_repeats))
 
         for _ in range(config.warmup):
             for n in sizes:
                 timed(n)
-        baseline = statistics.median(timed(ref) for _ in range(config.reference_repeats))
-
-        samples: dict[int, list[float]] = {n: [] for n in sizes}
-        drifts: list[float] = []
-        remeasured = kept_drifted = 0
+        result = _ContextResult({n: [] for n in sizes}, [take_baseline()], [], 0, 0)
         for r in range(config.rounds):
-            best: tuple[float, dict[int, float]] | None = None
+            label = f"context {context}, round {r + 1}/{config.rounds}"
+            attempts = []  # (|drift|, times) per attempt at this round
             for attempt in range(config.max_remeasure + 1):
                 if attempt:
-                    sleep(config.cooldown_s)
-                order = list(sizes)
-                rng.shuffle(order)
-                refs = [timed(ref)]
-                times = {}
-                for n in order:
-                    times[n] = timed(n)
-                    tick(1, f"context {context}, round {r + 1}/{config.rounds}")
-                refs.append(timed(ref))
-                drift = abs(statistics.median(refs) / baseline - 1.0)
-                drifts.append(drift)
-                if best is None or drift < best[0]:
-                    best = (drift, times)
-                if drift <= config.drift_bound:
-                    break
-                remeasured += attempt < config.max_remeasure
-                if attempt < config.max_remeasure:
-                    tick(0, f"context {context}: round {r + 1} drifted {drift:.0%}, re-measuring",
+                    tick(0, f"{label}: drifted {attempts[-1][0]:.0%}, cooling down and re-measuring",
                          replanned=len(sizes))
-            assert best is not None
-            kept_drifted += best[0] > config.drift_bound
-            for n, seconds in best[1].items():
-                samples[n].append(seconds)
-    return _ContextResult(samples, baseline, drifts, remeasured, kept_drifted)
+                    sleep(config.cooldown_s)
+                    result.remeasured += 1
+                reference, times = _one_round(timed, sizes, ref, rng, lambda: tick(1, label))
+                attempts.append((abs(reference / result.baselines_s[-1] - 1.0), times))
+                result.drifts.append(attempts[-1][0])
+                if attempts[-1][0] <= config.drift_bound:
+                    break
+            drift, times = min(attempts, key=lambda a: a[0])
+            if drift > config.drift_bound:
+                result.kept_drifted += 1
+                result.baselines_s.append(take_baseline())
+            for n, seconds in times.items():
+                result.samples[n].append(seconds)
+    return result
 
 
 def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn | None = None, *,
@@ -301,6 +322,11 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
                              f"{max_positions} positions")
 
     device = target.device
+    load_before = _cpu_load(device)
+    if load_before is not None and load_before[0] + torch.get_num_threads() > load_before[1] + 1:
+        warnings.warn(f"profile: the CPU is busy (1-min load {load_before[0]:.1f} on {load_before[1]} cores, "
+                      f"{torch.get_num_threads()} torch threads): timings will include contention; "
+                      f"profile on an idle machine or with fewer --threads", stacklevel=2)
     measure = StepTimer(device, timer)
     rng = random.Random(config.seed)
     total = len(contexts) * config.rounds * config.max_tokens
@@ -316,24 +342,24 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     started = time.monotonic()
     results: list[_ContextResult] = []
     gc_was_enabled = gc.isenabled()
-    gc.collect()
     gc.disable()  # a collection inside a timed step is noise, not model cost
     try:
         for context in contexts:
+            gc.collect()
             results.append(_profile_context(target, config, context, measure, sleep, rng, tick))
     finally:
         if gc_was_enabled:
             gc.enable()
 
-    sizes = config.tokens
-    seconds = [[statistics.median(res.samples[n]) for n in sizes] for res in results]
-    seconds_min = [[min(res.samples[n]) for n in sizes] for res in results]
-    spread = [[(_quantile(res.samples[n], 0.9) - _quantile(res.samples[n], 0.1)) / statistics.median(res.samples[n])
-               for n in sizes] for res in results]
     metadata = _metadata(target, config, device, skipped, time.monotonic() - started)
+    if load_before is not None:
+        load_after = _cpu_load(device)
+        metadata["cpu_load_1min"] = {"before": round(load_before[0], 2),
+                                     "after": round(load_after[0], 2) if load_after else None,
+                                     "cores": load_before[1]}
     metadata["drift"] = {
         str(context): {
-            "baseline_s": res.baseline_s,
+            "baselines_s": res.baselines_s,
             "max_abs_drift": max(res.drifts),
             "median_abs_drift": statistics.median(res.drifts),
             "remeasured_rounds": res.remeasured,
@@ -341,18 +367,26 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
         }
         for context, res in zip(contexts, results)
     }
+    samples = [[res.samples[n] for n in config.tokens] for res in results]  # [context][token][round]
     return SPSTable(
         device=device_name(device),
         target=target.name,
         dtype=dtype_name(target.dtype),
         quantization=target_quantization(target),
         contexts=contexts,
-        tokens=sizes,
-        seconds=seconds,
-        seconds_min=seconds_min,
-        seconds_spread=spread,
+        tokens=config.tokens,
+        seconds=[[statistics.median(times) for times in row] for row in samples],
+        seconds_min=[[min(times) for times in row] for row in samples],
+        seconds_spread=[[_spread(times) for times in row] for row in samples],
         metadata=metadata,
     )
+
+
+def _cpu_load(device: torch.device) -> tuple[float, int] | None:
+    """(1-minute load average, core count) when profiling on CPU where the OS reports it."""
+    if device.type != "cpu" or not hasattr(os, "getloadavg"):
+        return None
+    return os.getloadavg()[0], os.cpu_count() or 1
 
 
 def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipped: list[int],
@@ -454,7 +488,7 @@ def rich_progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
 # ---------------------------------------------------------------------- one call for the CLI
 def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str | None = None,
                 device: str | None = None, load_in_4bit: bool = False, load_in_8bit: bool = False,
-                threads: int | None = None, out_dir: str | Path = "sps_tables", plot: str | Path | None = None,
+                threads: int | None = None, out_dir: str | Path = SHIPPED_TABLES, plot: str | Path | None = None,
                 show_progress: bool = True) -> tuple[SPSTable, Path]:
     """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot)."""
     if threads is not None:
@@ -471,32 +505,11 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     return table, path
 
 
-def _main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--target", default=None)
-    parser.add_argument("--dtype", default=None)
-    parser.add_argument("--device", default=None)
-    parser.add_argument("--contexts", default="256,1024,4096")
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=10)
-    parser.add_argument("--threads", type=int, default=None)
-    parser.add_argument("--drift-bound", type=float, default=0.10)
-    parser.add_argument("--cooldown", type=float, default=5.0)
-    parser.add_argument("--note", default="")
-    parser.add_argument("--out-dir", default="sps_tables")
-    parser.add_argument("--plot", default=None)
-    args = parser.parse_args(argv)
-    config = ProfileConfig(contexts=[int(c) for c in args.contexts.split(",")], max_tokens=args.max_tokens,
-                           rounds=args.rounds, drift_bound=args.drift_bound, cooldown_s=args.cooldown,
-                           note=args.note)
-    table, path = run_profile(config, target=args.target, dtype=args.dtype, device=args.device,
-                              threads=args.threads, out_dir=args.out_dir, plot=args.plot)
-    print(format_table(table, [n for n in (1, 2, 4, 8, 16, 32) if n <= table.max_tokens]))
-    print(f"wrote {path}")
-
-
-if __name__ == "__main__":
-    try:
-        _main()
-    except MinisparkError as err:
-        sys.exit(f"error: {err}")
+def serving_table(target: Target, path: str | Path | None = None,
+                  directory: str | Path = SHIPPED_TABLES) -> SPSTable:
+    """The SPS table the scheduler serves with: ``path`` if given, else the profiled table for this
+    device, target, dtype and quantization (``find_table`` warns and falls back when none matches)."""
+    if path is not None:
+        return SPSTable.load(path)
+    return find_table(directory, device_name(target.device), target.name, dtype=dtype_name(target.dtype),
+                      quantization=target_quantization(target))

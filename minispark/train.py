@@ -1,0 +1,499 @@
+"""Train a DSpark drafter on a target cache: packed anchor batches, chunked losses, checkpoints.
+
+``train(load_recipe("tiny"), cache_dir, out_dir)`` opens the cache and refuses one built for
+another target, tokenizer, layer set, window or γ; builds the draft model with the target's frozen
+embedding and lm_head; then, step by step, packs ``batch_anchors`` anchors (all anchors of a
+sample share one row, §10.2), runs the backbone once, computes the §10.3 losses a few anchors'
+logits at a time (``losses.chunked_backward``) and takes an AdamW step (warmup, then cosine).
+
+Output directory::
+
+    OUT/train_config.json                  the TrainConfig of the run
+    OUT/metrics.jsonl                      one JSON object per logged step
+    OUT/latest                             name of the newest checkpoint directory
+    OUT/checkpoint-000200/config.json      DraftConfig (load_drafter reads this directory)
+                         /model.safetensors trainable weights (fp32; no embedding / lm_head)
+                         /trainer.pt        step, optimizer, LR schedule and RNG state
+                         /train_config.json
+    OUT/drafter/                           the final drafter (config.json + model.safetensors)
+
+Each checkpoint is written to a temporary directory and renamed into place; ``resume=True``
+continues from ``latest`` with the identical next-step loss.
+
+    minispark train --recipe tiny --cache runs/cache-tiny --out runs/draft-tiny
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.utils.checkpoint
+from safetensors.torch import load_file
+
+from minispark.cache_format import Anchor, CacheReader, config_hash
+from minispark.draft_model import DraftConfig, DraftModel
+from minispark.drafters.dspark import CONFIG_FILE, WEIGHTS_FILE, save_drafter
+from minispark.errors import MinisparkError
+from minispark.losses import LossStats, LossWeights, chunked_backward
+from minispark.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
+                               target_dims, target_id)
+
+TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
+METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
+#: Fields that may change on ``--resume`` without changing the math of the next steps.
+RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "out_dir")
+
+
+# ---------------------------------------------------------------------- batches (§10.2)
+@dataclass
+class Batch:
+    """R rows (one per sample piece), each with N context rows and A anchors (padded).
+
+    features (R, N, m·d) cache dtype; context_positions / context_valid (R, N);
+    block_tokens (R, A, γ+1) anchor then labels; anchor_positions (R, A);
+    target_hidden (R, A, γ, d) final hidden for p_t; valid (R, A, γ) label present and in the answer.
+    """
+
+    features: torch.Tensor
+    context_positions: torch.Tensor
+    context_valid: torch.Tensor
+    block_tokens: torch.Tensor
+    anchor_positions: torch.Tensor
+    target_hidden: torch.Tensor
+    valid: torch.Tensor
+
+    def to(self, device: torch.device | str) -> "Batch":
+        return Batch(**{k: v.to(device, non_blocking=True) for k, v in vars(self).items()})
+
+
+class AnchorPlan:
+    """Which anchors step s trains on: an endless sample-major stream, reshuffled per epoch.
+
+    Epoch e visits the samples in the order of a permutation seeded by (seed, e), each sample's
+    anchors together, and step s takes anchors [s·B, (s+1)·B) of the stream: a pure function of
+    (seed, s), so a resumed run sees exactly the batches it would have seen.
+    """
+
+    def __init__(self, reader: CacheReader, batch_anchors: int, seed: int) -> None:
+        groups: dict[int, list[int]] = {}
+        for index, anchor in enumerate(reader):
+            groups.setdefault(anchor.sample_index, []).append(index)
+        if not groups:
+            raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")
+        self.groups = [groups[k] for k in sorted(groups)]
+        self.total = sum(len(g) for g in self.groups)
+        self.batch_anchors, self.seed = batch_anchors, seed
+        self._epoch: tuple[int, np.ndarray] | None = None
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if self._epoch is None or self._epoch[0] != epoch:
+            perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.groups))
+            self._epoch = (epoch, np.concatenate([self.groups[i] for i in perm]))
+        return self._epoch[1]
+
+    def step_anchors(self, step: int) -> list[int]:
+        """Reader indices of the anchors of (0-based) step ``step``."""
+        out: list[int] = []
+        position = step * self.batch_anchors
+        while len(out) < self.batch_anchors:
+            epoch, offset = divmod(position + len(out), self.total)
+            out.extend(self._order(epoch)[offset:offset + self.batch_anchors - len(out)].tolist())
+        return out
+
+
+def make_batch(anchors: list[Anchor], gamma: int) -> Batch:
+    """Pack anchors into rows: consecutive anchors of one sample share a row whose context is the
+    union of their windows (rows of ``[a−c, a)`` per anchor, each stored once)."""
+    rows: list[list[Anchor]] = []
+    for anchor in anchors:
+        if rows and rows[-1][0].sample_index == anchor.sample_index:
+            rows[-1].append(anchor)
+        else:
+            rows.append([anchor])
+    packed = [_pack_row(sorted(row, key=lambda a: a.position), gamma) for row in rows]
+    n_ctx = max(1, max(p[0].shape[0] for p in packed))
+    n_anchors = max(len(row) for row in rows)
+    first = anchors[0]
+    feature_size = math.prod(first.context_features.shape[1:])  # m·d
+    r, d = len(rows), first.final_hidden.shape[-1]
+    batch = Batch(
+        features=torch.zeros(r, n_ctx, feature_size, dtype=first.context_features.dtype),
+        context_positions=torch.zeros(r, n_ctx, dtype=torch.long),
+        context_valid=torch.zeros(r, n_ctx, dtype=torch.bool),
+        block_tokens=torch.zeros(r, n_anchors, gamma + 1, dtype=torch.long),
+        anchor_positions=torch.zeros(r, n_anchors, dtype=torch.long),
+        target_hidden=torch.zeros(r, n_anchors, gamma, d, dtype=first.final_hidden.dtype),
+        valid=torch.zeros(r, n_anchors, gamma, dtype=torch.bool),
+    )
+    for i, (features, positions, tokens, anchor_pos, hidden, valid) in enumerate(packed):
+        n, a = features.shape[0], tokens.shape[0]
+        batch.features[i, :n] = features.reshape(n, -1)  # (n, m·d)
+        batch.context_positions[i, :n], batch.context_valid[i, :n] = positions, True
+        batch.block_tokens[i, :a], batch.anchor_positions[i, :a] = tokens, anchor_pos
+        batch.target_hidden[i, :a], batch.valid[i, :a] = hidden, valid
+    return batch
+
+
+def _pack_row(row: list[Anchor], gamma: int):
+    """One row's context (union of windows, by sequence index) and per-anchor blocks."""
+    features, positions, end = [], [], -1
+    tokens = torch.zeros(len(row), gamma + 1, dtype=torch.long)
+    hidden = torch.zeros(len(row), gamma, row[0].final_hidden.shape[-1], dtype=row[0].final_hidden.dtype)
+    valid = torch.zeros(len(row), gamma, dtype=torch.bool)
+    for j, anchor in enumerate(row):
+        c, start = anchor.context_len, anchor.position - anchor.context_len
+        new = max(start, end) - start  # rows before this one are already in the row (sorted anchors)
+        if new < c:
+            features.append(anchor.context_features[new:])
+            positions.append(anchor.text_positions[new:c])
+        end = max(end, anchor.position)
+        block = anchor.input_ids[c:].long()  # anchor, then k <= γ labels
+        k = block.numel() - 1
+        tokens[j, :k + 1] = block
+        hidden[j, :k] = anchor.final_hidden[:k]
+        valid[j, :k] = anchor.loss_mask[c + 1:]
+    anchor_pos = torch.tensor([int(a.text_positions[a.context_len]) for a in row])
+    if features:
+        return torch.cat(features), torch.cat(positions).long(), tokens, anchor_pos, hidden, valid
+    m_d = row[0].context_features.shape[1:]
+    return torch.zeros(0, *m_d), torch.zeros(0, dtype=torch.long), tokens, anchor_pos, hidden, valid
+
+
+# ---------------------------------------------------------------------- model and optimiser
+def build_model(draft: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, config: TrainConfig) -> DraftModel:
+    """fp32 trainable weights (initialised on CPU from ``config.seed``), frozen embedding/lm_head in
+    the compute dtype and shared when the target ties them; then gradient checkpointing / compile."""
+    torch.manual_seed(config.seed)
+    model = DraftModel.from_target(replace(draft, dtype="float32"), embed.cpu(), lm_head.cpu())
+    if embed.data_ptr() == lm_head.data_ptr() or torch.equal(embed, lm_head):
+        model.lm_head.weight = model.embed_tokens.weight  # one frozen copy, as in the target
+    frozen = torch.bfloat16 if config.compute_dtype == "bf16" else torch.float32
+    model.embed_tokens.to(frozen)
+    model.lm_head.to(frozen)
+    model = model.to(config.resolved_device)
+    if config.grad_checkpointing:
+        for layer in model.layers:  # instance attribute: state_dict keys stay unchanged
+            layer.forward = functools.partial(torch.utils.checkpoint.checkpoint, layer.forward, use_reentrant=False)
+    if config.compile:
+        model.forward_train = torch.compile(model.forward_train, dynamic=True)
+        model.head_logits = torch.compile(model.head_logits, dynamic=True)
+    return model
+
+
+def make_optimizer(model: DraftModel, config: TrainConfig):
+    """AdamW (torch, fused) or bitsandbytes 8-bit AdamW, with linear warmup then cosine decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    if config.optimizer_name == "adamw8bit":
+        import bitsandbytes as bnb
+
+        optimizer = bnb.optim.AdamW8bit(params, lr=config.lr, weight_decay=config.weight_decay)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=True)
+    warmup = math.ceil(config.warmup_frac * config.steps)
+
+    def factor(i: int) -> float:  # i = steps taken so far
+        if i < warmup:
+            return (i + 1) / warmup
+        return 0.5 * (1.0 + math.cos(math.pi * (i - warmup) / max(1, config.steps - warmup)))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+
+
+def autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
+    if config.compute_dtype == "bf16":
+        return torch.autocast(torch.device(config.resolved_device).type, dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def loss_weights(config: TrainConfig) -> LossWeights:
+    return LossWeights(config.alpha_ce, config.alpha_tv, config.alpha_conf, config.loss_decay_gamma)
+
+
+def train_step(model: DraftModel, optimizer, scheduler, batch: Batch, config: TrainConfig) -> tuple[LossStats, float]:
+    """Forward, chunked losses and backward, clip, step; returns the loss stats and the grad norm."""
+    with autocast(config):
+        fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
+                                  batch.anchor_positions, batch.context_valid)
+    stats = chunked_backward(model, fwd, batch.target_hidden, batch.valid, loss_weights(config),
+                             config.chunk_anchors, autocast(config))
+    del fwd
+    params = [p for p in model.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip) if config.grad_clip > 0 else torch.zeros(())
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return stats, float(norm)
+
+
+# ---------------------------------------------------------------------- the run
+@dataclass
+class TrainReport:
+    """What a run did: per-step losses, the last logged metrics, where the drafter is."""
+
+    out: Path
+    drafter: Path
+    first_step: int
+    last_step: int
+    losses: dict[int, float] = field(default_factory=dict)
+    metrics: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> str:
+        last = self.metrics[-1] if self.metrics else {}
+        acc = " ".join("-" if a is None else f"{a:.2f}" for a in last.get("acceptance", []))
+        return (f"steps {self.first_step}..{self.last_step} in {self.seconds:.0f} s; loss "
+                f"{last.get('loss', math.nan):.4f}, acceptance proxy per position [{acc}], "
+                f"τ≈{last.get('tau', math.nan):.2f}; drafter at {self.drafter}")
+
+
+class Trainer:
+    """Model, optimiser and data plan of one run, with checkpoint save and restore."""
+
+    def __init__(self, config: TrainConfig, reader: CacheReader, target: Any, out_dir: Path) -> None:
+        self.config, self.reader, self.out = config, reader, Path(out_dir)
+        if config.resolved_device == "cuda" and not torch.cuda.is_available():
+            raise MinisparkError(f"device: recipe {config.name!r} trains on CUDA, but this machine has none "
+                                 "(override device=cpu dtype=fp32 optimizer=adamw to train on the CPU)")
+        identity = target.identity()
+        # Content hashes decide (a hub id and a local copy of it are the same target); the name only
+        # when the target's files could not be hashed.
+        known = identity["weights_hash"] != "unknown"
+        reader.require(target={k: v for k, v in identity.items() if k != "name" or not known},
+                       block=config.block_size, window=config.window)
+        if config.feature_layers is not None:
+            reader.require(layers=config.feature_layers)
+        self.dims = dims = target_dims(target)
+        check_target_dims(config, dims)
+        self.draft_config = draft_config(config, dims, feature_layers=reader.layers,
+                                         mask_token_id=mask_token(config, target), target=target_id(identity),
+                                         dtype="bfloat16" if config.compute_dtype == "bf16" else "float32")
+        embed = target.model.get_input_embeddings().weight.detach()
+        self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config)
+        self.optimizer, self.scheduler = make_optimizer(self.model, config)
+        self.plan = AnchorPlan(reader, config.batch_anchors, config.seed)
+        self.cache_hash = config_hash(reader.config)
+        self.step = 0
+
+    def train_one(self) -> tuple[LossStats, float, int]:
+        """Run step ``self.step + 1``; returns its stats, grad norm and anchor count."""
+        indices = self.plan.step_anchors(self.step)
+        batch = make_batch([self.reader[i] for i in indices], self.config.block_size).to(self.config.resolved_device)
+        stats, norm = train_step(self.model, self.optimizer, self.scheduler, batch, self.config)
+        self.step += 1
+        return stats, norm, len(indices)
+
+    def save(self) -> Path:
+        """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, prune old ones."""
+        name = f"checkpoint-{self.step:06d}"
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.out))
+        try:
+            save_drafter(self.model, tmp / name)
+            (tmp / name / CONFIG_FILE).write_text(self.draft_config.to_json() + "\n")  # the inference dtype
+            (tmp / name / TRAIN_CONFIG_FILE).write_text(self.config.to_json() + "\n")
+            state = {"step": self.step, "optimizer": self.optimizer.state_dict(),
+                     "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(),
+                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                     "cache_hash": self.cache_hash, "train_config": self.config.to_dict()}
+            torch.save(state, tmp / name / TRAINER_FILE)
+            shutil.rmtree(self.out / name, ignore_errors=True)
+            os.replace(tmp / name, self.out / name)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        _write_text_atomic(self.out / LATEST_FILE, name + "\n")
+        kept = sorted(self.out.glob("checkpoint-*"))
+        for old in kept[:-self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return self.out / name
+
+    def restore(self) -> Path:
+        """Load the checkpoint ``latest`` names; refuse one from a different config or cache."""
+        latest = self.out / LATEST_FILE
+        if not latest.is_file():
+            raise MinisparkError(f"--resume: {self.out} holds no checkpoint ({LATEST_FILE} is missing)")
+        path = self.out / latest.read_text().strip()
+        state = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        saved = TrainConfig.from_dict(state["train_config"], str(path / TRAINER_FILE))
+        changed = config_differences(saved, self.config, ignore=RESUMABLE_CHANGES)
+        if changed:
+            key = changed[0]
+            raise MinisparkError(f"--resume: {key} differs from the checkpoint's ({getattr(saved, key)!r}, now "
+                                 f"{getattr(self.config, key)!r}); it would change the next steps")
+        if state["cache_hash"] != self.cache_hash:
+            raise MinisparkError(f"--resume: {path} was trained on a different cache than {self.reader.directory}")
+        weights = load_file(str(path / WEIGHTS_FILE), device=str(self.config.resolved_device))
+        missing, unexpected = self.model.load_state_dict(weights, strict=False)
+        missing = [k for k in missing if not k.startswith(("embed_tokens.", "lm_head."))]
+        if missing or unexpected:
+            raise MinisparkError(f"--resume: {path / WEIGHTS_FILE} does not match the model ({missing or unexpected})")
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"])
+        if state["cuda_rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["cuda_rng"])
+        self.step = int(state["step"])
+        return path
+
+
+def _write_text_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str | Path | None = None, *,
+          resume: bool = False, progress: bool = False, target: Any = None,
+          log: Callable[[str], None] | None = print) -> TrainReport:
+    """Train (or, with ``resume``, continue) the recipe ``config`` on the cache at ``cache_dir``.
+
+    ``target`` may be passed already loaded; otherwise the cache's target is loaded on the CPU
+    (only its embedding, lm_head, sizes, tokenizer and identity are used).
+    """
+    started = time.perf_counter()
+    if cache_dir is None and config.cache_dir is None:
+        raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir; pass --cache DIR")
+    reader = CacheReader(Path(cache_dir or config.cache_dir))
+    out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
+    if not resume and (out / LATEST_FILE).exists():
+        raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
+                             "choose another --out")
+    if target is None:
+        from minispark.target import load_target
+
+        target = load_target(config.target or reader.config["target"]["name"], device="cpu",
+                             dtype="bf16" if config.compute_dtype == "bf16" else None)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config, reader, target, out)
+    del target  # when loaded here, the target's decoder is freed now
+    if log:
+        from minispark.memory import estimate_memory
+
+        estimate = estimate_memory(replace(config, tie_embeddings=trainer.dims.tie_embeddings),
+                                   draft=trainer.draft_config)
+        log(f"{trainer.plan.total} anchors from {reader.num_samples} samples; predicted peak memory "
+            f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
+            f"{config.optimizer_name})")
+    metrics_path = out / METRICS_FILE
+    if resume:
+        path = trainer.restore()
+        kept = [line for line in _read_lines(metrics_path) if json.loads(line)["step"] <= trainer.step]
+        _write_text_atomic(metrics_path, "".join(kept))
+        if log:
+            log(f"resumed from {path} at step {trainer.step}")
+    else:
+        _write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
+        metrics_path.write_text("")
+    report = TrainReport(out=out, drafter=out / "drafter", first_step=trainer.step + 1, last_step=trainer.step)
+    with _Meter(config, trainer.step, progress) as meter, metrics_path.open("a") as metrics:
+        while trainer.step < config.steps:
+            stats, norm, anchors = trainer.train_one()
+            report.losses[trainer.step] = stats.total
+            row = meter.update(trainer.step, stats, norm, trainer.scheduler.get_last_lr()[0], anchors)
+            if row is not None:
+                metrics.write(json.dumps(row) + "\n")
+                metrics.flush()
+                report.metrics.append(row)
+                if log and not progress:
+                    log(format_metrics(row, config.steps))
+            if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps:
+                trainer.save()
+    _export(out / (out / LATEST_FILE).read_text().strip(), report.drafter)
+    report.last_step, report.seconds = trainer.step, time.perf_counter() - started
+    return report
+
+
+def _read_lines(path: Path) -> list[str]:
+    return path.read_text().splitlines(keepends=True) if path.is_file() else []
+
+
+def _export(checkpoint: Path, drafter: Path) -> None:
+    """Copy a checkpoint's drafter files (config.json + model.safetensors) to ``drafter`` atomically."""
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=drafter.parent))
+    try:
+        for name in (CONFIG_FILE, WEIGHTS_FILE):
+            shutil.copy2(checkpoint / name, tmp / name)
+        shutil.rmtree(drafter, ignore_errors=True)
+        os.replace(tmp, drafter)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- progress and metrics
+def format_metrics(row: dict[str, Any], steps: int) -> str:
+    acc = " ".join("-" if a is None else f"{a:.2f}" for a in row["acceptance"])
+    minutes, seconds = divmod(int(row["eta_s"]), 60)
+    eta = f"{minutes // 60}:{minutes % 60:02d}:{seconds:02d}"
+    return (f"step {row['step']}/{steps} loss {row['loss']:.4f} (ce {row['ce']:.3f} tv {row['tv']:.3f} "
+            f"conf {row['conf']:.3f}) acc [{acc}] τ≈{row['tau']:.2f} | {row['tokens_per_s']:.0f} tok/s ETA {eta}")
+
+
+class _Meter:
+    """Averages loss terms over each logging interval; tokens/s counts supervised draft positions.
+    With ``progress``, shows a rich bar (loss, tokens/s, ETA) with each logged line printed above it."""
+
+    def __init__(self, config: TrainConfig, start_step: int, progress: bool) -> None:
+        self.config, self.start_step = config, start_step
+        self.started = self.interval_start = time.perf_counter()
+        self.reset()
+        self.bar = None
+        if progress:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn())
+            self.task = self.bar.add_task("train", total=config.steps, completed=start_step, info="")
+
+    def reset(self) -> None:
+        gamma = self.config.block_size
+        self.sums = dict(loss=0.0, ce=0.0, tv=0.0, conf=0.0, grad_norm=0.0)
+        self.acc, self.counts = torch.zeros(gamma), torch.zeros(gamma)
+        self.tau, self.blocks, self.positions, self.steps, self.anchors = 0.0, 0, 0, 0, 0
+
+    def __enter__(self) -> "_Meter":
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, step: int, stats: LossStats, norm: float, lr: float, anchors: int) -> dict[str, Any] | None:
+        for key, value in (("loss", stats.total), ("ce", stats.ce), ("tv", stats.tv), ("conf", stats.conf),
+                           ("grad_norm", norm)):
+            self.sums[key] += value
+        self.acc += stats.acceptance_sum
+        self.counts += stats.counts
+        self.tau += stats.tau_sum
+        self.blocks, self.positions = self.blocks + stats.blocks, self.positions + stats.positions
+        self.steps, self.anchors = self.steps + 1, self.anchors + anchors
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1)
+        if step % self.config.log_every and step != self.config.steps:
+            return None
+        now = time.perf_counter()
+        per_step = (now - self.started) / max(1, step - self.start_step)
+        row = {key: value / self.steps for key, value in self.sums.items()}
+        row |= {"step": step, "lr": lr, "anchors": self.anchors, "positions": self.positions,
+                "acceptance": [round(a / c, 4) if c else None for a, c in zip(self.acc.tolist(), self.counts.tolist())],
+                "tau": self.tau / max(1, self.blocks),
+                "tokens_per_s": self.positions / max(now - self.interval_start, 1e-9),
+                "elapsed_s": now - self.started, "eta_s": per_step * (self.config.steps - step)}
+        if self.bar is not None:  # the full line scrolls above the bar; the bar keeps the headline
+            self.bar.console.print(format_metrics(row, self.config.steps), highlight=False)
+            self.bar.update(self.task, info=f"loss {row['loss']:.3f}  {row['tokens_per_s']:.0f} tok/s")
+        self.interval_start = now
+        self.reset()
+        return row

@@ -1,0 +1,93 @@
+"""Recipe files: every file under ``recipes/`` loads (recursively), shows its launch command and
+gets a memory estimate; overrides are typed and bad keys or values fail in one line.
+
+    .venv/bin/python -m pytest -q tests/test_recipes.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from minispark.errors import MinisparkError
+from minispark.memory import estimate_memory
+from minispark.recipes import RECIPE_DIR, TrainConfig, launch_command, list_recipes, load_recipe, read_recipe_file
+
+FILES = sorted(RECIPE_DIR.rglob("*"))
+
+
+def test_the_shipped_recipes_are_there():
+    assert {"rtx3050", "cpu-smollm2", "tiny"} <= set(list_recipes())
+    assert all(p.suffix == ".toml" for p in FILES if p.is_file()), "recipes/ holds only recipe files"
+
+
+@pytest.mark.parametrize("path", [p for p in FILES if p.is_file()], ids=lambda p: p.name)
+def test_every_recipe_file_loads(path: Path):
+    config = load_recipe(path)
+    assert config.name == path.stem
+    first = path.read_text().splitlines()[0]
+    assert first.startswith(f"# minispark train --recipe {path.stem}") and launch_command(path) == first[2:]
+    # every key in the file took effect (no silently ignored settings)
+    for key, value in read_recipe_file(path).items():
+        assert getattr(config, key) == value, key
+    breakdown = estimate_memory(config)
+    assert 0 < breakdown.predicted_peak < 6e9
+    assert breakdown.to_json()["predicted_peak_gb"] == round(breakdown.predicted_peak / 1e9, 4)
+
+
+def test_rtx3050_settings():
+    config = load_recipe("rtx3050")
+    assert (config.block_size, config.markov_rank, config.num_layers) == (7, 256, 2)
+    assert 32 <= config.batch_anchors <= 64 and config.lr == 6e-4 and config.warmup_frac == 0.04
+    assert (config.compute_dtype, config.optimizer_name) == ("bf16", "adamw8bit")
+    assert (config.alpha_ce, config.alpha_tv, config.alpha_conf, config.loss_decay_gamma) == (0.1, 0.9, 1.0, 4.0)
+
+
+def test_overrides_are_typed():
+    config = load_recipe("tiny", ["steps=7", "train.lr=1e-3", "feature_layers=1,2", "grad_checkpointing=yes",
+                                  "mask_token_id=none", "head=rnn"])
+    assert (config.steps, config.lr, config.feature_layers) == (7, 1e-3, [1, 2])
+    assert config.grad_checkpointing is True and config.mask_token_id is None and config.head == "rnn"
+    assert isinstance(load_recipe("tiny", ["lr=1"]).lr, float)
+
+
+@pytest.mark.parametrize("override, message", [
+    ("stepz=3", r"override: unknown recipe key 'stepz' \(did you mean 'steps'\?\)"),
+    ("steps=many", r"override 'steps=many': steps must be int, got 'many'"),
+    ("grad_checkpointing=maybe", "grad_checkpointing must be bool"),
+    ("loss.steps=3", "unknown recipe key 'loss.steps'"),
+    ("steps", "expected key=value"),
+    ("head=crf", "head: 'crf' is not one of"),
+    ("steps=0", "steps: must be positive"),
+    ("warmup_frac=1.5", "warmup_frac: must be in"),
+])
+def test_bad_overrides_fail_in_one_line(override, message):
+    with pytest.raises(MinisparkError, match=message) as info:
+        load_recipe("tiny", [override])
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("[train]\nstepz = 3\n", "unknown recipe key 'train.stepz'"),
+    ("[train]\nsteps = '3'\n", r"\[train\]: steps must be int, got '3'"),
+    ("[draft]\nsteps = 3\n", r"steps belongs in \[train\], not \[draft\]"),
+    ("[model]\nsteps = 3\n", r"unknown section \[model\]"),
+    ("[train\n", "unreadable recipe"),
+])
+def test_bad_recipe_files_name_file_and_key(tmp_path, body, message):
+    path = tmp_path / "bad.toml"
+    path.write_text("# minispark train --recipe bad.toml\n" + body)
+    with pytest.raises(MinisparkError, match=message) as info:
+        load_recipe(path)
+    assert str(info.value).startswith(str(path)) and "\n" not in str(info.value)
+
+
+def test_unknown_recipe_lists_the_shipped_ones():
+    with pytest.raises(MinisparkError, match="no such file or shipped recipe.*tiny"):
+        load_recipe("nope")
+
+
+def test_config_round_trips_through_json():
+    config = load_recipe("cpu-smollm2", ["seed=5"])
+    assert TrainConfig.from_dict(config.to_dict()) == config

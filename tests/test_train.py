@@ -1,0 +1,176 @@
+"""The trainer on a tiny random target's cache: packing equals one-anchor-per-row windows, only
+trainable weights move, the loss falls, resume continues bit-exactly, mismatched caches and
+configs are refused, and the checkpoint loads as a drafter.
+
+    .venv/bin/python -m pytest -q tests/test_train.py
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from minispark.cache import CacheConfig, build_cache
+from minispark.cache_format import CacheMismatchError, CacheReader
+from minispark.drafters.dspark import load_drafter
+from minispark.errors import MinisparkError
+from minispark.recipes import load_recipe, target_id
+from minispark.target import load_target
+from minispark.tiny_models import build_tiny
+from minispark.train import LATEST_FILE, AnchorPlan, Trainer, make_batch, train
+
+
+@pytest.fixture(scope="module")
+def target(tiny_dir):
+    return load_target(str(tiny_dir("llama")))
+
+
+@pytest.fixture(scope="module")
+def cache(target, tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("train-cache")
+    prompts = root / "prompts.jsonl"
+    lines = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly.", "Write a haiku.",
+             "Name four colours."]
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in lines))
+    config = CacheConfig(prompts=prompts, out=root / "cache", num_samples=16, max_new_tokens=32, layers="1,2",
+                         anchors_per_sample=8, window=16, block=4, dtype="fp32", batch_size=8)
+    build_cache(config, target=target, log=lambda _: None)
+    return config.out
+
+
+def recipe(*overrides: str):
+    return load_recipe("tiny", list(overrides))
+
+
+def test_plan_is_sample_major_and_covers_each_epoch(cache):
+    reader = CacheReader(cache)
+    plan = AnchorPlan(reader, batch_anchors=8, seed=3)
+    steps = plan.total // 8 + 1
+    stream = [i for s in range(2 * steps) for i in plan.step_anchors(s)]
+    assert sorted(stream[:plan.total]) == list(range(plan.total))  # one epoch = every anchor once
+    samples = [reader[i].sample_index for i in stream[:plan.total]]
+    runs = [s for k, s in enumerate(samples) if k == 0 or samples[k - 1] != s]
+    assert len(runs) == len(set(runs))  # a sample's anchors are contiguous in the stream
+    assert AnchorPlan(reader, 8, 3).step_anchors(steps + 1) == plan.step_anchors(steps + 1)  # pure in (seed, step)
+    assert AnchorPlan(reader, 8, 4).step_anchors(0) != plan.step_anchors(0)
+
+
+def test_packed_rows_equal_one_anchor_per_row(cache, target, tmp_path):
+    """§10.2 packing: a row holding all anchors of a sample over the union of their windows gives
+    each block the same hidden states as a row holding only that anchor and its own window."""
+    reader = CacheReader(cache)
+    trainer = Trainer(recipe(), reader, target, tmp_path)
+    model = trainer.model.eval()
+    anchors = [reader[i] for i in trainer.plan.step_anchors(0)]
+    packed = make_batch(anchors, 4)
+    assert packed.features.shape[0] < len(anchors)  # anchors really share rows
+    rows = [make_batch([a], 4) for a in anchors]
+    with torch.no_grad():
+        hidden = model.forward_train(packed.features, packed.context_positions, packed.block_tokens,
+                                     packed.anchor_positions, packed.context_valid).hidden
+        flat = hidden[packed.valid[..., 0]]  # (anchors, γ, d), in row order
+        singles = torch.cat([model.forward_train(b.features, b.context_positions, b.block_tokens,
+                                                 b.anchor_positions, b.context_valid).hidden[0] for b in rows])
+    # packed order: rows in stream order (one per run of a sample), anchors by position within a row
+    runs = [k for k in range(len(anchors)) if k == 0 or anchors[k].sample_index != anchors[k - 1].sample_index]
+    order = [i for start, end in zip(runs, runs[1:] + [len(anchors)])
+             for i in sorted(range(start, end), key=lambda i: anchors[i].position)]
+    torch.testing.assert_close(flat, singles[order], rtol=1e-5, atol=1e-5)
+    assert torch.equal(packed.valid[packed.valid[..., 0]], torch.cat([b.valid[0] for b in rows])[order])
+
+
+def test_only_trainable_weights_change(cache, target, tmp_path):
+    trainer = Trainer(recipe(), CacheReader(cache), target, tmp_path)
+    model = trainer.model
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    with_grad: list[set[str]] = []
+    trainer.optimizer.register_step_pre_hook(
+        lambda *_: with_grad.append({n for n, p in model.named_parameters() if p.grad is not None}))
+    for _ in range(3):
+        trainer.train_one()
+    trainable = {n for n, p in model.named_parameters() if not n.startswith(("embed_tokens.", "lm_head."))}
+    assert with_grad == [trainable] * 3
+    embed, lm_head = target.model.get_input_embeddings().weight, target.lm_head.weight
+    assert torch.equal(model.embed_tokens.weight, embed) and torch.equal(model.lm_head.weight, lm_head)
+    for name, p in model.named_parameters():
+        frozen = name.startswith(("embed_tokens.", "lm_head."))
+        assert p.requires_grad != frozen and p.grad is None, name
+        assert torch.equal(p, before[name]) == frozen, name
+
+
+def test_loss_falls_and_resume_is_exact(cache, target, tmp_path):
+    config = recipe("steps=40", "checkpoint_every=20", "keep_checkpoints=3")
+    full = train(config, cache, tmp_path / "a", target=target, log=None)
+    losses = [full.losses[s] for s in range(1, 41)]
+    assert sum(losses[-5:]) / 5 < 0.85 * sum(losses[:5]) / 5
+    assert [row["step"] for row in full.metrics] == [10, 20, 30, 40]
+    assert len(full.metrics[-1]["acceptance"]) == 4 and full.metrics[-1]["tokens_per_s"] > 0
+
+    resumed_dir = tmp_path / "b"
+    shutil.copytree(tmp_path / "a", resumed_dir)
+    shutil.rmtree(resumed_dir / "checkpoint-000040")
+    (resumed_dir / LATEST_FILE).write_text("checkpoint-000020\n")
+    resumed = train(config, cache, resumed_dir, resume=True, target=target, log=None)
+    assert resumed.first_step == 21
+    assert resumed.losses[21] == full.losses[21]  # bit-identical next-step loss
+    assert all(resumed.losses[s] == full.losses[s] for s in range(21, 41))
+    rows = [json.loads(line) for line in (resumed_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [row["step"] for row in rows] == [10, 20, 30, 40]
+    for name in ("model.safetensors", "config.json"):
+        assert (resumed_dir / "drafter" / name).read_bytes() == (tmp_path / "a" / "drafter" / name).read_bytes()
+
+
+def test_checkpoint_layout_loads_as_a_drafter(cache, target, tmp_path):
+    report = train(recipe("steps=4", "checkpoint_every=2"), cache, tmp_path, target=target, log=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-000002", "checkpoint-000004", "drafter", "latest",
+                                                          "metrics.jsonl", "train_config.json"]
+    assert sorted(p.name for p in (tmp_path / "checkpoint-000004").iterdir()) == [
+        "config.json", "model.safetensors", "train_config.json", "trainer.pt"]
+    embed, lm_head = target.model.get_input_embeddings().weight, target.lm_head.weight
+    drafter = load_drafter(report.drafter, embed, lm_head, "cpu", target_identity=target_id(target.identity()))
+    assert drafter.config.mask_token_id == 16 and drafter.config.block_size == 4
+    assert drafter.config.feature_layers == (1, 2) and drafter.config.window == 16
+    with pytest.raises(MinisparkError, match="already holds a training run"):
+        train(recipe("steps=4"), cache, tmp_path, target=target, log=None)
+    with pytest.raises(MinisparkError, match=r"--resume: lr differs from the checkpoint's"):
+        train(recipe("steps=4", "checkpoint_every=2", "lr=1e-3"), cache, tmp_path, resume=True, target=target, log=None)
+
+
+@pytest.mark.parametrize("override, message", [("window=8", "window mismatch"), ("block_size=3", "block mismatch"),
+                                               ("feature_layers=1,3", "layers mismatch")])
+def test_refuses_a_mismatched_cache(cache, target, tmp_path, override, message):
+    with pytest.raises(CacheMismatchError, match=message):
+        Trainer(recipe(override), CacheReader(cache), target, tmp_path)
+
+
+def test_refuses_another_target(cache, tmp_path):
+    other = load_target(str(build_tiny("llama", tmp_path / "other", seed=1)))
+    with pytest.raises(CacheMismatchError, match="target mismatch"):
+        Trainer(recipe(), CacheReader(cache), other, tmp_path)
+
+
+def test_variants_train(cache, target, tmp_path):
+    """Gradient checkpointing changes no number; 8-bit AdamW and bf16 autocast run on CPU."""
+    base = train(recipe("steps=3"), cache, tmp_path / "base", target=target, log=None).losses
+    ckpt = train(recipe("steps=3", "grad_checkpointing=true"), cache, tmp_path / "ckpt", target=target, log=None).losses
+    assert ckpt == base
+    for override in ("optimizer=adamw8bit", "dtype=bf16"):
+        config = recipe("steps=4", "checkpoint_every=2", override)
+        out = tmp_path / override
+        losses = train(config, cache, out, target=target, log=None).losses
+        assert all(torch.isfinite(torch.tensor(v)) for v in losses.values())
+        assert losses[1] == pytest.approx(base[1], rel=0.05)
+        (out / LATEST_FILE).write_text("checkpoint-000002\n")  # resume is exact here too
+        assert train(config, cache, out, resume=True, target=target, log=None).losses == {3: losses[3], 4: losses[4]}
+
+
+@pytest.mark.slow
+def test_compiled_training_matches_eager(cache, target, tmp_path):
+    """torch.compile (inductor; ~1–2 min to compile on a CPU) gives the eager losses."""
+    eager = train(recipe("steps=3"), cache, tmp_path / "eager", target=target, log=None).losses
+    compiled = train(recipe("steps=3", "compile=true"), cache, tmp_path / "compiled", target=target, log=None).losses
+    assert compiled == pytest.approx(eager, rel=1e-5)

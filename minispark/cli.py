@@ -287,6 +287,49 @@ def profile(
 
 @app.command()
 @one_line_errors
+def calibrate(
+    drafter: Path = typer.Option(..., "--drafter", help="DSpark checkpoint directory (STS is stored there)."),
+    prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts JSONL (its last N prompts are used)."),
+    num_prompts: int = typer.Option(16, "--num-prompts"),
+    target: Optional[str] = TargetOpt,
+    gamma: int = typer.Option(7, "--gamma"),
+    temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    seed: int = typer.Option(0, "--seed"),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write reliability diagrams (PNG)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Roll out the loop, report ECE/AUC/Brier per position, fit and store Sequential Temperature Scaling."""
+    from dataclasses import asdict
+
+    from minispark.calibrate import plot_reliability, reliability, render_metrics, render_reliability
+    from minispark.prompts import load_prompt_inputs
+    from minispark.rollouts import calibrate_drafter
+    from minispark.sampling import SamplingConfig
+
+    loaded = _load(target, dtype, device)
+    inputs = load_prompt_inputs(loaded, prompts, num_prompts)
+    with err_console.status("rolling out...") as status:
+        report = calibrate_drafter(loaded, drafter, inputs, gamma, SamplingConfig(temperature), max_new_tokens,
+                                   seed, progress=lambda i: status.update(f"rolled out {i}/{len(inputs)} prompts"))
+    rollouts, calibration = report.pop("rollouts"), report.pop("calibration")
+    if plot is not None:
+        plot_reliability(plot, rollouts.confidences, rollouts.accepted, calibration)
+    if as_json:
+        _print_json({**report, "before": [asdict(m) for m in report["before"]],
+                     "after": [asdict(m) for m in report["after"]]})
+        return
+    console.print(render_metrics(report["before"], report["after"]))
+    for label, cal in (("raw", None), ("STS", calibration)):
+        bins = reliability(rollouts.confidences, rollouts.accepted, 1, cal)
+        console.print(render_reliability(bins, title=f"reliability of a_1 ({label})"))
+    console.print(f"STS temperatures {', '.join(f'{t:.2f}' for t in report['temperatures'])} → {report['path']}")
+
+
+@app.command()
+@one_line_errors
 def simulate(
     conf: Optional[str] = typer.Option(None, "--conf", help="Per-position confidences, e.g. 0.9,0.8,0.7."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON."),

@@ -42,3 +42,26 @@ def embedded_target():
     from minispark.target import load_target
 
     return load_target()
+
+
+@pytest.fixture(scope="session")
+def tiny_trained_drafter(tiny_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """(target dir, drafter dir): a DSpark drafter trained briefly on a tiny Llama's cache."""
+    import json
+
+    from minispark.cache import CacheConfig, build_cache
+    from minispark.recipes import load_recipe
+    from minispark.target import load_target
+    from minispark.train import train
+
+    target_dir = tiny_dir("llama")
+    target = load_target(str(target_dir))
+    root = tmp_path_factory.mktemp("dspark")
+    prompts = root / "prompts.jsonl"
+    lines = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly."]
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in lines))
+    config = CacheConfig(prompts=prompts, out=root / "cache", num_samples=8, max_new_tokens=32, layers="1,2",
+                         anchors_per_sample=8, window=16, block=4, dtype="fp32", batch_size=8)
+    build_cache(config, target=target, log=lambda _: None)
+    report = train(load_recipe("tiny", ["steps=30"]), config.out, root / "train", target=target, log=None)
+    return target_dir, Path(report.drafter)

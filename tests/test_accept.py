@@ -20,6 +20,8 @@ from minispark.accept import accept_greedy, accept_sampling, leading_true
 from minispark.drafters.base import Drafter, FixedLength, Proposal
 from minispark.engine import speculative_generate
 from minispark.sampling import SamplingConfig, probabilities, sample
+from minispark.schedule import ScheduledLength
+from minispark.sps import SPSTable
 from minispark.target import PromptInputs, StepOutput
 
 VOCAB = 5
@@ -87,6 +89,33 @@ class FakeDrafter(Drafter):
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs))
 
 
+class ConfidentFakeDrafter(FakeDrafter):
+    """Reports a confidence c_k that depends on x_{k-1} (like the Markov confidence head), asked
+    before x_k is drawn, so a scheduler's admission can vary with the realized draft prefix."""
+
+    has_confidence = True
+
+    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
+        context = ids.tolist()
+        tokens, probs, confidences = [], [], []
+        k = 1
+        while k <= policy.max_tokens:
+            confidence = 0.95 if context[-1] % 2 == 0 else 0.35
+            if not policy.admit(k, confidence):
+                break
+            p = probabilities(DRAFT_TABLE[context[-2], context[-1]], SamplingConfig(1.0))
+            token = int(sample(p, generator))
+            tokens.append(token)
+            probs.append(p)
+            confidences.append(confidence)
+            context.append(token)
+            k += 1
+        if not tokens:
+            return Proposal.empty()
+        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs),
+                        confidences=torch.tensor(confidences))
+
+
 def exact_joint(sampling: SamplingConfig, length: int = 3) -> dict[tuple[int, ...], float]:
     joint = {}
     for seq in itertools.product(range(VOCAB), repeat=length):
@@ -98,13 +127,15 @@ def exact_joint(sampling: SamplingConfig, length: int = 3) -> dict[tuple[int, ..
     return joint
 
 
-def empirical_joint(sampling: SamplingConfig, draws: int, gamma: int) -> dict[tuple[int, ...], int]:
+def empirical_joint(sampling: SamplingConfig, draws: int, gamma: int, drafter: Drafter | None = None,
+                    policy_factory=None) -> dict[tuple[int, ...], int]:
     generator = torch.Generator().manual_seed(1234)
     prompt = PromptInputs(input_ids=torch.tensor([PROMPT]), text_positions=torch.arange(len(PROMPT)))
     counts: dict[tuple[int, ...], int] = {}
     for _ in range(draws):
-        result = speculative_generate(FakeSession(), prompt, FakeDrafter(), sampling=sampling,
-                                      policy=FixedLength(gamma), max_new_tokens=3, generator=generator)
+        policy = policy_factory() if policy_factory else FixedLength(gamma)
+        result = speculative_generate(FakeSession(), prompt, drafter or FakeDrafter(), sampling=sampling,
+                                      policy=policy, max_new_tokens=3, generator=generator)
         key = tuple(result.token_ids)
         counts[key] = counts.get(key, 0) + 1
     return counts
@@ -142,6 +173,15 @@ CONFIGS = {
 def test_speculative_sampling_matches_target_joint(name: str) -> None:
     sampling = CONFIGS[name]
     counts = empirical_joint(sampling, draws=20_000, gamma=2)
+    assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
+
+
+def test_schedule_mode_matches_target_joint() -> None:
+    """Algorithm 1 (batch-1, early stop) keeps the output distribution exact (non-anticipation)."""
+    sps = SPSTable.from_inline([1.0, 0.62, 0.5, 0.45])  # verifying costs: admission depends on c_k
+    sampling = CONFIGS["T=1"]
+    counts = empirical_joint(sampling, draws=20_000, gamma=3, drafter=ConfidentFakeDrafter(),
+                             policy_factory=lambda: ScheduledLength(sps, 3))
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 

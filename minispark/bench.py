@@ -151,3 +151,52 @@ def bench_drafter(target: Target, drafter_spec: str, prompts: Sequence[PromptInp
         report[f"T={temperature:g}"] = {"tau": merged.tau, "acceptance_per_position": merged.acceptance_per_position,
                                         "tokens_per_s": merged.tokens_per_s, "rounds": merged.rounds}
     return report
+
+
+def bench_policies(target: Target, drafter_spec: str, prompts: Sequence[PromptInputs], max_new_tokens: int = 128,
+                   gammas: Sequence[int] = tuple(range(1, 8)), thresholds: Sequence[float] = (0.3, 0.5, 0.7, 0.9),
+                   temperature: float = 0.0, sps_path: str | None = None, seed: int = 0,
+                   progress: Callable[[str], None] | None = None) -> dict:
+    """Fixed γ, threshold and schedule modes side by side: every prompt runs every mode, in an
+    order rotated per prompt, so drift spreads evenly. Reports tok/s, τ and acceptance rate."""
+    from minispark.calibrate import drafter_calibration
+    from minispark.profile import serving_table
+    from minispark.schedule import ScheduledLength, ThresholdLength, scheduler_cost_us
+
+    drafter = make_drafter(drafter_spec, target)
+    max_gamma = max(gammas)
+    calibration = drafter_calibration(drafter_spec)
+    table = serving_table(target, sps_path)
+    modes: dict[str, Callable[[], object]] = {f"fixed γ={g}": (lambda g=g: FixedLength(g)) for g in gammas}
+    if drafter.has_confidence:
+        modes.update({f"threshold {t:g}": (lambda t=t: ThresholdLength(t, max_gamma)) for t in thresholds})
+        modes["schedule"] = lambda: ScheduledLength(table, max_gamma, calibration)
+    sampling = SamplingConfig(temperature)
+    names = list(modes)
+    runs: dict[str, MethodTimes] = {name: MethodTimes() for name in names}
+    for index, inputs in enumerate(prompts):
+        rotation = names[index % len(names):] + names[: index % len(names)]
+        for name in rotation:
+            with target.session(drafter.feature_layers) as session:
+                result = speculative_generate(session, inputs, drafter, sampling, modes[name](),
+                                              max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids,
+                                              generator=make_generator(seed + index, target.device))
+            record = runs[name]
+            record.seconds.append(result.stats.wall_s)
+            record.tokens.append(result.stats.new_tokens)
+            record.stats.append(result.stats)
+            if progress:
+                progress(f"prompt {index + 1}/{len(prompts)} {name}: {result.stats.tokens_per_s:.1f} tok/s")
+    summary = {}
+    for name, record in runs.items():
+        row = record.summary()
+        proposed = sum(sum(s.proposed_lengths) for s in record.stats)
+        accepted = sum(sum(s.accepted_lengths) for s in record.stats)
+        row["acceptance_rate"] = accepted / proposed if proposed else float("nan")
+        row["mean_verified"] = proposed / sum(s.rounds for s in record.stats)
+        summary[name] = row
+    best_fixed = max((n for n in names if n.startswith("fixed")), key=lambda n: summary[n]["tokens_per_s"])
+    return {"modes": summary, "best_fixed": best_fixed, "temperature": temperature, "prompts": len(prompts),
+            "drafter": drafter_spec, "target": target.name, "sps_table": table.device,
+            "calibrated": calibration is not None, "scheduler_cost": scheduler_cost_us(),
+            "environment": environment()}

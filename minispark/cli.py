@@ -129,12 +129,15 @@ def bench(
     num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts used from --prompts."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     gamma: int = typer.Option(7, "--gamma"),
+    policies: bool = typer.Option(False, "--policies", help="With --drafter: fixed γ=1..γ vs threshold vs schedule."),
+    temperature: float = typer.Option(0.0, "--temperature", help="With --policies."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for schedule mode (default: lookup)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Benchmark decoding: baselines side by side, or one drafter's acceptance."""
-    from minispark.bench import bench_baselines, bench_drafter
+    """Benchmark decoding: baselines side by side, one drafter's acceptance, or its length policies."""
+    from minispark.bench import bench_baselines, bench_drafter, bench_policies
 
     loaded = _load(target, dtype, device)
     if drafter is None:
@@ -159,6 +162,23 @@ def bench(
     inputs = load_prompt_inputs(loaded, prompts, num_prompts) if prompts else None
     if inputs is None:
         raise MinisparkError("--drafter needs --prompts FILE.jsonl (held-out prompts)")
+    if policies:
+        with err_console.status("benchmarking length policies...") as status:
+            report = bench_policies(loaded, drafter, inputs, max_new_tokens=max_new_tokens,
+                                    gammas=tuple(range(1, gamma + 1)), temperature=temperature,
+                                    sps_path=str(sps) if sps else None, progress=lambda msg: status.update(msg))
+        if as_json:
+            _print_json(report)
+            return
+        table = Table(title=f"length policies · drafter {drafter} · T={temperature:g} · {report['prompts']} prompts")
+        for column in ("mode", "tok/s", "τ", "acceptance", "mean verified"):
+            table.add_column(column, justify="right" if column != "mode" else "left")
+        for name, row in report["modes"].items():
+            table.add_row(name, f"{row['tokens_per_s']:.2f}", f"{row['tau']:.2f}", f"{row['acceptance_rate']:.3f}",
+                          f"{row['mean_verified']:.2f}")
+        console.print(table)
+        console.print(f"best fixed: {report['best_fixed']}; scheduler cost: {report['scheduler_cost']}")
+        return
     report = bench_drafter(loaded, drafter, inputs, max_new_tokens=max_new_tokens, gamma=gamma)
     if as_json:
         _print_json(report)

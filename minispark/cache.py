@@ -298,7 +298,8 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.
     mask = answer_mask(prompt_len, seq_len)
     rng = np.random.default_rng(sample_seed(config.seed, index, 1))
     anchors = select_anchors(mask, config.anchors_per_sample, rng, config.anchor_run)
-    layout = window_layout(anchors, seq_len, config.window, config.block)
+    text_pos = full.text_positions.cpu().numpy()
+    layout = window_layout(anchors, seq_len, config.window, config.block, text_pos)
     dtype = CACHE_DTYPES[config.dtype]
     if len(anchors):
         features, final = target.capture(full, layers)  # (L, m, d), (L, d) float32
@@ -306,7 +307,6 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.
         features = torch.zeros((seq_len, len(layers), target.hidden_size))
         final = torch.zeros((seq_len, target.hidden_size))
     ids = full.input_ids[0].cpu().numpy()
-    text_pos = full.text_positions.cpu().numpy()
     ctx, hid = torch.from_numpy(layout.ctx_pos), torch.from_numpy(layout.hid_pos)
     return PackedSample(sample_index=index, prompt_len=prompt_len, seq_len=seq_len, stopped_at_eos=stopped_at_eos,
                         layout=layout, input_ids=ids[layout.tok_pos], text_pos=text_pos[layout.tok_pos],

@@ -8,7 +8,9 @@ For a sequence of L tokens whose answer (the loss mask) is ``[P, L)``:
   instead of r·W — the lever that makes windowed caches small (DeepSpec trains on dense anchors
   too: 512 per sequence);
 * each anchor needs context features for ``[a−W, a)`` (``[0, a)`` when ``W == 0``, the full-context
-  DeepSpec layout), final-norm hidden for ``[a, a+γ)`` (p_t of the γ labels) and token ids plus 1D
+  DeepSpec layout) — in text-position space, as the drafter bounds its window: the rows whose 1D
+  text position lies in ``[pos(a)−W, pos(a))``. For text models that is exactly ``[a−W, a)``; for
+  M-RoPE targets an image compresses positions, so the run may hold more rows (the whole image); final-norm hidden for ``[a, a+γ)`` (p_t of the γ labels) and token ids plus 1D
   text positions for ``[a−W, a+γ]`` (context, anchor and labels), all clipped to ``[0, L)``;
 * a sample stores the union of its anchors' windows once per kind (context / hidden / token rows),
   and each anchor maps to one contiguous ``[start, end)`` run of rows per kind.
@@ -85,11 +87,19 @@ class WindowLayout:
     anchor_tok: np.ndarray
 
 
-def window_bounds(anchors: np.ndarray, seq_len: int, window: int,
-                  block: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per-anchor ``[start, end)`` sequence intervals for the three row kinds."""
+def window_bounds(anchors: np.ndarray, seq_len: int, window: int, block: int,
+                  text_positions: np.ndarray | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per-anchor ``[start, end)`` sequence intervals for the three row kinds.
+
+    ``text_positions`` (L,) non-decreasing 1D positions (default: the indices themselves)."""
     anchors = np.asarray(anchors, dtype=np.int64)
-    ctx_start = np.zeros_like(anchors) if window == 0 else np.maximum(anchors - window, 0)
+    if window == 0:
+        ctx_start = np.zeros_like(anchors)
+    elif text_positions is None:
+        ctx_start = np.maximum(anchors - window, 0)
+    else:
+        # First row whose position reaches pos(a) − W: positions never decrease along the sequence.
+        ctx_start = np.searchsorted(text_positions, text_positions[anchors] - window, side="left").astype(np.int64)
     return {
         "ctx": (ctx_start, anchors),
         "hid": (anchors, np.minimum(anchors + block, seq_len)),
@@ -105,12 +115,13 @@ def interval_union(starts: np.ndarray, ends: np.ndarray, length: int) -> np.ndar
     return np.flatnonzero(np.cumsum(coverage[:-1]) > 0)
 
 
-def window_layout(anchors: np.ndarray, seq_len: int, window: int, block: int) -> WindowLayout:
+def window_layout(anchors: np.ndarray, seq_len: int, window: int, block: int,
+                  text_positions: np.ndarray | None = None) -> WindowLayout:
     """The union of the anchors' windows and the row run of each anchor within it."""
     if window < 0 or block < 1:
         raise ValueError(f"need window >= 0 and block >= 1, got {window}, {block}")
     rows, runs = {}, {}
-    for kind, (starts, ends) in window_bounds(anchors, seq_len, window, block).items():
+    for kind, (starts, ends) in window_bounds(anchors, seq_len, window, block, text_positions).items():
         rows[kind] = interval_union(starts, ends, seq_len)
         # Every interval lies inside the union, so its rows are one contiguous run there.
         first = np.searchsorted(rows[kind], starts)

@@ -89,3 +89,12 @@ def test_estimate_for_a_3b_vlm_is_plausible():
     assert full.full_bytes_per_sample == pytest.approx(1024 * 6 * 2048 * 2, rel=0.01)  # ~25 MB, bf16
     assert windowed.ratio < 0.6 < full.ratio < 1.0
     assert windowed.total_bytes == pytest.approx(windowed.bytes_per_sample * 5000, abs=1)
+
+
+def test_window_follows_text_positions_across_an_image():
+    """M-RoPE: 6 image rows share position 3, so a position window of 4 reaches back over them."""
+    positions = np.array([0, 1, 2, 3, 3, 3, 3, 3, 3, 4, 5, 6, 7, 8])  # rows 3..8 are one image
+    layout = window_layout(np.array([11]), 14, window=4, block=2, text_positions=positions)
+    # pos(11) = 6 → context positions [2, 6) → rows 2..10 (the image included), not rows 7..10.
+    assert layout.ctx_pos.tolist() == list(range(2, 11))
+    assert window_layout(np.array([11]), 14, window=4, block=2).ctx_pos.tolist() == [7, 8, 9, 10]

@@ -392,10 +392,34 @@ def target_id(identity: dict[str, str]) -> str:
 
 
 def mask_token(config: TrainConfig, target: Any) -> int:
-    """The recipe's mask id, else the first id past the tokenizer (an id no text can produce)."""
+    """The recipe's mask id (checked), else the first id past the tokenizer (an id no text can produce)."""
     if config.mask_token_id is not None:
+        check_mask_token(config.mask_token_id, target)
         return config.mask_token_id
     if target.vocab_size > len(target.tokenizer):
         return len(target.tokenizer)
     raise MinisparkError(f"mask_token_id: target {target.name} has no unused token id past its tokenizer; set "
                          "mask_token_id in the recipe to a token the target never generates")
+
+
+def check_mask_token(token_id: int, target: Any) -> None:
+    """Refuse a mask id the target could meet in real text: it must be an unused embedding row past
+    the tokenizer, or a special token that is not EOS/BOS/PAD and never appears in chat templates."""
+    tokenizer = target.tokenizer
+    where = f"mask_token_id={token_id}"
+    if not 0 <= token_id < target.vocab_size:
+        raise MinisparkError(f"{where}: outside the vocabulary of {target.name} ({target.vocab_size} ids)")
+    if token_id >= len(tokenizer):
+        return
+    reserved = {tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id} | set(target.eos_token_ids)
+    if token_id in reserved:
+        raise MinisparkError(f"{where}: is the target's EOS/BOS/PAD token")
+    if token_id not in set(tokenizer.all_special_ids) and token_id not in {
+            i for i, t in tokenizer.added_tokens_decoder.items() if t.special}:
+        raise MinisparkError(f"{where} ({tokenizer.convert_ids_to_tokens(token_id)!r}) is an ordinary token that "
+                             "normal text produces; pick a reserved special token or an id past the tokenizer")
+    conversation = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi, who are you?"},
+                    {"role": "assistant", "content": "I am an assistant."}]
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
+    if token_id in tokenizer(rendered, add_special_tokens=True)["input_ids"]:
+        raise MinisparkError(f"{where} ({tokenizer.convert_ids_to_tokens(token_id)!r}) appears in the chat template")

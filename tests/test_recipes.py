@@ -91,3 +91,17 @@ def test_unknown_recipe_lists_the_shipped_ones():
 def test_config_round_trips_through_json():
     config = load_recipe("cpu-smollm2", ["seed=5"])
     assert TrainConfig.from_dict(config.to_dict()) == config
+
+
+def test_mask_token_is_checked(tiny_dir) -> None:
+    from minispark.recipes import check_mask_token
+    from minispark.target import load_target
+
+    target = load_target(str(tiny_dir("llama")))
+    check_mask_token(16, target)  # <empty_output>: a special token no template uses
+    im_start = target.tokenizer.convert_tokens_to_ids("<|im_start|>")
+    for bad, reason in [(im_start, "chat template|EOS/BOS/PAD"), (target.tokenizer.eos_token_id, "EOS"),
+                        (target.tokenizer.convert_tokens_to_ids("the"), "ordinary token"),
+                        (target.vocab_size + 5, "outside the vocabulary")]:
+        with pytest.raises(MinisparkError, match=reason):
+            check_mask_token(bad, target)

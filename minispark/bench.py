@@ -60,8 +60,9 @@ class MethodTimes:
 
 def environment() -> dict:
     """Hardware and versions a benchmark ran on."""
-    device = torch.cuda.get_device_name() if torch.cuda.is_available() else platform.processor() or "cpu"
-    return {"device": device, "threads": torch.get_num_threads(), "torch": torch.__version__,
+    from minispark.profile import device_name
+
+    return {"device": device_name(), "threads": torch.get_num_threads(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version()}
 
 

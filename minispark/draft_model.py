@@ -28,14 +28,18 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minispark.draft_heads import HEADS
 from minispark.drafters.base import LengthPolicy, Proposal
 from minispark.sampling import SamplingConfig, probabilities, sample
+
+if TYPE_CHECKING:
+    from minispark.draft_cache import ContextCache
 
 HeadType = Literal["none", "vanilla", "gated", "rnn"]
 HEAD_TYPES: tuple[str, ...] = ("none", "vanilla", "gated", "rnn")
@@ -252,69 +256,6 @@ def block_attention_mask(
     block_id = torch.arange(q_len, device=anchor_positions.device) // block_size
     same_block = (block_id[:, None] == block_id[None, :]).expand(batch, q_len, q_len)  # (B, Aγ, Aγ)
     return torch.cat([sees_context, same_block], dim=-1)[:, None]  # (B, 1, Aγ, N+Aγ)
-
-
-# --------------------------------------------------------------------------------------------
-# Sequential heads (§6) and confidence head (§7.1)
-# --------------------------------------------------------------------------------------------
-
-
-class MarkovHead(nn.Module):
-    """Vanilla low-rank Markov bias ``B(x_{k−1}, ·) = W2(W1[x_{k−1}])`` (eq. 5); stateless."""
-
-    stateful = False
-
-    def __init__(self, config: DraftConfig) -> None:
-        super().__init__()
-        self.rank = config.markov_rank
-        self.markov_w1 = nn.Embedding(config.vocab_size, config.markov_rank)
-        self.markov_w2 = nn.Linear(config.markov_rank, config.vocab_size, bias=False)
-
-    def prev_embedding(self, prev_tokens: torch.Tensor) -> torch.Tensor:
-        return self.markov_w1(prev_tokens.long())
-
-    def initial_state(self, like: torch.Tensor) -> torch.Tensor | None:
-        return None
-
-    def step(self, state, prev_emb: torch.Tensor, hidden: torch.Tensor):
-        """One position: (state, W1[x_{k−1}] (..., r), h_k (..., d)) → (state, bias (..., V))."""
-        return state, self.markov_w2(prev_emb)
-
-
-class GatedMarkovHead(MarkovHead):
-    """``bias = W2(σ(W_g·[h_k ; W1[x_{k−1}]]) ⊙ W1[x_{k−1}])`` (§6.2)."""
-
-    def __init__(self, config: DraftConfig) -> None:
-        super().__init__(config)
-        self.gate_proj = nn.Linear(config.hidden_size + config.markov_rank, config.markov_rank)
-
-    def step(self, state, prev_emb, hidden):
-        gate = torch.sigmoid(self.gate_proj(torch.cat([hidden, prev_emb], dim=-1)))
-        return state, self.markov_w2(gate * prev_emb)
-
-
-class RNNHead(MarkovHead):
-    """GRU-style state over the block prefix, one joint linear (eq. 6); state starts at zero."""
-
-    stateful = True
-
-    def __init__(self, config: DraftConfig) -> None:
-        super().__init__(config)
-        self.joint_proj = nn.Linear(2 * config.markov_rank + config.hidden_size, 3 * config.markov_rank)
-
-    def initial_state(self, like: torch.Tensor) -> torch.Tensor:
-        """Zero state (..., r) for hidden ``like`` (..., d)."""
-        return like.new_zeros(*like.shape[:-1], self.rank)
-
-    def step(self, state, prev_emb, hidden):
-        z = torch.cat([state, prev_emb, hidden], dim=-1)  # (..., 2r + d)
-        gate, candidate, output = self.joint_proj(z).chunk(3, dim=-1)
-        gate = torch.sigmoid(gate)
-        state = gate * state + (1.0 - gate) * torch.tanh(candidate)
-        return state, self.markov_w2(torch.tanh(output))
-
-
-HEADS = {"vanilla": MarkovHead, "gated": GatedMarkovHead, "rnn": RNNHead}
 
 
 # --------------------------------------------------------------------------------------------
@@ -537,76 +478,3 @@ class DraftModel(nn.Module):
             probs=torch.stack(probs),  # (ℓ, V)
             confidences=torch.stack(confidences) if confidences else None,  # (ℓ,)
         )
-
-
-class ContextCache:
-    """Per-layer context K/V of committed tokens (§11.2), preallocated and grown by doubling.
-
-    Holds, for each draft layer, K (rotary applied) and V of the *projected* target features of
-    the tokens in the target KV cache, plus their 1D text positions. Draft-block K/V are never
-    stored. Rows live in ``[start, end)`` of the buffers; dropping old rows moves ``start``.
-    """
-
-    def __init__(self, config: DraftConfig, device: torch.device | str, dtype: torch.dtype, capacity: int = 256) -> None:
-        self.shape = (config.num_layers, config.num_kv_heads)  # buffers: (L, Hkv, cap, D)
-        self.head_dim = config.head_dim
-        self.device, self.dtype = torch.device(device), dtype
-        self._allocate(capacity)
-
-    def _allocate(self, capacity: int) -> None:
-        shape = (*self.shape, capacity, self.head_dim)
-        self.keys = torch.zeros(shape, device=self.device, dtype=self.dtype)
-        self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
-        self.pos = torch.zeros(capacity, device=self.device, dtype=torch.long)
-        self.start = self.end = 0
-
-    def __len__(self) -> int:
-        return self.end - self.start
-
-    @property
-    def positions(self) -> torch.Tensor:
-        """(n,) text positions of the held rows."""
-        return self.pos[self.start : self.end]
-
-    def layer_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Per layer (K, V), each (1, Hkv, n, D)."""
-        k, v = self.keys[:, :, self.start : self.end], self.values[:, :, self.start : self.end]
-        return [(k[i][None], v[i][None]) for i in range(k.shape[0])]
-
-    def clear(self) -> None:
-        self.start = self.end = 0
-
-    def append(self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor) -> None:
-        """Add rows: ``layer_kv`` per layer (1, Hkv, n, D) each, ``positions`` (n,)."""
-        n = positions.numel()
-        if self.end + n > self.pos.numel():
-            self._make_room(n)
-        new_k = torch.stack([k[0] for k, _ in layer_kv])  # (L, Hkv, n, D)
-        new_v = torch.stack([v[0] for _, v in layer_kv])
-        self.keys[:, :, self.end : self.end + n] = new_k
-        self.values[:, :, self.end : self.end + n] = new_v
-        self.pos[self.end : self.end + n] = positions
-        self.end += n
-
-    def _make_room(self, n: int) -> None:
-        held = len(self)
-        old = (self.keys, self.values, self.pos, self.start, self.end)
-        capacity = self.pos.numel()
-        while held + n > capacity:
-            capacity *= 2
-        if capacity != self.pos.numel():
-            self._allocate(capacity)
-        keys, values, pos, start, end = old
-        # Compact to the front (copy via clone: source and destination may overlap).
-        self.keys[:, :, :held] = keys[:, :, start:end].clone()
-        self.values[:, :, :held] = values[:, :, start:end].clone()
-        self.pos[:held] = pos[start:end].clone()
-        self.start, self.end = 0, held
-
-    def drop_before(self, position: int) -> None:
-        """Forget rows with text position < ``position`` (positions increase along the rows)."""
-        self.start += int((self.positions < position).sum())
-
-    def crop(self, position: int) -> None:
-        """Forget rows with text position >= ``position`` (roll back to an earlier context)."""
-        self.end = self.start + int((self.positions < position).sum())

@@ -37,7 +37,6 @@ import re
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field

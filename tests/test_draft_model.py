@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from scipy.stats import chi2, poisson
 
-from minispark.draft_model import ContextCache, DraftConfig, DraftModel, block_attention_mask
+from minispark.draft_cache import ContextCache
+from minispark.draft_model import DraftConfig, DraftModel, block_attention_mask
 from minispark.drafters.base import FixedLength, LengthPolicy
 from minispark.drafters.dspark import DSparkDrafter, load_drafter, save_drafter
 from minispark.sampling import SamplingConfig, make_generator, probabilities

@@ -18,7 +18,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from minispark.draft_model import ContextCache, DraftConfig, DraftModel
+from minispark.draft_cache import ContextCache
+from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.base import Drafter, LengthPolicy, Proposal
 from minispark.sampling import SamplingConfig
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import platform
 import statistics
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import transformers
@@ -126,31 +127,59 @@ def bench_baselines(target: Target, prompts: Sequence[str] = BENCH_PROMPTS, max_
             "environment": environment()}
 
 
+@contextmanager
+def timed_methods(obj: object, names: Sequence[str]) -> Iterator[list[float]]:
+    """Accumulate the wall time spent in ``obj``'s methods ``names`` (instance-level wrappers)."""
+    spent = [0.0]
+    for name in names:
+        original = getattr(obj, name)
+
+        def timed(*args, _original=original, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                spent[0] += time.perf_counter() - start
+
+        setattr(obj, name, timed)
+    try:
+        yield spent
+    finally:
+        for name in names:
+            delattr(obj, name)
+
+
 def bench_drafter(target: Target, drafter_spec: str, prompts: Sequence[PromptInputs], max_new_tokens: int = 128,
                   gamma: int = 7, seed: int = 0, temperatures: Sequence[float] = (0.0, 1.0)) -> dict:
-    """τ, per-position acceptance and tok/s of one drafter on held-out prompts, at each temperature."""
+    """τ, per-position acceptance and tok/s of one drafter on held-out prompts, at each temperature.
+
+    For a DSpark drafter with a sequential head it also reports the head's share of round time
+    (time inside the head's bias computations over the whole decode wall time)."""
     drafter = make_drafter(drafter_spec, target)
     report: dict = {"drafter": drafter_spec, "target": target.name, "gamma": gamma, "prompts": len(prompts),
                     "environment": environment()}
+    head = getattr(getattr(drafter, "model", None), "markov", None)
     for temperature in temperatures:
         sampling = SamplingConfig(temperature)
         generator = make_generator(seed, target.device)
         proposed: list[int] = []
         accepted: list[int] = []
         tokens, seconds = 0, 0.0
-        for inputs in prompts:
-            with target.session(drafter.feature_layers) as session:
-                result = speculative_generate(session, inputs, drafter, sampling, FixedLength(gamma),
-                                              max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids,
-                                              generator=generator)
-            proposed += result.stats.proposed_lengths
-            accepted += result.stats.accepted_lengths
-            tokens += result.stats.new_tokens
-            seconds += result.stats.wall_s
+        with timed_methods(head, ("prev_embedding", "step")) if head is not None else nullcontext([0.0]) as spent:
+            for inputs in prompts:
+                with target.session(drafter.feature_layers) as session:
+                    result = speculative_generate(session, inputs, drafter, sampling, FixedLength(gamma),
+                                                  max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids,
+                                                  generator=generator)
+                proposed += result.stats.proposed_lengths
+                accepted += result.stats.accepted_lengths
+                tokens += result.stats.new_tokens
+                seconds += result.stats.wall_s
         merged = GenerationStats(rounds=len(proposed), accepted_lengths=accepted, proposed_lengths=proposed,
                                  new_tokens=tokens, wall_s=seconds)
         report[f"T={temperature:g}"] = {"tau": merged.tau, "acceptance_per_position": merged.acceptance_per_position,
-                                        "tokens_per_s": merged.tokens_per_s, "rounds": merged.rounds}
+                                        "tokens_per_s": merged.tokens_per_s, "rounds": merged.rounds,
+                                        "sequential_head_share": spent[0] / seconds if head is not None else None}
     return report
 
 

@@ -184,11 +184,13 @@ def bench(
         _print_json(report)
         return
     table = Table(title=f"drafter {drafter} on {report['prompts']} prompts")
-    for column in ("temperature", "τ", "tok/s", "acceptance per position"):
+    for column in ("temperature", "τ", "tok/s", "head share", "acceptance per position"):
         table.add_column(column)
     for key in (k for k in report if k.startswith("T=")):
         row = report[key]
+        share = row["sequential_head_share"]
         table.add_row(key, f"{row['tau']:.2f}", f"{row['tokens_per_s']:.2f}",
+                      "" if share is None else f"{100 * share:.2f}%",
                       " ".join(f"{a:.2f}" for a in row["acceptance_per_position"]))
     console.print(table)
 

@@ -82,3 +82,4 @@ def test_bench_policies_and_drafter_reports(setup) -> None:
     assert report["modes"]["fixed γ=2"]["mean_verified"] == 2.0
     drafter_report = bench_drafter(target, str(drafter_dir), inputs, max_new_tokens=12, gamma=4)
     assert {"T=0", "T=1"} <= set(drafter_report) and drafter_report["T=0"]["tau"] >= 1.0
+    assert 0.0 < drafter_report["T=0"]["sequential_head_share"] < 1.0

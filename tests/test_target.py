@@ -87,13 +87,28 @@ def test_text_positions_follow_mrope_temporal_component(tiny_dir, test_image) ->
                                                       int(inputs.text_positions[-1]) + 2]
 
 
-def test_load_in_4bit_generates(tiny_dir) -> None:
+@pytest.mark.parametrize("bits", [4, 8])
+def test_quantized_target_generates(tiny_dir, bits: int) -> None:
     pytest.importorskip("bitsandbytes")
-    target = load_target(str(tiny_dir("llama")), load_in_4bit=True)
     from minispark.generate import generate
 
+    target = load_target(str(tiny_dir("llama")), load_in_4bit=bits == 4, load_in_8bit=bits == 8)
+    assert type(target.decoder.layers[0].mlp.down_proj).__module__.startswith("bitsandbytes")
     out = generate(target, "Hello", drafter="lookup", max_new_tokens=8)
     assert len(out.result.token_ids) == 8
+
+
+def test_stop_strings_cut_after_the_first_occurrence(tiny_llama: Target) -> None:
+    from minispark.generate import generate
+
+    full = generate(tiny_llama, "Hello there", drafter="lookup", max_new_tokens=24)
+    stop = full.text[5:9]
+    assert stop.strip(), full.text
+    out = generate(tiny_llama, "Hello there", drafter="lookup", max_new_tokens=24, stop_strings=[stop])
+    assert out.result.stop_reason == "stop" and stop in out.text
+    assert full.result.token_ids[: len(out.result.token_ids)] == out.result.token_ids
+    shorter = tiny_llama.tokenizer.decode(out.result.token_ids[:-1], skip_special_tokens=True)
+    assert stop not in shorter  # the shortest prefix that contains the stop string
 
 
 def test_cli_generate_json(tiny_dir) -> None:

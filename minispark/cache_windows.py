@@ -7,8 +7,8 @@ For a sequence of L tokens whose answer (the loss mask) is ``[P, L)``:
   anchors: a run of r anchors shares one context window, so it stores W + r − 1 context rows
   instead of r·W — the lever that makes windowed caches small (DeepSpec trains on dense anchors
   too: 512 per sequence);
-* each anchor needs context features for ``[a−W, a)`` (``[0, a)`` when ``W == 0``, the full-context
-  DeepSpec layout) — in text-position space, as the drafter bounds its window: the rows whose 1D
+* each anchor needs context features for ``[a−W, a)`` (``[0, a)`` when ``W == 0``; a W = 0 cache stores
+  every token, the full-sequence DeepSpec layout, for comparison) — in text-position space, as the drafter bounds its window: the rows whose 1D
   text position lies in ``[pos(a)−W, pos(a))``. For text models that is exactly ``[a−W, a)``; for
   M-RoPE targets an image compresses positions, so the run may hold more rows (the whole image); final-norm hidden for ``[a, a+γ)`` (p_t of the γ labels) and token ids plus 1D
   text positions for ``[a−W, a+γ]`` (context, anchor and labels), all clipped to ``[0, L)``;
@@ -122,7 +122,8 @@ def window_layout(anchors: np.ndarray, seq_len: int, window: int, block: int,
         raise ValueError(f"need window >= 0 and block >= 1, got {window}, {block}")
     rows, runs = {}, {}
     for kind, (starts, ends) in window_bounds(anchors, seq_len, window, block, text_positions).items():
-        rows[kind] = interval_union(starts, ends, seq_len)
+        # W = 0 is the DeepSpec layout, kept for comparison: every token of the sequence is stored.
+        rows[kind] = np.arange(seq_len) if window == 0 else interval_union(starts, ends, seq_len)
         # Every interval lies inside the union, so its rows are one contiguous run there.
         first = np.searchsorted(rows[kind], starts)
         runs[kind] = np.stack([first, first + (ends - starts)], axis=1).reshape(-1, 2)  # (A, 2)

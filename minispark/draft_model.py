@@ -451,6 +451,9 @@ class DraftModel(nn.Module):
         then draw x_k from p_k = probabilities(U_k + B_k(x_{k−1}, …)). ``hidden`` is (γ, d)."""
         prev = anchor_token.reshape(()).to(hidden.device)
         state = self.markov.initial_state(hidden[0]) if self.markov is not None else None
+        # The parallel pass's base logits U_k for every position in one GEMM: the lm_head weights are
+        # read once per block, not once per position (they dominate the sequential loop's memory traffic).
+        base = self.lm_head(hidden)  # (γ, V)
         tokens, probs, confidences = [], [], []
         for k in range(1, hidden.shape[0] + 1):
             h = hidden[k - 1]  # (d,)
@@ -463,18 +466,21 @@ class DraftModel(nn.Module):
                 break
             if c is not None:
                 confidences.append(c)
-            logits = self.lm_head(h)  # (V,)
+            logits = base[k - 1]  # (V,)
             if self.markov is not None:
                 state, bias = self.markov.step(state, prev_emb, h)
                 logits = logits + bias
-            p = probabilities(logits.float(), sampling)  # (V,)
-            prev = sample(p, generator)
+            if sampling.greedy:
+                prev = logits.argmax()  # p_d is the one-hot of the argmax: Proposal.probs=None says so
+            else:
+                p = probabilities(logits.float(), sampling)  # (V,)
+                prev = sample(p, generator)
+                probs.append(p)
             tokens.append(prev)
-            probs.append(p)
         if not tokens:
             return Proposal.empty(hidden.device)
         return Proposal(
             tokens=torch.stack(tokens),  # (ℓ,)
-            probs=torch.stack(probs),  # (ℓ, V)
+            probs=torch.stack(probs) if probs else None,  # (ℓ, V); None = one-hot (greedy)
             confidences=torch.stack(confidences) if confidences else None,  # (ℓ,)
         )

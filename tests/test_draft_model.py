@@ -183,7 +183,9 @@ def test_train_forward_equals_incremental_inference(head: str, window: int) -> N
             torch.testing.assert_close(proposal.confidences, confidence[r])
             if sampling.greedy:
                 assert torch.equal(proposal.tokens, logits[r].argmax(-1))
-            torch.testing.assert_close(proposal.probs, probabilities(logits[r], sampling))
+                assert proposal.probs is None  # greedy p_d is the one-hot of the proposed tokens
+            else:
+                torch.testing.assert_close(proposal.probs, probabilities(logits[r], sampling))
 
 
 def test_cache_crop_rolls_back_a_commit() -> None:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 DEFAULT_BINS = 15
 #: Temperatures tried per position: log-spaced 0.1..10, plus exactly 1 (so the fit can keep raw).
 DEFAULT_GRID = np.unique(np.concatenate([np.geomspace(0.1, 10.0, 193), [1.0]]))
+#: Per-position logit shifts searched with the temperatures (0 included: plain temperature scaling).
+DEFAULT_SHIFTS = np.linspace(-4.0, 4.0, 33)
 CALIBRATION_VERSION = 1
 #: STS temperatures are stored beside the drafter checkpoint under this name.
 CALIBRATION_FILE = "calibration.json"
@@ -48,13 +50,18 @@ class CalibrationError(MinisparkError):
 
 @dataclass
 class Calibration:
-    """Per-position temperatures T_1..T_γ; calibrated c_k = σ(logit(c_k) / T_k).
+    """Per-position temperatures T_1..T_γ and logit shifts b_1..b_γ; c_k ↦ σ((logit(c_k) + b_k) / T_k).
+
+    A temperature alone only moves scores toward or away from 0.5, so it cannot fix a head whose
+    scores sit on the wrong side of 0.5 (e.g. trained where acceptance was high, served where it is
+    low); the shift can. Both keep each position's ranking (the map is increasing in c_k).
 
     ``drafter``/``target`` identify what the temperatures were fitted for; ``rounds`` and
     ``n_bins`` describe the fit and ``metrics`` holds ECE/AUC/Brier before and after.
     """
 
     temperatures: list[float]
+    shifts: list[float] = field(default_factory=list)
     drafter: str = ""
     target: str = ""
     rounds: int = 0
@@ -64,6 +71,9 @@ class Calibration:
 
     def __post_init__(self) -> None:
         self.temperatures = [float(t) for t in self.temperatures]
+        self.shifts = [float(b) for b in self.shifts] or [0.0] * len(self.temperatures)
+        if len(self.shifts) != len(self.temperatures) or not all(math.isfinite(b) for b in self.shifts):
+            raise CalibrationError(f"calibration shifts must be finite, one per temperature, got {self.shifts}")
         bad = [t for t in self.temperatures if not (math.isfinite(t) and t > 0)]
         if bad:
             raise CalibrationError(
@@ -75,10 +85,10 @@ class Calibration:
         return len(self.temperatures)
 
     def scale(self, position: int, confidence: float) -> float:
-        """σ(logit(c)/T_position) for one float (1-based position); 0 and 1 stay 0 and 1."""
+        """σ((logit(c) + b)/T) at a 1-based position for one float; 0 and 1 stay 0 and 1."""
         if confidence <= 0.0 or confidence >= 1.0:
             return min(max(confidence, 0.0), 1.0)
-        z = math.log(confidence / (1.0 - confidence)) / self.temperatures[position - 1]
+        z = (math.log(confidence / (1.0 - confidence)) + self.shifts[position - 1]) / self.temperatures[position - 1]
         # Two branches so exp never overflows for very confident scores.
         if z >= 0:
             return 1.0 / (1.0 + math.exp(-z))
@@ -94,7 +104,7 @@ class Calibration:
                 f"{confidences.shape[-1]} positions"
             )
         temps = np.asarray(self.temperatures[: confidences.shape[-1]])
-        return temperature_scale(confidences, temps)
+        return temperature_scale(confidences, temps, np.asarray(self.shifts[: confidences.shape[-1]]))
 
     def save(self, path: str | Path) -> Path:
         return write_json_atomic(path, asdict(self))
@@ -132,11 +142,12 @@ class Calibration:
             raise CalibrationError(f"{path}: {err}") from None
 
 
-def temperature_scale(confidences: np.ndarray, temperatures: np.ndarray | float) -> np.ndarray:
-    """σ(logit(c)/T), elementwise with broadcasting; c = 0 → 0, c = 1 → 1, NaN → NaN."""
+def temperature_scale(confidences: np.ndarray, temperatures: np.ndarray | float,
+                      shifts: np.ndarray | float = 0.0) -> np.ndarray:
+    """σ((logit(c) + b)/T), elementwise with broadcasting; c = 0 → 0, c = 1 → 1, NaN → NaN."""
     c = np.asarray(confidences, dtype=np.float64)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        z = (np.log(c) - np.log1p(-c)) / temperatures
+        z = (np.log(c) - np.log1p(-c) + shifts) / temperatures
         return 1.0 / (1.0 + np.exp(-z))
 
 
@@ -284,34 +295,42 @@ def fit_sts(
     n_bins: int = DEFAULT_BINS,
     drafter: str = "",
     target: str = "",
+    shifts: np.ndarray | None = None,
 ) -> Calibration:
-    """Fit T_1..T_γ left to right, each minimising the ECE of the cumulative product at k.
+    """Fit (T_k, b_k) left to right, each minimising the ECE of the cumulative product at k.
 
-    Ties in ECE go to the temperature closest to 1 (in log scale); positions never proposed keep
-    T = 1. The returned calibration's ``metrics`` holds per-position metrics before and after.
+    The search is a grid over ``grid`` temperatures × ``shifts`` logit shifts (``shifts=(0.0,)``
+    is plain temperature scaling). Ties in ECE go to the simplest map (T closest to 1 in log
+    scale, then the smallest |b|); positions never proposed keep the identity.
     """
     conf, acc = check_rollouts(confidences, accepted)
     grid = DEFAULT_GRID if grid is None else np.asarray(grid, dtype=np.float64)
     if grid.ndim != 1 or grid.size == 0 or np.any(grid <= 0):
         raise ValueError("temperature grid must be a non-empty 1D array of positive values")
+    shifts = DEFAULT_SHIFTS if shifts is None else np.asarray(shifts, dtype=np.float64)
+    temps_flat = np.repeat(grid, shifts.size)  # (G·S,): every (T, b) pair
+    shifts_flat = np.tile(shifts, grid.size)
+    simplicity = np.abs(np.log(temps_flat)) + 1e-3 * np.abs(shifts_flat)
     labels = prefix_labels(acc, conf.shape[1]).astype(np.float64)
     prefix = np.ones(conf.shape[0])  # calibrated ∏_{i<k} per round (NaN once unproposed)
-    temperatures = []
+    temperatures, fitted_shifts = [], []
     for k in range(conf.shape[1]):
         mask = ~np.isnan(conf[:, k])
         if not mask.any():
             temperatures.append(1.0)
+            fitted_shifts.append(0.0)
             continue
         candidates = prefix[mask][None, :] * temperature_scale(
-            conf[mask, k][None, :], grid[:, None]
-        )  # (G, N)
-        errors = _ece_grid(candidates, labels[mask, k], n_bins)  # (G,)
+            conf[mask, k][None, :], temps_flat[:, None], shifts_flat[:, None]
+        )  # (G·S, N)
+        errors = _ece_grid(candidates, labels[mask, k], n_bins)  # (G·S,)
         near_best = np.flatnonzero(errors <= errors.min() + 1e-12)
-        best = near_best[np.argmin(np.abs(np.log(grid[near_best])))]
-        temperatures.append(float(grid[best]))
-        prefix = prefix * temperature_scale(conf[:, k], grid[best])
+        best = near_best[np.argmin(simplicity[near_best])]
+        temperatures.append(float(temps_flat[best]))
+        fitted_shifts.append(float(shifts_flat[best]))
+        prefix = prefix * temperature_scale(conf[:, k], temps_flat[best], shifts_flat[best])
     calibration = Calibration(
-        temperatures, drafter=drafter, target=target, rounds=int(conf.shape[0]), n_bins=n_bins
+        temperatures, fitted_shifts, drafter=drafter, target=target, rounds=int(conf.shape[0]), n_bins=n_bins
     )
     calibration.metrics = {
         name: [_json_safe(asdict(m)) for m in position_metrics(conf, acc, cal, n_bins)]

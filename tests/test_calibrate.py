@@ -158,3 +158,17 @@ def test_plot_reliability_writes_png(tmp_path):
     conf, accepted, _ = synthetic_rollouts(rounds=300, gamma=2, seed=5)
     path = plot_reliability(tmp_path / "rel.png", conf, accepted, fit_sts(conf, accepted))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_shift_fixes_a_head_on_the_wrong_side_of_one_half() -> None:
+    """Scores ~0.6 where acceptance is ~0.1: a temperature alone cannot cross 0.5, the shift can."""
+    rng = np.random.default_rng(0)
+    conf = rng.uniform(0.5, 0.7, size=(4000, 1))
+    accepted = (rng.random(4000) < (conf[:, 0] - 0.5)).astype(np.int64)  # true rate 0.0–0.2, rising with c
+    plain = fit_sts(conf, accepted, shifts=np.array([0.0]))
+    shifted = fit_sts(conf, accepted)
+    raw = position_metrics(conf, accepted)[0]
+    after_plain = position_metrics(conf, accepted, plain)[0]
+    after_shift = position_metrics(conf, accepted, shifted)[0]
+    assert after_plain.ece > 0.3 and after_shift.ece < 0.03
+    assert shifted.shifts[0] < 0 and after_shift.auc == pytest.approx(raw.auc)  # order preserved

@@ -12,7 +12,7 @@ concatenated and addressed through offsets and per-anchor ``[start, end)`` row r
     per anchor (A):  anchor_sample (shard-local sample), anchor_pos (i32),
                      anchor_ctx, anchor_hid, anchor_tok (A, 2) i64 shard-wide row runs
 
-Shards are written to ``NAME.tmp``, fsynced and renamed, so a file with a shard's name is always
+Shards are written to a ``.NAME.*.tmp`` temp file, fsynced and renamed, so a file with a shard's name is always
 complete; the manifest lists each finished shard with its size and sha256, and the reader refuses a
 missing, truncated, corrupt or foreign shard naming the file.
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import hashlib
 import json
 import mmap
-import os
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ import safetensors.torch
 import torch
 
 from minispark.cache_windows import WindowLayout
+from minispark.atomic import write_bytes_atomic
 from minispark.errors import MinisparkError
 
 FORMAT = "minispark-cache"
@@ -141,12 +141,12 @@ def write_shard(path: Path, tensors: dict[str, torch.Tensor], metadata: dict[str
     # One metadata key holding canonical JSON: safetensors writes several keys in hash order,
     # which would make otherwise identical shards differ byte-wise.
     data = safetensors.torch.save(tensors, metadata={FORMAT: json.dumps(metadata, sort_keys=True)})
-    _write_atomic(path, data)
+    write_bytes_atomic(path, data)
     return {"file": path.name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
 
 
 def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
-    _write_atomic(directory / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
+    write_bytes_atomic(directory / MANIFEST, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
@@ -163,20 +163,6 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise CacheError(f"{path}: format version {manifest.get('format_version')} "
                          f"(this minispark reads {FORMAT_VERSION}); rebuild the cache")
     return manifest
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory)  # make the rename itself durable
-    finally:
-        os.close(directory)
 
 
 # ---------------------------------------------------------------------- reading

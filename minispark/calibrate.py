@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from minispark.errors import MinisparkError
-from minispark.sps import write_json_atomic
+from minispark.atomic import write_json_atomic
 
 if TYPE_CHECKING:
     from rich.table import Table

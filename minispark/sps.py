@@ -20,15 +20,14 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from minispark.atomic import write_json_atomic
 from minispark.errors import MinisparkError
 
 SCHEMA_VERSION = 1
@@ -58,24 +57,6 @@ def sanitize_name(name: str) -> str:
 
 def table_filename(device: str, target: str) -> str:
     return f"{sanitize_name(device)}__{sanitize_name(target)}.json"
-
-
-def write_json_atomic(path: str | Path, data: Any) -> Path:
-    """Write ``data`` as JSON so no reader sees a half-written file (temp file + os.replace)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
+from minispark.atomic import write_json_atomic
 from minispark.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
 
@@ -422,8 +423,5 @@ def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
             changed = True
         digest.update(path.name.encode() + memo[key].encode())
     if changed:
-        memo_path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(memo))
-        os.replace(tmp, memo_path)
+        write_json_atomic(memo_path, memo)
     return digest.hexdigest()[:16]

@@ -43,6 +43,7 @@ import torch
 import torch.utils.checkpoint
 from safetensors.torch import load_file
 
+from minispark.atomic import write_text_atomic
 from minispark.cache_format import Anchor, CacheReader, config_hash
 from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.dspark import CONFIG_FILE, WEIGHTS_FILE, save_drafter
@@ -312,7 +313,7 @@ class Trainer:
             os.replace(tmp / name, self.out / name)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        _write_text_atomic(self.out / LATEST_FILE, name + "\n")
+        write_text_atomic(self.out / LATEST_FILE, name + "\n")
         kept = sorted(self.out.glob("checkpoint-*"))
         for old in kept[:-self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
@@ -345,12 +346,6 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.step = int(state["step"])
         return path
-
-
-def _write_text_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str | Path | None = None, *,
@@ -389,11 +384,11 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     if resume:
         path = trainer.restore()
         kept = [line for line in _read_lines(metrics_path) if json.loads(line)["step"] <= trainer.step]
-        _write_text_atomic(metrics_path, "".join(kept))
+        write_text_atomic(metrics_path, "".join(kept))
         if log:
             log(f"resumed from {path} at step {trainer.step}")
     else:
-        _write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
+        write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
         metrics_path.write_text("")
     report = TrainReport(out=out, drafter=out / "drafter", first_step=trainer.step + 1, last_step=trainer.step)
     with _Meter(config, trainer.step, progress) as meter, metrics_path.open("a") as metrics:

@@ -34,7 +34,7 @@ from minispark.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, 
                                      select_anchors, window_layout)
 from minispark.errors import MinisparkError
 from minispark.prompts import PromptSample, load_prompts, prompt_file_hash
-from minispark.regenerate import regenerate, sample_seed
+from minispark.regenerate import Answer, regenerate, sample_seed
 from minispark.sampling import SamplingConfig
 from minispark.target import PromptInputs, Target, load_target
 
@@ -212,7 +212,11 @@ def _estimate(config: CacheConfig, target: Target, samples: list[PromptSample], 
 
 def manifest_config(config: CacheConfig, target: Target, layers: list[int], prompts_hash: str,
                     num_prompts: int) -> dict[str, Any]:
-    """The part of the manifest a cache is identified by (resume and training compare it)."""
+    """The part of the manifest a cache is identified by (resume and training compare it).
+
+    The sample count is not part of it: sample i is a pure function of (config, i), so a cache
+    grows by asking for more samples with the same flags (new shards are appended).
+    """
     quantization = "4bit" if config.load_in_4bit else "8bit" if config.load_in_8bit else None
     return {
         "target": target.identity(),
@@ -223,7 +227,6 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
         "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
         "seed": config.seed, "anchors_per_sample": config.anchors_per_sample, "anchor_run": config.anchor_run,
         "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
-        "num_samples": config.num_samples or num_prompts,
         "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
                      "max_new_tokens": config.max_new_tokens},
         # Batch composition changes logits by float noise, so it is part of what makes bytes reproducible.
@@ -243,10 +246,11 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
     started = time.perf_counter()
     samples, target, layers = prepare(config, target)
     cfg = manifest_config(config, target, layers, prompt_file_hash(config.prompts, samples), len(samples))
-    num_samples = cfg["num_samples"]
+    num_samples = config.num_samples or len(samples)
     num_shards = math.ceil(num_samples / config.samples_per_shard)
     config.out.mkdir(parents=True, exist_ok=True)
-    done = _resumable_shards(config.out, cfg, num_shards, log)
+    counts = [len(_shard_range(k, config, num_samples)) for k in range(num_shards)]
+    done = _resumable_shards(config.out, cfg, counts, log)
     todo = [k for k in range(num_shards) if k not in done]
     if todo and not config.force:
         _check_disk(config, target, samples, layers, sum(len(_shard_range(k, config, num_samples)) for k in todo))
@@ -260,7 +264,7 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
             metadata = {"config_hash": stamp, "shard": k, "first_sample": indices[0], "num_samples": len(indices)}
             entry = write_shard(config.out / shard_name(k), tensors, metadata)
             done[k] = entry | _shard_stats(tensors, len(layers), target.hidden_size, config.dtype)
-            write_manifest(config.out, _manifest(cfg, done, num_shards))
+            write_manifest(config.out, _manifest(cfg, done, num_shards, num_samples))
             if on_shard is not None:
                 on_shard(k)
     entries = [done[k] for k in range(num_shards)]
@@ -283,17 +287,16 @@ def _build_samples(target: Target, samples: list[PromptSample], indices: list[in
     for start in range(0, len(order), config.batch_size):
         batch = order[start:start + config.batch_size]
         answers = regenerate(target, [prompts[i] for i in batch], [sample_seed(config.seed, i, 0) for i in batch],
-                             config.sampling, config.max_new_tokens)
+                             config.sampling, config.max_new_tokens, capture_layers=layers)
         for i, answer in zip(batch, answers):
-            packed[i] = pack_sample(target, i, prompts.pop(i), answer.tokens, answer.stopped_at_eos, layers, config)
+            packed[i] = pack_sample(target, i, prompts.pop(i), answer, config)
         bar.advance(len(batch), sum(len(a.tokens) for a in answers))
     return [packed[i] for i in indices]
 
 
-def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.Tensor, stopped_at_eos: bool,
-                layers: list[int], config: CacheConfig) -> PackedSample:
-    """Capture the full sequence once and keep only the rows of the sample's anchor windows."""
-    full = target.extend(prompt, answer)  # (1, P + n); generated tokens continue the text positions
+def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: Answer, config: CacheConfig) -> PackedSample:
+    """Keep only the rows of the sample's anchor windows from the features captured while generating."""
+    full = target.extend(prompt, answer.tokens)  # (1, P + n); generated tokens continue the text positions
     prompt_len, seq_len = prompt.length, full.length
     mask = answer_mask(prompt_len, seq_len)
     rng = np.random.default_rng(sample_seed(config.seed, index, 1))
@@ -301,17 +304,12 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: torch.
     text_pos = full.text_positions.cpu().numpy()
     layout = window_layout(anchors, seq_len, config.window, config.block, text_pos)
     dtype = CACHE_DTYPES[config.dtype]
-    if len(anchors):
-        features, final = target.capture(full, layers)  # (L, m, d), (L, d) float32
-    else:  # answer shorter than 2 tokens: nothing to train on, skip the forward
-        features = torch.zeros((seq_len, len(layers), target.hidden_size))
-        final = torch.zeros((seq_len, target.hidden_size))
     ids = full.input_ids[0].cpu().numpy()
     ctx, hid = torch.from_numpy(layout.ctx_pos), torch.from_numpy(layout.hid_pos)
-    return PackedSample(sample_index=index, prompt_len=prompt_len, seq_len=seq_len, stopped_at_eos=stopped_at_eos,
-                        layout=layout, input_ids=ids[layout.tok_pos], text_pos=text_pos[layout.tok_pos],
-                        loss_mask=mask[layout.tok_pos], features=features[ctx].to(dtype),
-                        final_hidden=final[hid].to(dtype))
+    return PackedSample(sample_index=index, prompt_len=prompt_len, seq_len=seq_len,
+                        stopped_at_eos=answer.stopped_at_eos, layout=layout, input_ids=ids[layout.tok_pos],
+                        text_pos=text_pos[layout.tok_pos], loss_mask=mask[layout.tok_pos],
+                        features=answer.features[ctx].to(dtype), final_hidden=answer.final_hidden[hid].to(dtype))
 
 
 def _shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:
@@ -322,19 +320,25 @@ def _shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size:
             "full_bytes": sum(full_bytes(int(n), num_layers, hidden_size, dtype) for n in seq_len)}
 
 
-def _manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: int) -> dict[str, Any]:
+def _manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: int,
+              num_samples: int) -> dict[str, Any]:
     """The manifest for the shards finished so far; deterministic (no times) so resumes match byte for byte."""
     entries = [done[k] for k in sorted(done)]
     complete = len(entries) == num_shards
     keys = ("samples", "generated_tokens", "anchors", "bytes", "full_bytes")
     totals = {key: sum(e[key] for e in entries) for key in keys}
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "minispark_version": __version__, "config": cfg,
-            "num_shards": num_shards, "shards": entries, "complete": complete, "totals": totals}
+            "num_samples": num_samples, "num_shards": num_shards, "shards": entries, "complete": complete,
+            "totals": totals}
 
 
-def _resumable_shards(out: Path, cfg: dict[str, Any], num_shards: int,
+def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
                       log: Callable[[str], None]) -> dict[int, dict]:
-    """Finished shards already in ``out`` for this exact config; refuse a different cache's directory."""
+    """Finished shards already in ``out`` for this exact config; refuse a different cache's directory.
+
+    ``counts[k]`` is how many samples shard k holds at the requested size; a shorter last shard of
+    a smaller build is rebuilt when the cache grows, and shrinking a cache is refused.
+    """
     listed: dict[str, dict] = {}
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
@@ -343,30 +347,41 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], num_shards: int,
             key = next(k for k in sorted(set(cfg) | set(old)) if cfg.get(k) != old.get(k))
             raise CacheMismatchError(f"{out / MANIFEST}: --out holds a cache built with a different {key} "
                                      f"({old.get(key)!r}, now {cfg.get(key)!r}); use another --out or delete it")
+        have = int(manifest.get("num_samples", manifest["totals"]["samples"]))
+        if have > sum(counts):
+            raise CacheMismatchError(f"{out / MANIFEST}: --out already holds {have} samples; --num-samples "
+                                     f"{sum(counts)} would shrink it (a cache only grows)")
         listed = {e["file"]: e for e in manifest["shards"]}
-    for stale in out.glob("*.tmp"):
-        stale.unlink()  # a write cut short by a kill
+    for stale in out.glob(".shard-*.tmp"):
+        stale.unlink()  # our own write cut short by a kill (atomic writes use ".NAME.*.tmp")
     stamp = config_hash(cfg)
     done = {}
-    for k in range(num_shards):
+    for k, count in enumerate(counts):
         path = out / shard_name(k)
         if not path.exists():
             continue
         entry = listed.get(path.name)
         if entry is not None and path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]:
-            done[k] = entry
+            if entry["samples"] == count:
+                done[k] = entry
+            else:
+                log(f"{path}: the cache grows past this shard's {entry['samples']} samples; rebuilding it")
+                path.unlink()
             continue
         try:  # renamed but not yet listed (killed between the two), or corrupt
             shard = ShardFile(path)
-            ok = entry is None and shard.metadata.get("config_hash") == stamp and shard.metadata.get("shard") == k
+            ok = (entry is None and shard.metadata.get("config_hash") == stamp and shard.metadata.get("shard") == k
+                  and shard.metadata.get("num_samples") == count)
         except CacheError:
             ok = False
+        if not ok and entry is None:  # not listed by our manifest: someone else's file, never ours to delete
+            raise CacheMismatchError(f"{path}: exists but is not a shard of this cache; use another --out")
         if ok:
             tensors = {key: shard[key] for key in ("seq_len", "prompt_len", "sample_index", "anchor_pos")}
             done[k] = {"file": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path)} | \
                 _shard_stats(tensors, len(cfg["layers"]), cfg["target_model"]["hidden_size"], cfg["dtype"])
         else:
-            log(f"{path}: corrupt or truncated shard; regenerating it")
+            log(f"{path}: corrupt, truncated or outdated shard; regenerating it")
             path.unlink()
     return done
 

@@ -186,7 +186,7 @@ def _optimizer_bytes(params: list[torch.Tensor], name: str) -> int:
 
 
 def batch_bytes(draft: DraftConfig, shape: BatchShape, cache_dtype: str) -> int:
-    """Bytes of a packed :class:`~minispark.train.Batch` of ``shape``."""
+    """Bytes of a packed :class:`~minispark.anchor_batches.Batch` of ``shape``."""
     r, n, a, g = shape.rows, shape.context, shape.anchors, draft.block_size
     item = CACHE_BYTES[cache_dtype]
     return (r * n * draft.feature_size * item + r * a * g * draft.hidden_size * item  # features, target hidden
@@ -253,8 +253,8 @@ def activation_bytes(model: DraftModel, draft: DraftConfig, shape: BatchShape, c
 
 # ---------------------------------------------------------------------- measurement
 def synthetic_batch(draft: DraftConfig, shape: BatchShape, cache_dtype: str, seed: int = 0):
-    """A random :class:`~minispark.train.Batch` of exactly ``shape`` (every row and anchor in use)."""
-    from minispark.train import Batch
+    """A random :class:`~minispark.anchor_batches.Batch` of exactly ``shape`` (every row and anchor in use)."""
+    from minispark.anchor_batches import Batch
 
     g = torch.Generator().manual_seed(seed)
     r, n, a, gamma = shape.rows, shape.context, shape.anchors, draft.block_size

@@ -97,6 +97,9 @@ class TrainConfig:
     keep_checkpoints: int = 2
     cache_dir: str | None = None
     out_dir: str | None = None
+    heldout_cache: str | None = None
+    eval_every: int = 0
+    eval_anchors: int = 512
     # [loss]
     alpha_ce: float = 0.1
     alpha_tv: float = 0.9
@@ -115,7 +118,7 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
-        for key in ("window", "max_prompt_tokens", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+        for key in ("window", "max_prompt_tokens", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
             if getattr(self, key) < 0:
                 raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:

@@ -8,11 +8,17 @@ VLMs); the token choice is taken over by :class:`RowSampler`, which draws row ``
 only on its own seed and on its logits; batching can change logits only by floating-point noise,
 so the batch composition is fixed by the caller (see ``cache.py``: shard, then prompt length).
 
+The drafter's training features are captured during generation itself (:class:`FeatureRecorder`):
+every token the target reads passes through the hooked layers once, so no second full-sequence
+forward is needed. The one row generation never computes is the last token's (nothing reads it);
+training never uses that row either (an anchor needs a label after it).
+
     .venv/bin/python -m pytest -q tests/test_cache.py -k regenerate
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,10 +36,59 @@ PER_TOKEN_KWARGS = ("mm_token_type_ids", "token_type_ids")
 
 @dataclass
 class Answer:
-    """One regenerated answer: ``tokens`` (n,) long, up to and including the first EOS."""
+    """One regenerated answer: ``tokens`` (n,) long, up to and including the first EOS.
+
+    With capture: ``features`` (P + n, m, d) raw outputs of the captured layers and ``final_hidden``
+    (P + n, d) the final-norm hidden for prompt + answer, float32 on the CPU; the last row is zero
+    (the last token is never fed to the target).
+    """
 
     tokens: torch.Tensor
     stopped_at_eos: bool
+    features: torch.Tensor | None = None
+    final_hidden: torch.Tensor | None = None
+
+
+class FeatureRecorder:
+    """Forward hooks that keep every call's outputs of the captured layers and the final norm.
+
+    ``generate`` calls the model once for the (left-padded) prompt and once per new token; each
+    call appends (B, t, m, d) layer features and (B, t, d) final hidden. Use as a context manager.
+    """
+
+    def __init__(self, target: Target, layers: Sequence[int]) -> None:
+        self.layers = list(layers)
+        self.features: list[torch.Tensor] = []
+        self.final: list[torch.Tensor] = []
+        self._pending: dict[int, torch.Tensor] = {}
+        self._hooks = [target.decoder.layers[i].register_forward_hook(self._layer_hook(i)) for i in self.layers]
+        self._hooks.append(target.final_norm.register_forward_hook(self._final_hook))
+
+    def _layer_hook(self, index: int):
+        def hook(_module: torch.nn.Module, _inputs: object, output: object) -> None:
+            self._pending[index] = (output[0] if isinstance(output, tuple) else output).float().cpu()
+        return hook
+
+    def _final_hook(self, _module: torch.nn.Module, _inputs: object, output: torch.Tensor) -> None:
+        # The final norm runs after every captured layer: one model call is complete.
+        self.features.append(torch.stack([self._pending.pop(i) for i in self.layers], dim=2))  # (B, t, m, d)
+        self.final.append(output.float().cpu())  # (B, t, d)
+
+    def __enter__(self) -> "FeatureRecorder":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for hook in self._hooks:
+            hook.remove()
+
+    def row(self, row: int, prompt_len: int, answer_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Row ``row``'s (P + n, m, d) features and (P + n, d) final hidden, left padding removed."""
+        fed = answer_len - 1  # answer tokens the target has read (all but the last)
+        feats = [self.features[0][row, -prompt_len:]] + [f[row] for f in self.features[1:1 + fed]]
+        finals = [self.final[0][row, -prompt_len:]] + [f[row] for f in self.final[1:1 + fed]]
+        features, final = torch.cat(feats), torch.cat(finals)  # (P + n − 1, m, d), (P + n − 1, d)
+        features = torch.cat([features, features.new_zeros(1, *features.shape[1:])])  # (P + n, m, d)
+        return features, torch.cat([final, final.new_zeros(1, final.shape[-1])])  # (P + n, d)
 
 
 def sample_seed(seed: int, index: int, stream: int) -> int:
@@ -88,8 +143,12 @@ def collate(prompts: Sequence[PromptInputs], pad_id: int) -> dict[str, torch.Ten
 
 @torch.no_grad()
 def regenerate(target: Target, prompts: Sequence[PromptInputs], seeds: Sequence[int],
-               config: SamplingConfig, max_new_tokens: int) -> list[Answer]:
-    """Sample one answer per prompt in a single batched ``generate`` call; stop at EOS or the cap."""
+               config: SamplingConfig, max_new_tokens: int, capture_layers: Sequence[int] | None = None
+               ) -> list[Answer]:
+    """Sample one answer per prompt in a single batched ``generate`` call; stop at EOS or the cap.
+
+    With ``capture_layers`` every answer also carries its features (see :class:`Answer`).
+    """
     if max_new_tokens < 1:
         raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
     eos = sorted(target.eos_token_ids)
@@ -101,14 +160,19 @@ def regenerate(target: Target, prompts: Sequence[PromptInputs], seeds: Sequence[
     # answers must follow the plain target distribution the drafter will be verified against.
     generation = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
                                   pad_token_id=pad_id)
-    sequences = target.model.generate(
-        **inputs, generation_config=generation,
-        logits_processor=LogitsProcessorList([RowSampler(config, generators)]),  # does the sampling
-    )
+    recorder = FeatureRecorder(target, capture_layers) if capture_layers is not None else contextlib.nullcontext()
+    with recorder:
+        sequences = target.model.generate(
+            **inputs, generation_config=generation,
+            logits_processor=LogitsProcessorList([RowSampler(config, generators)]),  # does the sampling
+        )
     new = sequences[:, inputs["input_ids"].shape[1]:].cpu()  # (B, T) with T <= max_new_tokens
     answers = []
-    for row in new:
+    for i, row in enumerate(new):
         hits = torch.isin(row, torch.tensor(eos)).nonzero()
         end = int(hits[0]) + 1 if len(hits) else len(row)
-        answers.append(Answer(tokens=row[:end].clone(), stopped_at_eos=bool(len(hits))))
+        answer = Answer(tokens=row[:end].clone(), stopped_at_eos=bool(len(hits)))
+        if capture_layers is not None:
+            answer.features, answer.final_hidden = recorder.row(i, prompts[i].length, end)
+        answers.append(answer)
     return answers

@@ -54,13 +54,19 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
         kth = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
         logits = logits.masked_fill(logits < kth, float("-inf"))
     if config.top_p < 1.0:
-        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        # Sort only the entries still finite (top-k leaves few): same order and masses as a full sort,
+        # without sorting the whole vocabulary every step.
+        kept = int(torch.isfinite(logits).sum(dim=-1).max())
+        if kept * 8 < vocab:
+            sorted_logits, order = torch.topk(logits, kept, dim=-1, sorted=True)  # (..., kept) descending
+        else:
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
         sorted_probs = sorted_logits.softmax(dim=-1)
         # Keep the smallest prefix whose mass reaches top_p: drop a token when the mass strictly
         # before it already reaches top_p (so the most likely token is always kept).
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
         drop_sorted = mass_before >= config.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
 

@@ -15,7 +15,10 @@ Output directory::
                          /model.safetensors trainable weights (fp32; no embedding / lm_head)
                          /trainer.pt        step, optimizer, LR schedule and RNG state
                          /train_config.json
-    OUT/drafter/                           the final drafter (config.json + model.safetensors)
+    OUT/best/                              with a held-out cache: the checkpoint with the best held-out
+                                           τ proxy (config.json, model.safetensors, heldout.json)
+    OUT/drafter/                           the final drafter (config.json + model.safetensors): ``best/``
+                                           when a held-out cache was given, else the last checkpoint
 
 Each checkpoint is written to a temporary directory and renamed into place; ``resume=True``
 continues from ``latest`` with the identical next-step loss.
@@ -38,16 +41,17 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.utils.checkpoint
 from safetensors.torch import load_file
 
 from minispark.atomic import write_text_atomic
-from minispark.cache_format import Anchor, CacheReader, config_hash
+from minispark.anchor_batches import AnchorPlan, Batch, make_batch
+from minispark.cache_format import CacheReader, config_hash
 from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.dspark import CONFIG_FILE, WEIGHTS_FILE, save_drafter
 from minispark.errors import MinisparkError
+from minispark.heldout import HeldoutProxy, HeldoutScore
 from minispark.losses import LossStats, LossWeights, chunked_backward
 from minispark.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
                                target_dims, target_id)
@@ -55,122 +59,9 @@ from minispark.recipes import (TrainConfig, check_target_dims, config_difference
 TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 #: Fields that may change on ``--resume`` without changing the math of the next steps.
-RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "out_dir")
-
-
-# ---------------------------------------------------------------------- batches (§10.2)
-@dataclass
-class Batch:
-    """R rows (one per sample piece), each with N context rows and A anchors (padded).
-
-    features (R, N, m·d) cache dtype; context_positions / context_valid (R, N);
-    block_tokens (R, A, γ+1) anchor then labels; anchor_positions (R, A);
-    target_hidden (R, A, γ, d) final hidden for p_t; valid (R, A, γ) label present and in the answer.
-    """
-
-    features: torch.Tensor
-    context_positions: torch.Tensor
-    context_valid: torch.Tensor
-    block_tokens: torch.Tensor
-    anchor_positions: torch.Tensor
-    target_hidden: torch.Tensor
-    valid: torch.Tensor
-
-    def to(self, device: torch.device | str) -> "Batch":
-        return Batch(**{k: v.to(device, non_blocking=True) for k, v in vars(self).items()})
-
-
-class AnchorPlan:
-    """Which anchors step s trains on: an endless sample-major stream, reshuffled per epoch.
-
-    Epoch e visits the samples in the order of a permutation seeded by (seed, e), each sample's
-    anchors together, and step s takes anchors [s·B, (s+1)·B) of the stream: a pure function of
-    (seed, s), so a resumed run sees exactly the batches it would have seen.
-    """
-
-    def __init__(self, reader: CacheReader, batch_anchors: int, seed: int) -> None:
-        groups: dict[int, list[int]] = {}
-        for index, anchor in enumerate(reader):
-            groups.setdefault(anchor.sample_index, []).append(index)
-        if not groups:
-            raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")
-        self.groups = [groups[k] for k in sorted(groups)]
-        self.total = sum(len(g) for g in self.groups)
-        self.batch_anchors, self.seed = batch_anchors, seed
-        self._epoch: tuple[int, np.ndarray] | None = None
-
-    def _order(self, epoch: int) -> np.ndarray:
-        if self._epoch is None or self._epoch[0] != epoch:
-            perm = np.random.default_rng([self.seed, epoch]).permutation(len(self.groups))
-            self._epoch = (epoch, np.concatenate([self.groups[i] for i in perm]))
-        return self._epoch[1]
-
-    def step_anchors(self, step: int) -> list[int]:
-        """Reader indices of the anchors of (0-based) step ``step``."""
-        out: list[int] = []
-        position = step * self.batch_anchors
-        while len(out) < self.batch_anchors:
-            epoch, offset = divmod(position + len(out), self.total)
-            out.extend(self._order(epoch)[offset:offset + self.batch_anchors - len(out)].tolist())
-        return out
-
-
-def make_batch(anchors: list[Anchor], gamma: int) -> Batch:
-    """Pack anchors into rows: consecutive anchors of one sample share a row whose context is the
-    union of their windows (rows of ``[a−c, a)`` per anchor, each stored once)."""
-    rows: list[list[Anchor]] = []
-    for anchor in anchors:
-        if rows and rows[-1][0].sample_index == anchor.sample_index:
-            rows[-1].append(anchor)
-        else:
-            rows.append([anchor])
-    packed = [_pack_row(sorted(row, key=lambda a: a.position), gamma) for row in rows]
-    n_ctx = max(1, max(p[0].shape[0] for p in packed))
-    n_anchors = max(len(row) for row in rows)
-    first = anchors[0]
-    feature_size = math.prod(first.context_features.shape[1:])  # m·d
-    r, d = len(rows), first.final_hidden.shape[-1]
-    batch = Batch(
-        features=torch.zeros(r, n_ctx, feature_size, dtype=first.context_features.dtype),
-        context_positions=torch.zeros(r, n_ctx, dtype=torch.long),
-        context_valid=torch.zeros(r, n_ctx, dtype=torch.bool),
-        block_tokens=torch.zeros(r, n_anchors, gamma + 1, dtype=torch.long),
-        anchor_positions=torch.zeros(r, n_anchors, dtype=torch.long),
-        target_hidden=torch.zeros(r, n_anchors, gamma, d, dtype=first.final_hidden.dtype),
-        valid=torch.zeros(r, n_anchors, gamma, dtype=torch.bool),
-    )
-    for i, (features, positions, tokens, anchor_pos, hidden, valid) in enumerate(packed):
-        n, a = features.shape[0], tokens.shape[0]
-        batch.features[i, :n] = features.reshape(n, -1)  # (n, m·d)
-        batch.context_positions[i, :n], batch.context_valid[i, :n] = positions, True
-        batch.block_tokens[i, :a], batch.anchor_positions[i, :a] = tokens, anchor_pos
-        batch.target_hidden[i, :a], batch.valid[i, :a] = hidden, valid
-    return batch
-
-
-def _pack_row(row: list[Anchor], gamma: int):
-    """One row's context (union of windows, by sequence index) and per-anchor blocks."""
-    features, positions, end = [], [], -1
-    tokens = torch.zeros(len(row), gamma + 1, dtype=torch.long)
-    hidden = torch.zeros(len(row), gamma, row[0].final_hidden.shape[-1], dtype=row[0].final_hidden.dtype)
-    valid = torch.zeros(len(row), gamma, dtype=torch.bool)
-    for j, anchor in enumerate(row):
-        c, start = anchor.context_len, anchor.position - anchor.context_len
-        new = max(start, end) - start  # rows before this one are already in the row (sorted anchors)
-        if new < c:
-            features.append(anchor.context_features[new:])
-            positions.append(anchor.text_positions[new:c])
-        end = max(end, anchor.position)
-        block = anchor.input_ids[c:].long()  # anchor, then k <= γ labels
-        k = block.numel() - 1
-        tokens[j, :k + 1] = block
-        hidden[j, :k] = anchor.final_hidden[:k]
-        valid[j, :k] = anchor.loss_mask[c + 1:]
-    anchor_pos = torch.tensor([int(a.text_positions[a.context_len]) for a in row])
-    if features:
-        return torch.cat(features), torch.cat(positions).long(), tokens, anchor_pos, hidden, valid
-    m_d = row[0].context_features.shape[1:]
-    return torch.zeros(0, *m_d), torch.zeros(0, dtype=torch.long), tokens, anchor_pos, hidden, valid
+RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache",
+                     "eval_every", "eval_anchors")
+BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
 
 
 # ---------------------------------------------------------------------- model and optimiser
@@ -250,6 +141,7 @@ class TrainReport:
     last_step: int
     losses: dict[int, float] = field(default_factory=dict)
     metrics: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -287,6 +179,36 @@ class Trainer:
         self.plan = AnchorPlan(reader, config.batch_anchors, config.seed)
         self.cache_hash = config_hash(reader.config)
         self.step = 0
+        self.heldout: HeldoutProxy | None = None
+        self.best: dict[str, Any] | None = None  # the best held-out score so far, with its step
+        if config.heldout_cache:
+            held = CacheReader(Path(config.heldout_cache))
+            if held.config.get("split") != "heldout":
+                raise MinisparkError(f"heldout_cache: {config.heldout_cache} is a training cache; build the "
+                                     "held-out one with `minispark cache --split heldout`")
+            held.require(target=reader.config["target"], layers=reader.layers, block=config.block_size,
+                         window=reader.window)
+            self.heldout = HeldoutProxy(held, config.block_size, config.eval_anchors, config.chunk_anchors * 8,
+                                        config.resolved_device)
+            best = self.out / BEST_DIR / HELDOUT_FILE
+            self.best = json.loads(best.read_text()) if best.is_file() else None
+
+    def evaluate(self) -> dict[str, Any]:
+        """Score the held-out slice now; keep ``best/`` (drafter files + score) when it improves."""
+        score: HeldoutScore = self.heldout.score(self.model, autocast(self.config))
+        row = {"step": self.step} | score.to_json()
+        if self.best is None or score.tau > self.best["heldout_tau"]:
+            self.best = row
+            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.out))
+            try:
+                save_drafter(self.model, tmp / BEST_DIR)
+                (tmp / BEST_DIR / CONFIG_FILE).write_text(self.draft_config.to_json() + "\n")
+                (tmp / BEST_DIR / HELDOUT_FILE).write_text(json.dumps(row) + "\n")
+                shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
+                os.replace(tmp / BEST_DIR, self.out / BEST_DIR)
+            finally:
+                shutil.rmtree(tmp, ignore_errors=True)
+        return row | {"best_step": self.best["step"], "best_heldout_tau": self.best["heldout_tau"]}
 
     def train_one(self) -> tuple[LossStats, float, int]:
         """Run step ``self.step + 1``; returns its stats, grad norm and anchor count."""
@@ -402,9 +324,19 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                 report.metrics.append(row)
                 if log and not progress:
                     log(format_metrics(row, config.steps))
+            every = config.eval_every or config.checkpoint_every
+            if trainer.heldout is not None and (trainer.step % every == 0 or trainer.step == config.steps):
+                evaluation = trainer.evaluate()
+                metrics.write(json.dumps(evaluation) + "\n")
+                metrics.flush()
+                report.evaluations.append(evaluation)
+                if log:
+                    log(format_evaluation(evaluation))
             if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps:
                 trainer.save()
-    _export(out / (out / LATEST_FILE).read_text().strip(), report.drafter)
+    # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
+    best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
+    _export(best, report.drafter)
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started
     return report
 
@@ -426,6 +358,12 @@ def _export(checkpoint: Path, drafter: Path) -> None:
 
 
 # ---------------------------------------------------------------------- progress and metrics
+def format_evaluation(row: dict[str, Any]) -> str:
+    acc = " ".join(f"{a:.2f}" for a in row["heldout_acceptance"])
+    return (f"step {row['step']} held-out τ≈{row['heldout_tau']:.3f} acc [{acc}] on {row['heldout_blocks']} blocks "
+            f"(best {row['best_heldout_tau']:.3f} at step {row['best_step']})")
+
+
 def format_metrics(row: dict[str, Any], steps: int) -> str:
     acc = " ".join("-" if a is None else f"{a:.2f}" for a in row["acceptance"])
     minutes, seconds = divmod(int(row["eta_s"]), 60)

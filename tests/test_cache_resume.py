@@ -91,7 +91,7 @@ def test_interrupted_build_resumes_to_identical_bytes(llama, prompt_file, clean,
     assert not json.loads((out / MANIFEST).read_text())["complete"]
     with pytest.raises(CacheError, match="incomplete cache"):
         CacheReader(out)
-    (out / (shard_name(2) + ".tmp")).write_bytes(b"half a shard")  # the write a kill cut short
+    (out / f".{shard_name(2)}.k1ll3d.tmp").write_bytes(b"half a shard")  # the write a kill cut short (atomic.py names)
     report = build_cache(make_config(prompt_file, out), target=llama)
     assert report.resumed_shards == 2
     assert files(out) == files(clean)
@@ -214,3 +214,31 @@ def test_prompt_errors_come_before_any_expensive_work(tmp_path, line, reason):
         build_cache(config)  # the prompt file is validated before the (missing) target is loaded
     assert str(info.value).startswith(str(path)) and reason in str(info.value) and "\n" not in str(info.value)
     assert isinstance(info.value, MinisparkError) and not (tmp_path / "cache").exists()
+
+
+def test_cache_grows_to_the_bytes_of_a_larger_build_and_never_shrinks(llama, prompt_file, clean, tmp_path):
+    out = tmp_path / "cache"
+    build_cache(make_config(prompt_file, out, num_samples=3), target=llama)  # shards [0, 1], [2]
+    small = files(out)
+    with pytest.raises(Interrupted):  # growth killed after the first new shard: resumes like any build
+        build_cache(make_config(prompt_file, out), target=llama, on_shard=interrupt_after(1))
+    assert files(out)[shard_name(0)] == small[shard_name(0)]  # earlier full shards are kept, not redone
+    assert not json.loads((out / MANIFEST).read_text())["complete"]
+    logged = []
+    report = build_cache(make_config(prompt_file, out), target=llama, log=logged.append)
+    assert report.resumed_shards == 2 and report.samples == 7
+    assert files(out) == files(clean)
+    with pytest.raises(CacheMismatchError, match=r"already holds 7 samples; --num-samples 5 would shrink it"):
+        build_cache(make_config(prompt_file, out, num_samples=5), target=llama)
+    assert files(out) == files(clean)
+
+
+def test_files_the_cache_did_not_write_are_never_deleted(llama, prompt_file, tmp_path):
+    out = tmp_path / "mine"
+    out.mkdir()
+    (out / "t.tmp").write_text("x")
+    (out / shard_name(0)).write_text("not a shard")
+    before = files(out)
+    with pytest.raises(CacheMismatchError, match=rf"{out / shard_name(0)}: exists but is not a shard of this cache"):
+        build_cache(make_config(prompt_file, out, num_samples=2), target=llama)
+    assert files(out) == before

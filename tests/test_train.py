@@ -21,7 +21,8 @@ from minispark.errors import MinisparkError
 from minispark.recipes import load_recipe, target_id
 from minispark.target import load_target
 from minispark.tiny_models import build_tiny
-from minispark.train import LATEST_FILE, AnchorPlan, Trainer, make_batch, train
+from minispark.anchor_batches import AnchorPlan, make_batch
+from minispark.train import LATEST_FILE, Trainer, train
 
 
 @pytest.fixture(scope="module")

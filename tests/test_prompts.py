@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -182,6 +184,16 @@ def test_heldout_split_has_the_required_counts_and_is_out_of_every_training_file
     assert len(heldout_keys()) == len(held)
     for name in ("corpus.jsonl", "corpus_vision.jsonl", "demo.jsonl", "demo_vision.jsonl"):
         assert not {prompt_key(s) for s in load_prompts(CORPUS / name)} & heldout_keys(), name
+
+
+def test_no_heldout_prompt_is_a_slot_variant_of_a_training_template(monkeypatch):
+    templates = load_training_generator(monkeypatch).training_templates()
+    # A template's slots match anything; a training prompt may carry one appended constraint.
+    patterns = [re.compile("(?:.+)".join(map(re.escape, re.split(r"\{\w+\}", t))) + r"(?: .*)?", re.S)
+                for t in templates]
+    assert patterns[0].fullmatch(templates[0].format_map(defaultdict(lambda: "anything")) + " Be brief.")
+    for sample in load_prompts(HELDOUT_FILE):
+        assert not any(p.fullmatch(sample.prompt) for p in patterns), sample.prompt
 
 
 def test_vision_corpus_has_image_prompts_on_shipped_images():

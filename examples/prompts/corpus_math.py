@@ -160,9 +160,16 @@ def families(rng: random.Random) -> list:
                 "What is the probability that they are the same colour?"), f"{p}."
 
     def dice():
-        s = rng.randint(3, 11)
-        ways = sum(1 for i in range(1, 7) for j in range(1, 7) if i + j == s)
-        return f"Two fair dice are rolled. What is the probability that the total is {s}?", f"{Fraction(ways, 36)}."
+        s, sides = rng.randint(3, 11), rng.choice([6, 6, 8, 10])
+        event = rng.choice(["the total is {s}", "the total is at least {s}", "the product is even",
+                            "at least one die shows {k}", "the two dice differ by {d}"])
+        k, d = rng.randint(1, sides), rng.randint(1, 4)
+        test = {"the total is {s}": lambda i, j: i + j == s, "the total is at least {s}": lambda i, j: i + j >= s,
+                "the product is even": lambda i, j: i * j % 2 == 0, "at least one die shows {k}": lambda i, j: k in (i, j),
+                "the two dice differ by {d}": lambda i, j: abs(i - j) == d}[event]
+        ways = sum(1 for i in range(1, sides + 1) for j in range(1, sides + 1) if test(i, j))
+        return (f"Two fair {sides}-sided dice are rolled. What is the probability that {event.format(s=s, k=k, d=d)}?",
+                f"{Fraction(ways, sides * sides)}.")
 
     def committee():
         n, k = rng.randint(6, 15), rng.randint(2, 5)
@@ -170,7 +177,9 @@ def families(rng: random.Random) -> list:
                 "the chair?"), f"{math.comb(n, k)} ways; {math.comb(n, k) * k} with a chair."
 
     def arrangements():
-        word = rng.choice(["BANANA", "LETTER", "PEPPER", "GARDEN", "SUMMER", "CASTLE", "BALLOON", "PUZZLE", "RIVER"])
+        word = rng.choice(["BANANA", "LETTER", "PEPPER", "GARDEN", "SUMMER", "CASTLE", "BALLOON", "PUZZLE", "RIVER",
+                           "COFFEE", "TOMATO", "KETTLE", "PARROT", "MIRROR", "ORANGE", "BUTTER", "CANOE", "SEASON",
+                           "LADDER", "WINDOW", "COOKIE", "PEBBLE", "TUNNEL", "MAMMAL", "HAMMOCK"])
         count = math.factorial(len(word))
         for ch in sorted(set(word)):
             count //= math.factorial(word.count(ch))

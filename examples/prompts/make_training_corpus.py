@@ -25,6 +25,7 @@ from pathlib import Path
 
 import corpus_code as code
 import corpus_math
+import corpus_snippets
 import corpus_words as words
 import corpus_writing
 import heldout_prompts
@@ -160,6 +161,12 @@ FENCES = {"Python": "python", "JavaScript": "js", "TypeScript": "ts", "C": "c", 
           "Go": "go", "Java": "java", "SQL": "sql", "Bash": "bash"}
 
 
+FIX_WITH_INTENT = [
+    "This function is supposed to work like this: it {description}. But {symptom}. What's wrong?\n\n```{fence}\n{code}\n```",
+    "```{fence}\n{code}\n```\n\nThis is meant to be a function that {description}, but {symptom}. Can you fix it?",
+]
+
+
 def code_task(rng: random.Random) -> tuple[str, Record]:
     kind = rng.choices(["write", "explain", "fix", "tests", "convert", "concept", "sql", "bash"],
                        weights=[40, 12, 12, 7, 8, 11, 5, 5])[0]
@@ -170,17 +177,23 @@ def code_task(rng: random.Random) -> tuple[str, Record]:
             text += " " + rng.choice(code.PY_EXTRAS)
         kind = f"write/{code.WRITE_TEMPLATES.index(template)}"
     elif kind in ("explain", "convert"):
-        language, snippet = rng.choice(code.SNIPPETS)
+        language, snippet = rng.choice(code.SNIPPETS) if rng.random() < 0.4 else corpus_snippets.compose(rng)[:2]
         templates = code.EXPLAIN_TEMPLATES if kind == "explain" else code.CONVERT_TEMPLATES
         template = rng.choice(templates)
         target = rng.choice([t for t in code.CONVERT_TARGETS if t != language])
         text = template.format(language=language, fence=FENCES[language], code=snippet, target=target)
         kind = f"{kind}/{templates.index(template)}"
     elif kind == "fix":
-        (language, snippet, symptom), template = rng.choice(code.BUGS), rng.choice(code.FIX_TEMPLATES)
+        templates, description = code.FIX_TEMPLATES, ""
+        if rng.random() < 0.4:
+            language, snippet, symptom = rng.choice(code.BUGS)
+        else:
+            language, snippet, description, symptom = corpus_snippets.compose(rng, buggy=True)
+            templates = code.FIX_TEMPLATES + FIX_WITH_INTENT
+        template = rng.choice(templates)
         text = template.format(language=language, fence=FENCES[language], code=snippet, symptom=symptom,
-                               Symptom=symptom[0].upper() + symptom[1:])
-        kind = f"fix/{code.FIX_TEMPLATES.index(template)}"
+                               Symptom=symptom[0].upper() + symptom[1:], description=description)
+        kind = f"fix/{templates.index(template)}"
     elif kind == "tests":
         (signature, behaviour), template = rng.choice(code.TEST_TARGETS), rng.choice(code.TEST_TEMPLATES)
         text = template.format(signature=signature, behaviour=behaviour, framework=rng.choice(code.TEST_FRAMEWORKS))
@@ -228,9 +241,11 @@ def multiturn(rng: random.Random, families: list[Callable]) -> tuple[str, Record
         follow = rng.choice(MATH_FOLLOW_UPS)
         kind = f"math/{family.__name__}"
     elif kind == "code":
-        language, snippet = rng.choice([s for s in code.SNIPPETS if s[0] not in ("SQL", "Bash")])
-        question = f"Can you show me a short {language} example of {rng.choice(['a small function', 'a common idiom', 'clean code'])}?"
-        answer = f"Here is one:\n\n```{FENCES[language]}\n{snippet}\n```"
+        language, snippet, description, _ = corpus_snippets.compose(rng)
+        while language == "SQL":  # the follow-ups ask for type hints, tests, ports: not for a query
+            language, snippet, description, _ = corpus_snippets.compose(rng)
+        question = rng.choice(code.WRITE_TEMPLATES).format(language=language, task=description)
+        answer = f"Here is one way to do it:\n\n```{FENCES[language]}\n{snippet}\n```"
         target = rng.choice([t for t in code.CONVERT_TARGETS if t != language])
         follow = rng.choice(CODE_FOLLOW_UPS).format(target=target)
     else:
@@ -247,6 +262,14 @@ def multiturn(rng: random.Random, families: list[Callable]) -> tuple[str, Record
 
 
 # ---------------------------------------------------------------- assembly
+def training_templates() -> list[str]:
+    """Every prompt template of the training corpus, for the test that held-out prompts match none."""
+    return (EXPLAIN + ADVICE + HOW_TO + COMPARE + CREATIVE + BRAINSTORM + DEBATE + FIX_WITH_INTENT
+            + code.WRITE_TEMPLATES + code.EXPLAIN_TEMPLATES + code.CONVERT_TEMPLATES + code.FIX_TEMPLATES
+            + code.TEST_TEMPLATES + code.CONCEPT_TEMPLATES + code.SQL_TEMPLATES + code.BASH_TEMPLATES
+            + corpus_writing.FREE_WRITING + corpus_math.CONCEPTS)
+
+
 def key(record: Record) -> str:
     sample = PromptSample(0, prompt=record.get("prompt"),
                           messages=tuple(record["messages"]) if "messages" in record else None,

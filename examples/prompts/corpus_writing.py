@@ -51,7 +51,7 @@ KINDS = {
         "Day {n}: we arrived in {town} just after sunrise.",
         "The train was {pct} minutes late, so we missed the guided tour.",
         "{a} insisted on finding the old market, which turned out to be the highlight of the trip.",
-        "We ate fish soup in a tiny restaurant near the harbour and paid only ${money} for four people.",
+        "We ate fish soup in a tiny restaurant near the harbour and paid only ${n}{m}.50 for four people.",
         "In the afternoon it rained heavily, and we hid in a museum about {topic}.",
         "The hostel owner told us about a hiking trail that starts behind the church.",
         "By evening my feet hurt, but the view from the hill was worth every step.",
@@ -79,7 +79,7 @@ KINDS = {
     ],
     "news": [
         "The {town} town council voted on {weekday} to {decision}.",
-        "The plan, which will cost about ${money}000, was approved by {n} votes to {m}.",
+        "The plan, which will cost about ${big}, was approved by {n} votes to {m}.",
         "Supporters say it will reduce traffic and make the centre safer for children.",
         "Local shop owners, including {a}, worry that fewer customers will visit during the works.",
         "Construction is expected to start in {month} and to last about {pct} weeks.",
@@ -98,7 +98,7 @@ KINDS = {
     ],
     "report": [
         "{company} had a mixed {quarter}.",
-        "Revenue rose {pct}% to ${money}000, mainly thanks to online sales.",
+        "Revenue rose {pct}% to ${big}, mainly thanks to online sales.",
         "Costs grew faster, because of higher rent in {town} and {n} new hires.",
         "The best-selling item was {product}, while the older range sold poorly.",
         "Customer complaints fell by a third after the new returns policy.",
@@ -106,6 +106,7 @@ KINDS = {
         "Cash reserves are enough to cover about {n} months of expenses.",
     ],
 }
+LETTERS = ("email", "complaint")
 RISKS = ["supply delays", "staff illness", "rising energy costs", "a software outage", "roadworks", "bad weather",
          "a shortage of volunteers", "unclear requirements", "a broken delivery van", "new regulations"]
 HABITS = ["a short walk after lunch", "working in 50-minute blocks", "drinking more water", "turning off notifications",
@@ -172,15 +173,17 @@ def passage(rng: random.Random) -> tuple[str, str]:
     sentences = KINDS[kind]
     k = rng.randint(min(4, len(sentences)), min(7, len(sentences)))
     chosen = sorted(rng.sample(range(len(sentences)), k))
+    if kind in LETTERS:  # a letter keeps its greeting and its signature
+        chosen = sorted({0, len(sentences) - 1, *chosen[: k - 2]})
     a, b = rng.sample(NAMES, 2)
     slots = dict(a=a, b=b, weekday=rng.choice(WEEKDAYS), month=rng.choice(MONTHS), day=rng.randint(1, 28),
                  team=rng.choice(TEAMS), project=rng.choice(PROJECTS), pct=rng.randint(5, 60), risk=rng.choice(RISKS),
                  money=rng.randint(12, 980), n=rng.randint(2, 9), m=rng.randint(0, 4), company=rng.choice(COMPANIES),
                  product=rng.choice(PRODUCTS), town=rng.choice(TOWNS), topic=rng.choice(["salt", "clocks", "boats", "lace"]),
                  habit=rng.choice(HABITS), decision=rng.choice(DECISIONS), street=rng.choice(STREETS),
-                 quarter=rng.choice(QUARTERS))
+                 quarter=rng.choice(QUARTERS), big=f"{rng.randint(12, 980) * 1000:,}")
     lines = [sentences[i].format(**slots) for i in chosen]
-    sep = "\n" if kind in ("email", "complaint") else " "
+    sep = "\n" if kind in LETTERS else " "
     return kind, sep.join(lines)
 
 

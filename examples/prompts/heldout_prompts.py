@@ -150,6 +150,12 @@ CODE = [
     "Write a Python dataclass for a recipe with ingredients and a method that scales quantities.",
     "Collapse repeated consecutive log lines into 'line (xN)' with a bit of Python.",
     "Python: turn a Markdown heading line like '## Title' into '<h2>Title</h2>'.",
+    "Python: given a list of (timestamp, temperature) pairs, find the longest stretch of rising temperatures.",
+    "What does Python's `__slots__` do, and when is it worth using?",
+    "In Go, what is the difference between a nil slice and an empty slice? Show when it matters.",
+    "Sketch a tiny key-value store in Python that persists to a JSON file and survives a crash mid-write.",
+    "My Python script gets slower the longer it runs. How do I find out whether memory is leaking?",
+    "JavaScript: how do I cancel a fetch request that takes longer than five seconds?",
 ]
 
 NAMES = ["Asha", "Bjorn", "Celine", "Dario", "Eun-ji", "Felix", "Gita", "Henrik", "Iris", "Joao"]

@@ -51,10 +51,12 @@ def single(text: str, rng: random.Random, systems: list[str]) -> Record:
 
 
 def with_constraint(text: str, rng: random.Random, share: float = 0.45) -> str:
+    """Append one constraint (word limit, format, tone, ...) to ``share`` of the prompts, two to a few."""
     if rng.random() >= share:
         return text
-    extra = rng.choice(words.CONSTRAINTS).format(n=rng.choice([50, 80, 100, 150, 200, 300]), k=rng.randint(2, 5))
-    return f"{text} {extra}"
+    first, second = rng.sample(words.CONSTRAINTS, 2)
+    extras = [first, second] if rng.random() < 0.15 else [first]
+    return " ".join([text] + [e.format(n=rng.choice([50, 80, 100, 150, 200, 300]), k=rng.randint(2, 5)) for e in extras])
 
 
 # ---------------------------------------------------------------- chat
@@ -105,6 +107,13 @@ DEBATE = [
     "Present the strongest arguments for and against {i}.", "Is {i} a good idea? Give a balanced answer.",
     "Write a short debate between two people about {i}.", "Summarise the main positions on {i} in a neutral way.",
 ]
+ADVICE_DETAILS = [
+    "I have about an hour a day for this.", "Money is tight right now.", "I've already tried a few things that didn't work.",
+    "I'm an introvert, if that matters.", "I work shifts, so my schedule changes every week.",
+    "I live in a small town.", "My family thinks I'm overreacting.", "I'm in my fifties.", "I'm twenty-two.",
+    "I don't want to spend more than a little money on it.", "I tend to give up after a couple of weeks.",
+    "I have two young kids at home.", "English is not my first language.", "I'd prefer small, gradual changes.",
+]
 PERIODS = ["week", "month", "three months", "year"]
 ALL_TOPICS = [t for group in words.TOPICS.values() for t in group]
 
@@ -118,6 +127,8 @@ def chat(rng: random.Random) -> tuple[str, Record]:
     elif kind == "advice":
         template = rng.choice(ADVICE)
         text = template.format(s=rng.choice(words.SITUATIONS), period=rng.choice(PERIODS))
+        if rng.random() < 0.4:  # some context makes longer, more specific requests
+            text = text.replace(". ", ". " + " ".join(rng.sample(ADVICE_DETAILS, rng.randint(1, 2))) + " ", 1)
     elif kind == "howto":
         template = rng.choice(HOW_TO)
         text = template.format(t=rng.choice(words.HOW_TO), n=rng.choice([50, 100, 150, 200]))

@@ -294,13 +294,12 @@ def heldout_records() -> list[Record]:
     records += [{"category": "code", "prompt": t} for t in heldout_prompts.CODE]
     records += [{"category": "math", "prompt": t} for t in math]
     seen: set[str] = set()
-    out = []
+    by_category: dict[str, list[Record]] = {}
     for record in records:
         if key(record) not in seen:
             seen.add(key(record))
-            out.append({"id": f"heldout-{record['category']}-{sum(r['category'] == record['category'] for r in out):03d}",
-                        **record})
-    return out
+            by_category.setdefault(record["category"], []).append(record)
+    return mix(by_category, "heldout-")  # mixed, so that the last N lines (what evaluation reads) cover all three
 
 
 def training_records(rng: random.Random, forbidden: set[str]) -> tuple[list[Record], dict[str, int]]:
@@ -328,7 +327,7 @@ def training_records(rng: random.Random, forbidden: set[str]) -> tuple[list[Reco
     return mix(by_category), templates
 
 
-def mix(by_category: dict[str, list[Record]]) -> list[Record]:
+def mix(by_category: dict[str, list[Record]], id_prefix: str = "") -> list[Record]:
     """Interleave the categories so that every prefix holds each one in proportion (largest deficit first)."""
     total = sum(len(v) for v in by_category.values())
     taken = {c: 0 for c in by_category}
@@ -338,7 +337,7 @@ def mix(by_category: dict[str, list[Record]]) -> list[Record]:
         out.append(by_category[category][taken[category]])
         taken[category] += 1
     for i, record in enumerate(out):
-        record["id"] = f"{record['category']}-{i:05d}"
+        record["id"] = f"{id_prefix}{record['category']}-{i:05d}"
     return [{"id": r.pop("id"), **r} for r in out]
 
 

@@ -103,8 +103,9 @@ def draw_new_images(out: Path) -> None:
     im, d = canvas()
     for i in range(7):
         cx, cy = 30 + (i % 4) * 50, 40 + (i // 4) * 50
-        d.polygon([(cx + 16 * math.cos(math.radians(90 + 72 * k * 2)), cy - 16 * math.sin(math.radians(90 + 72 * k * 2)))
-                   for k in range(5)], fill="#f5b800")
+        radii = [16 if k % 2 == 0 else 7 for k in range(10)]  # outer and inner corners: a solid five-pointed star
+        d.polygon([(cx + r * math.cos(math.radians(90 + 36 * k)), cy - r * math.sin(math.radians(90 + 36 * k)))
+                   for k, r in enumerate(radii)], fill="#f5b800")
     for i in range(4):
         cx = 35 + i * 50
         d.ellipse((cx - 14, 160, cx + 14, 188), fill="#2ca02c" if i % 2 else "#9467bd")

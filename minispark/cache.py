@@ -33,7 +33,8 @@ from minispark.cache_format import (CACHE_DTYPES, FORMAT, FORMAT_VERSION, MANIFE
 from minispark.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, format_bytes, full_bytes,
                                      select_anchors, window_layout)
 from minispark.errors import MinisparkError
-from minispark.prompts import PromptSample, load_prompts, prompt_file_hash
+from minispark.prompts import (HELDOUT_FILE, PromptFileError, PromptSample, heldout_keys, load_prompts,
+                               prompt_file_hash, prompt_key)
 from minispark.regenerate import Answer, regenerate, sample_seed
 from minispark.sampling import SamplingConfig
 from minispark.target import PromptInputs, Target, load_target
@@ -42,9 +43,14 @@ from minispark.target import PromptInputs, Target, load_target
 DEMO_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts"
 
 
-def default_prompts(is_vlm: bool) -> Path:
-    """The shipped demo corpus: text prompts, or text plus image prompts for a VLM target."""
-    return DEMO_PROMPTS / ("demo_vision.jsonl" if is_vlm else "demo.jsonl")
+SPLITS = ("train", "heldout")
+
+
+def default_prompts(is_vlm: bool, split: str = "train") -> Path:
+    """The shipped corpus: training prompts (plus image prompts for a VLM target), or the held-out split."""
+    if split == "heldout":
+        return HELDOUT_FILE
+    return DEMO_PROMPTS / ("corpus_vision.jsonl" if is_vlm else "corpus.jsonl")
 
 
 @dataclass
@@ -77,6 +83,7 @@ class CacheConfig:
     batch_size: int = 8
     samples_per_shard: int = 64
     seed: int = 0
+    split: str = "train"
     force: bool = False
 
     def __post_init__(self) -> None:
@@ -90,6 +97,8 @@ class CacheConfig:
         for flag, (value, minimum) in minimums.items():
             if value < minimum:
                 raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+        if self.split not in SPLITS:
+            raise MinisparkError(f"--split: {self.split!r} is not one of {', '.join(SPLITS)}")
         if self.dtype not in CACHE_DTYPES:
             raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(CACHE_DTYPES)})")
         _ = self.sampling, self.layer_ids  # both raise MinisparkError on bad values
@@ -176,6 +185,13 @@ class CacheEstimate:
 def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSample], Target, list[int]]:
     """Validate the prompt file, then load the target and resolve the layers (refusing the last)."""
     samples = load_prompts(config.prompts)  # the whole file, before anything expensive
+    if config.split == "train":
+        held = heldout_keys()
+        for sample in samples:
+            if prompt_key(sample) in held:
+                raise PromptFileError(config.prompts, sample.line, f"this prompt is in the held-out split "
+                                      f"({HELDOUT_FILE.name}): never train on it (an evaluation cache takes "
+                                      "--split heldout)")
     if target is None:
         target = load_target(config.target, dtype=config.target_dtype, device=config.device,
                              load_in_4bit=config.load_in_4bit, load_in_8bit=config.load_in_8bit)
@@ -224,7 +240,7 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
                          "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
                          "uses_mrope": target.uses_mrope, "compute_dtype": str(target.dtype).removeprefix("torch."),
                          "quantization": quantization},
-        "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
+        "split": config.split, "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
         "seed": config.seed, "anchors_per_sample": config.anchors_per_sample, "anchor_run": config.anchor_run,
         "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
         "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,

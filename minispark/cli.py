@@ -219,6 +219,7 @@ def cache(
     batch_size: int = typer.Option(8, "--batch-size"),
     samples_per_shard: int = typer.Option(64, "--samples-per-shard"),
     seed: int = typer.Option(0, "--seed"),
+    split: str = typer.Option("train", "--split", help="train | heldout (an evaluation cache of held-out prompts)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Estimate disk use and exit."),
     force: bool = typer.Option(False, "--force", help="Start even if the disk check fails."),
     as_json: bool = typer.Option(False, "--json"),
@@ -228,11 +229,11 @@ def cache(
 
     loaded = _load(target, target_dtype, device, load_in_4bit, load_in_8bit)
     config = CacheConfig(
-        prompts=prompts or default_prompts(loaded.is_vlm), out=out, target=target, num_samples=num_samples,
+        prompts=prompts or default_prompts(loaded.is_vlm, split), out=out, target=target, num_samples=num_samples,
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, layers=layers,
         anchors_per_sample=anchors_per_sample, anchor_run=anchor_run, window=window, block=block, dtype=dtype, target_dtype=target_dtype,
         device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
-        samples_per_shard=samples_per_shard, seed=seed, force=force)
+        samples_per_shard=samples_per_shard, seed=seed, split=split, force=force)
     if dry_run:
         estimate = estimate_cache(config, target=loaded)
         _print_json(estimate.to_json()) if as_json else console.print(estimate.describe())
@@ -249,6 +250,8 @@ def train(
     cache_dir: Optional[Path] = typer.Option(None, "--cache", help="Target cache directory."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory for checkpoints and the drafter."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    heldout_cache: Optional[Path] = typer.Option(None, "--heldout-cache",
+                                                 help="A --split heldout cache: evaluate τ on it, keep the best."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory breakdown and predicted peak."),
     no_progress: bool = typer.Option(False, "--no-progress"),
     as_json: bool = typer.Option(False, "--json"),
@@ -259,6 +262,8 @@ def train(
     from minispark.train import train as run_train
 
     config = load_recipe(recipe, list(ctx.args))
+    if heldout_cache is not None:
+        config.heldout_cache = str(heldout_cache)
     if dry_run:
         breakdown = estimate_memory(config)
         _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe())

@@ -160,6 +160,9 @@ class Trainer:
         if config.resolved_device == "cuda" and not torch.cuda.is_available():
             raise MinisparkError(f"device: recipe {config.name!r} trains on CUDA, but this machine has none "
                                  "(override device=cpu dtype=fp32 optimizer=adamw to train on the CPU)")
+        if reader.config.get("split", "train") != "train":
+            raise MinisparkError(f"--cache: {reader.directory} is a held-out evaluation cache; train on a "
+                                 "--split train cache and pass this one as --heldout-cache")
         identity = target.identity()
         # Content hashes decide (a hub id and a local copy of it are the same target); the name only
         # when the target's files could not be hashed.

@@ -25,17 +25,21 @@ class MarkovHead(nn.Module):
     def __init__(self, config: DraftConfig) -> None:
         super().__init__()
         self.rank = config.markov_rank
-        self.markov_w1 = nn.Embedding(config.vocab_size, config.markov_rank)
-        self.markov_w2 = nn.Linear(config.markov_rank, config.vocab_size, bias=False)
+        # With a draft vocabulary both tables live in its space; W1 has one extra row shared by
+        # every previous token outside it (the anchor may be any token).
+        rows = config.draft_vocab + 1 if config.draft_vocab else config.vocab_size
+        self.markov_w1 = nn.Embedding(rows, config.markov_rank)
+        self.markov_w2 = nn.Linear(config.markov_rank, config.output_size, bias=False)
 
-    def prev_embedding(self, prev_tokens: torch.Tensor) -> torch.Tensor:
-        return self.markov_w1(prev_tokens.long())
+    def prev_embedding(self, prev_index: torch.Tensor) -> torch.Tensor:
+        """W1 rows (..., r) of previous tokens given as indices into the drafter's output space."""
+        return self.markov_w1(prev_index.long())
 
     def initial_state(self, like: torch.Tensor) -> torch.Tensor | None:
         return None
 
     def step(self, state, prev_emb: torch.Tensor, hidden: torch.Tensor):
-        """One position: (state, W1[x_{k−1}] (..., r), h_k (..., d)) → (state, bias (..., V))."""
+        """One position: (state, W1[x_{k−1}] (..., r), h_k (..., d)) → (state, bias (..., N))."""
         return state, self.markov_w2(prev_emb)
 
 

@@ -14,6 +14,12 @@ Design notes §5–§7 and §10–§11 (logic follows DeepSpec's Qwen3 DSpark mo
   to the base logits ``U_k = lm_head(h_k)``; each ``p_k`` is an ordinary softmax, so the exact
   draft distribution is available for lossless rejection sampling.
 * confidence head: ``c_k = σ(w·[h_k ; W1[x_{k−1}]])``, computed before ``x_k`` is drawn.
+* draft vocabulary (``draft_vocab = N > 0``, as EAGLE-3's draft-to-target map / FR-Spec): the
+  drafter scores only N frequent target tokens (``vocab_ids``, stored with the weights); its lm_head
+  is those rows of the target's, the Markov tables live in that space (W1 has one extra row for
+  "any other previous token"), and p_d is exactly zero elsewhere. Verification still uses the full
+  target distribution, so losslessness is untouched; only the cost of a round drops (the lm_head and
+  the V×r tables dominate the draft's FLOPs and memory traffic on a small target).
 
 Training uses :meth:`DraftModel.forward_train` (anchor-packed rows, §10.2) followed by
 :meth:`DraftModel.head_logits` / :meth:`DraftModel.confidence_logits` on chunks of anchors.
@@ -74,6 +80,7 @@ class DraftConfig:
     markov_rank: int = 256
     confidence_head: bool = True
     confidence_with_markov: bool = True
+    draft_vocab: int = 0
     qk_norm: bool = True
     initializer_range: float = 0.02
     dtype: str = "bfloat16"
@@ -95,6 +102,8 @@ class DraftConfig:
             raise ValueError(f"need block_size >= 1 and window >= 0, got {self.block_size}, {self.window}")
         if not 0 <= self.mask_token_id < self.vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} outside vocab of {self.vocab_size}")
+        if not 0 <= self.draft_vocab <= self.vocab_size:
+            raise ValueError(f"draft_vocab must be in [0, {self.vocab_size}], got {self.draft_vocab}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
         if self.version != CONFIG_VERSION:
@@ -104,6 +113,11 @@ class DraftConfig:
     def feature_size(self) -> int:
         """Width m·d of the concatenated target features."""
         return len(self.feature_layers) * self.hidden_size
+
+    @property
+    def output_size(self) -> int:
+        """How many tokens the drafter scores: the draft vocabulary, or the whole target vocabulary."""
+        return self.draft_vocab or self.vocab_size
 
     @property
     def confidence_uses_markov(self) -> bool:
@@ -287,7 +301,14 @@ class DraftModel(nn.Module):
         self.hidden_norm = RMSNorm(d, config.rms_eps)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(d, config.rms_eps)
-        self.lm_head = nn.Linear(d, config.vocab_size, bias=False)
+        self.lm_head = nn.Linear(d, config.output_size, bias=False)
+        if config.draft_vocab:
+            # vocab_ids (N,) target id of each draft index, saved with the weights; vocab_index (V,)
+            # the inverse map, N ("other") for tokens outside the draft vocabulary.
+            n = config.draft_vocab
+            self.register_buffer("vocab_ids", torch.arange(n))  # a placeholder until set_vocab
+            index = torch.cat([torch.arange(n), torch.full((config.vocab_size - n,), n)])
+            self.register_buffer("vocab_index", index, persistent=False)
         self.markov = HEADS[config.head](config) if config.head != "none" else None
         self.confidence_proj = None
         if config.confidence_head:
@@ -301,18 +322,43 @@ class DraftModel(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
+    @torch.no_grad()
+    def set_vocab(self, vocab_ids: torch.Tensor) -> None:
+        """Use the draft vocabulary ``vocab_ids`` (N,) (distinct target ids); lm_head rows follow in from_target."""
+        ids = vocab_ids.to(self.vocab_index.device, torch.long)
+        if ids.shape != (self.config.draft_vocab,) or ids.unique().numel() != ids.numel():
+            raise ValueError(f"vocab_ids must be {self.config.draft_vocab} distinct token ids, got {tuple(ids.shape)}")
+        self.vocab_ids.copy_(ids)
+        self.vocab_index.fill_(self.config.draft_vocab)
+        self.vocab_index[ids] = torch.arange(ids.numel(), device=ids.device)
+
+    def draft_index(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Target ids → indices into the drafter's output space (N = "other" with a draft vocabulary)."""
+        return self.vocab_index[tokens.long()] if self.config.draft_vocab else tokens.long()
+
+    def target_ids(self, index: torch.Tensor) -> torch.Tensor:
+        """Indices into the drafter's output space → target token ids."""
+        return self.vocab_ids[index] if self.config.draft_vocab else index
+
     @classmethod
     def from_target(
-        cls, config: DraftConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor
+        cls, config: DraftConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
+        vocab_ids: torch.Tensor | None = None,
     ) -> "DraftModel":
-        """A fresh draft model with the target's embedding and lm_head copied in and frozen."""
+        """A fresh draft model with the target's embedding and lm_head (its ``vocab_ids`` rows, with a
+        draft vocabulary) copied in and frozen."""
         expected = (config.vocab_size, config.hidden_size)
         for name, weight in (("embedding", embed_weight), ("lm_head", lm_head_weight)):
             if tuple(weight.shape) != expected:
                 raise ValueError(f"target {name} has shape {tuple(weight.shape)}, draft config wants {expected}")
+        if bool(config.draft_vocab) != (vocab_ids is not None):
+            raise ValueError(f"draft_vocab {config.draft_vocab} needs vocab_ids exactly when it is > 0")
         model = cls(config).to(device=embed_weight.device, dtype=config.torch_dtype)
         with torch.no_grad():
             model.embed_tokens.weight.copy_(embed_weight)
+            if vocab_ids is not None:
+                model.set_vocab(vocab_ids)
+                lm_head_weight = lm_head_weight[model.vocab_ids]  # (N, d)
             model.lm_head.weight.copy_(lm_head_weight)
         model.embed_tokens.requires_grad_(False)
         model.lm_head.requires_grad_(False)
@@ -389,12 +435,13 @@ class DraftModel(nn.Module):
     # ---- heads ----------------------------------------------------------------------------
 
     def head_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
-        """Draft logits (..., γ, V) = ``lm_head(h_k) + B_k`` for hidden (..., γ, d) and the
-        teacher-forced previous tokens (..., γ). The RNN head unrolls its state along γ."""
+        """Draft logits (..., γ, N) = ``lm_head(h_k) + B_k`` over the drafter's output space (N = V
+        without a draft vocabulary) for hidden (..., γ, d) and the teacher-forced previous target
+        tokens (..., γ). The RNN head unrolls its state along γ."""
         logits = self.lm_head(hidden)
         if self.markov is None:
             return logits
-        prev_emb = self.markov.prev_embedding(prev_tokens)  # (..., γ, r)
+        prev_emb = self.markov.prev_embedding(self.draft_index(prev_tokens))  # (..., γ, r)
         if not self.markov.stateful:
             return logits + self.markov.step(None, prev_emb, hidden)[1]
         state = self.markov.initial_state(hidden[..., 0, :])
@@ -406,7 +453,8 @@ class DraftModel(nn.Module):
 
     def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         """Pre-sigmoid confidence (..., γ) (train with BCE-with-logits against c*_k)."""
-        prev_emb = self.markov.prev_embedding(prev_tokens) if self.config.confidence_uses_markov else None
+        prev_emb = (self.markov.prev_embedding(self.draft_index(prev_tokens)) if self.config.confidence_uses_markov
+                    else None)
         return self._confidence_logits(hidden, prev_emb)
 
     def _confidence_logits(self, hidden: torch.Tensor, prev_emb: torch.Tensor | None) -> torch.Tensor:
@@ -453,11 +501,11 @@ class DraftModel(nn.Module):
         state = self.markov.initial_state(hidden[0]) if self.markov is not None else None
         # The parallel pass's base logits U_k for every position in one GEMM: the lm_head weights are
         # read once per block, not once per position (they dominate the sequential loop's memory traffic).
-        base = self.lm_head(hidden)  # (γ, V)
+        base = self.lm_head(hidden)  # (γ, N)
         tokens, probs, confidences = [], [], []
         for k in range(1, hidden.shape[0] + 1):
             h = hidden[k - 1]  # (d,)
-            prev_emb = self.markov.prev_embedding(prev) if self.markov is not None else None  # (r,)
+            prev_emb = self.markov.prev_embedding(self.draft_index(prev)) if self.markov is not None else None  # (r,)
             c = None
             if self.confidence_proj is not None:
                 # c_k uses h_k and x_{k−1} only: it is known before x_k is drawn (non-anticipation).
@@ -466,21 +514,26 @@ class DraftModel(nn.Module):
                 break
             if c is not None:
                 confidences.append(c)
-            logits = base[k - 1]  # (V,)
+            logits = base[k - 1]  # (N,)
             if self.markov is not None:
                 state, bias = self.markov.step(state, prev_emb, h)
                 logits = logits + bias
             if sampling.greedy:
-                prev = logits.argmax()  # p_d is the one-hot of the argmax: Proposal.probs=None says so
+                prev = self.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: probs=None says so
             else:
-                p = probabilities(logits.float(), sampling)  # (V,)
-                prev = sample(p, generator)
+                p = probabilities(logits.float(), sampling)  # (N,)
+                prev = self.target_ids(sample(p, generator))
                 probs.append(p)
             tokens.append(prev)
         if not tokens:
             return Proposal.empty(hidden.device)
+        p_d = torch.stack(probs) if probs else None  # (ℓ, N)
+        if p_d is not None and self.config.draft_vocab:
+            # p_d over the whole target vocabulary, exactly zero outside the draft vocabulary.
+            full = p_d.new_zeros(p_d.shape[0], self.config.vocab_size)  # (ℓ, V)
+            p_d = full.index_copy_(1, self.vocab_ids, p_d)
         return Proposal(
             tokens=torch.stack(tokens),  # (ℓ,)
-            probs=torch.stack(probs) if probs else None,  # (ℓ, V); None = one-hot (greedy)
+            probs=p_d,  # (ℓ, V); None = one-hot (greedy)
             confidences=torch.stack(confidences) if confidences else None,  # (ℓ,)
         )

@@ -46,7 +46,10 @@ class HeldoutProxy:
     """A fixed slice of ``max_anchors`` held-out anchors, batched once, scored on demand."""
 
     def __init__(self, reader: CacheReader, gamma: int, max_anchors: int = 512, batch_anchors: int = 64,
-                 device: str | torch.device = "cpu") -> None:
+                 device: str | torch.device = "cpu", full_lm_head: torch.Tensor | None = None) -> None:
+        # The target's whole lm_head (V, d): p_t over every token, so a drafter with a draft
+        # vocabulary is charged for the target mass it cannot propose.
+        self.full_lm_head = full_lm_head
 
 
         picks = np.unique(np.linspace(0, len(reader) - 1, num=min(len(reader), max_anchors)).round().astype(int))
@@ -67,9 +70,19 @@ class HeldoutProxy:
                 fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
                                           batch.anchor_positions, batch.context_valid)
                 logits = model.head_logits(fwd.hidden, fwd.prev_tokens)  # (B, A, γ, V)
-            p_d = logits.float().softmax(-1)
-            p_t = model.lm_head(batch.target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
-            accept = (1.0 - 0.5 * (p_d - p_t).abs().sum(-1)).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
+            p_d = logits.float().softmax(-1)  # (B, A, γ, N)
+            if self.full_lm_head is None:
+                p_t = model.lm_head(batch.target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
+                l1 = (p_d - p_t).abs().sum(-1)
+            else:
+                weight = self.full_lm_head.to(batch.target_hidden.device)
+                p_t = (batch.target_hidden.to(weight.dtype) @ weight.T).float().softmax(-1)  # (B, A, γ, V)
+                if model.config.draft_vocab:
+                    inside = p_t[..., model.vocab_ids]  # (B, A, γ, N)
+                    l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
+                else:
+                    l1 = (p_d - p_t).abs().sum(-1)
+            accept = (1.0 - 0.5 * l1).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
             mask = prefix_mask(batch.valid).reshape(-1, self.gamma).cpu()
             live = mask[:, 0]
             accept, mask = accept[live], mask[live].double()

@@ -22,6 +22,13 @@ normalised by Σ w_k m_k over the whole batch, so chunking never changes the los
 states, and frees it; the backbone is then backpropagated once from the collected hidden
 gradient. At most ``LIVE_VOCAB_TENSORS`` (chunk, γ, V) fp32 tensors exist at a time.
 
+With a draft vocabulary S (``DraftConfig.draft_vocab``) every V above is N = |S|: p_t is the
+target's distribution restricted to S and renormalised (its frozen lm_head rows are all the model
+holds), and L_ce skips labels outside S. That keeps the optimum honest: with p_d supported on S,
+‖p_d − p_t‖₁ = Σ_S |p_d − p_t| + p_t(∉S), and p_d = p_t|S attains its minimum, so matching the
+renormalised target is exactly minimising the true TV. The reported acceptance proxy ignores
+p_t(∉S) (optimistic by at most that mass); the held-out proxy (``heldout.py``) uses the full p_t.
+
     .venv/bin/python -m pytest -q tests/test_losses.py
 """
 
@@ -112,6 +119,13 @@ def _stats(sums: torch.Tensor, acceptance: list[torch.Tensor], blocks: int, posi
                      counts=counts.float(), tau_sum=float(tau))
 
 
+def _draft_labels(model: DraftModel, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Labels as indices into the drafter's output space (clamped) and a float mask of those in it."""
+    index = model.draft_index(labels)
+    size = model.config.output_size
+    return index.clamp_max(size - 1), (index < size).float()
+
+
 def reference_losses(model: DraftModel, fwd: TrainForward, target_hidden: torch.Tensor, valid: torch.Tensor,
                      weights: LossWeights) -> tuple[torch.Tensor, LossStats]:
     """The §10.3 loss over all logits at once (differentiable total); the definition the chunked
@@ -124,7 +138,8 @@ def reference_losses(model: DraftModel, fwd: TrainForward, target_hidden: torch.
     p_d = logp.exp()
     with torch.no_grad():
         p_t = model.lm_head(target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
-    nll = -logp.gather(-1, fwd.labels[..., None].long()).squeeze(-1)  # (B, A, γ)
+    labels, in_vocab = _draft_labels(model, fwd.labels)
+    nll = -logp.gather(-1, labels[..., None]).squeeze(-1) * in_vocab  # (B, A, γ)
     l1 = (p_d - p_t).abs().sum(-1)
     ce, tv = (wm * nll).sum() / denom, (wm * l1).sum() / denom
     accept = 1.0 - 0.5 * l1.detach()
@@ -188,7 +203,9 @@ def _chunk_backward(model: DraftModel, h: torch.Tensor, prev: torch.Tensor, labe
     with torch.no_grad():
         p_t = model.lm_head(target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)  # (c, γ, V)
         logp = logits.float().log_softmax(-1)
-        nll = -logp.gather(-1, labels[..., None].long()).squeeze(-1)  # (c, γ)
+        labels, in_vocab = _draft_labels(model, labels)
+        ce_scale = scale * in_vocab  # labels outside a draft vocabulary have no CE term
+        nll = -logp.gather(-1, labels[..., None]).squeeze(-1)  # (c, γ)
         p_d = logp.exp_()  # reuses logp's memory
         del logp
         diff = p_d - p_t
@@ -198,8 +215,8 @@ def _chunk_backward(model: DraftModel, h: torch.Tensor, prev: torch.Tensor, labe
         # ∂‖p − q‖₁/∂z = p ⊙ (s − ⟨p, s⟩);  ∂(−log p_y)/∂z = p − onehot(y)
         p_dot_s = torch.einsum("cgv,cgv->cg", p_d, sign)[..., None]  # (c, γ, 1)
         grad = sign.sub_(p_dot_s).mul_(p_d).mul_((weights.alpha_tv * scale)[..., None])
-        grad.addcmul_(p_d, (weights.alpha_ce * scale)[..., None])
-        grad.scatter_add_(-1, labels[..., None].long(), -(weights.alpha_ce * scale)[..., None])
+        grad.addcmul_(p_d, (weights.alpha_ce * ce_scale)[..., None])
+        grad.scatter_add_(-1, labels[..., None], -(weights.alpha_ce * ce_scale)[..., None])
         del p_d, sign
         accept = 1.0 - 0.5 * l1
     roots, grads = [logits], [grad.to(logits.dtype)]
@@ -211,4 +228,4 @@ def _chunk_backward(model: DraftModel, h: torch.Tensor, prev: torch.Tensor, labe
         grads.append(None)
     del grad
     torch.autograd.backward(roots, grads)
-    return torch.stack([(scale * nll).sum(), (scale * l1).sum(), conf.detach()]).double(), accept
+    return torch.stack([(ce_scale * nll).sum(), (scale * l1).sum(), conf.detach()]).double(), accept

@@ -144,7 +144,7 @@ def estimate_memory(config: TrainConfig, shape: BatchShape | None = None,
     bf16 = config.compute_dtype == "bf16"
     with torch.device("meta"):
         model = DraftModel(replace(draft, dtype="float32"))
-    if config.tie_embeddings:
+    if config.tie_embeddings and not draft.draft_vocab:  # a draft vocabulary keeps its own lm_head rows
         model.lm_head.weight = model.embed_tokens.weight
     frozen = {id(p): p for m in (model.embed_tokens, model.lm_head) for p in m.parameters()}
     model.embed_tokens.requires_grad_(False)
@@ -159,7 +159,7 @@ def estimate_memory(config: TrainConfig, shape: BatchShape | None = None,
     n_heads = sum(p.numel() for p in heads)
     head_modules = [m for m in (model.markov, model.confidence_proj) if m is not None]
     head_linear = sum(m.weight.numel() for h in head_modules for m in h.modules() if isinstance(m, torch.nn.Linear))
-    gamma, vocab, d = draft.block_size, draft.vocab_size, draft.hidden_size
+    gamma, vocab, d = draft.block_size, draft.output_size, draft.hidden_size
     chunk_rows = min(config.chunk_anchors, config.batch_anchors) * gamma
     # Beyond the live (chunk, γ, V) tensors: a second copy of the largest head gradient while a
     # chunk's gradient is accumulated, and (bf16) autocast's per-chunk casts of the head's Linears.
@@ -277,7 +277,8 @@ def build_synthetic(config: TrainConfig, shape: BatchShape, draft: DraftConfig |
     g = torch.Generator().manual_seed(config.seed)
     embed = torch.randn(draft.vocab_size, draft.hidden_size, generator=g)
     lm_head = embed if config.tie_embeddings else torch.randn(draft.vocab_size, draft.hidden_size, generator=g)
-    model = build_model(draft, embed, lm_head, config)
+    vocab_ids = torch.arange(draft.draft_vocab) if draft.draft_vocab else None
+    model = build_model(draft, embed, lm_head, config, vocab_ids)
     del embed, lm_head
     optimizer, scheduler = make_optimizer(model, config)
     return model, optimizer, scheduler, synthetic_batch(draft, shape, config.cache_dtype).to(config.resolved_device)
@@ -296,7 +297,7 @@ def _measure_here(config: TrainConfig, shape: BatchShape, steps: int) -> dict[st
     from minispark.train import train_step
 
     torch.set_num_threads(1)
-    warm = replace(config, hidden_size=32, vocab_size=64, num_heads=2, num_kv_heads=1, head_dim=16,
+    warm = replace(config, hidden_size=32, vocab_size=64, draft_vocab=min(config.draft_vocab, 32), num_heads=2, num_kv_heads=1, head_dim=16,
                    intermediate_size=32, markov_rank=min(config.markov_rank, 8), batch_anchors=2, chunk_anchors=1)
     parts = build_synthetic(warm, BatchShape(1, 4, 2))
     for _ in range(2):  # load every kernel and lazy buffer once, before the baseline

@@ -78,6 +78,7 @@ class TrainConfig:
     block_size: int = 7
     confidence_head: bool = True
     mask_token_id: int | None = None
+    draft_vocab: int = 0
     # [train]
     steps: int = 1000
     batch_anchors: int = 32
@@ -118,7 +119,7 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
-        for key in ("window", "max_prompt_tokens", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+        for key in ("window", "max_prompt_tokens", "draft_vocab", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
             if getattr(self, key) < 0:
                 raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
@@ -169,10 +170,10 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "target": ("target", "hidden_size", "vocab_size", "tie_embeddings"),
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
-              "block_size", "confidence_head", "mask_token_id"),
+              "block_size", "confidence_head", "mask_token_id", "draft_vocab"),
     "train": ("steps", "batch_anchors", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
-              "keep_checkpoints", "cache_dir", "out_dir"),
+              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "loss_decay_gamma"),
 }
 FILE_KEYS = {key for keys in SECTIONS.values() for key in keys}
@@ -373,7 +374,7 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
         mask_token_id=pick("mask_token_id", mask_token_id),
         num_layers=config.num_layers, rms_eps=dims.rms_eps, rope_theta=dims.rope_theta,
         block_size=config.block_size, window=config.window, head=config.head, markov_rank=config.markov_rank,
-        confidence_head=config.confidence_head, dtype=dtype)
+        confidence_head=config.confidence_head, draft_vocab=config.draft_vocab, dtype=dtype)
 
 
 def target_dims(target: Any) -> TargetDims:

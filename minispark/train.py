@@ -50,6 +50,7 @@ from minispark.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.cache_format import CacheReader, config_hash
 from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.dspark import CONFIG_FILE, WEIGHTS_FILE, save_drafter
+from minispark.draft_vocab import answer_token_counts, coverage, top_tokens
 from minispark.errors import MinisparkError
 from minispark.heldout import HeldoutProxy, HeldoutScore
 from minispark.losses import LossStats, LossWeights, chunked_backward
@@ -65,12 +66,14 @@ BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
 
 
 # ---------------------------------------------------------------------- model and optimiser
-def build_model(draft: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, config: TrainConfig) -> DraftModel:
+def build_model(draft: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, config: TrainConfig,
+                vocab_ids: torch.Tensor | None = None) -> DraftModel:
     """fp32 trainable weights (initialised on CPU from ``config.seed``), frozen embedding/lm_head in
-    the compute dtype and shared when the target ties them; then gradient checkpointing / compile."""
+    the compute dtype and shared when the target ties them (and the drafter scores the whole
+    vocabulary); then gradient checkpointing / compile."""
     torch.manual_seed(config.seed)
-    model = DraftModel.from_target(replace(draft, dtype="float32"), embed.cpu(), lm_head.cpu())
-    if embed.data_ptr() == lm_head.data_ptr() or torch.equal(embed, lm_head):
+    model = DraftModel.from_target(replace(draft, dtype="float32"), embed.cpu(), lm_head.cpu(), vocab_ids)
+    if not draft.draft_vocab and (embed.data_ptr() == lm_head.data_ptr() or torch.equal(embed, lm_head)):
         model.lm_head.weight = model.embed_tokens.weight  # one frozen copy, as in the target
     frozen = torch.bfloat16 if config.compute_dtype == "bf16" else torch.float32
     model.embed_tokens.to(frozen)
@@ -177,7 +180,12 @@ class Trainer:
                                          mask_token_id=mask_token(config, target), target=target_id(identity),
                                          dtype="bfloat16" if config.compute_dtype == "bf16" else "float32")
         embed = target.model.get_input_embeddings().weight.detach()
-        self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config)
+        vocab_ids = None
+        if config.draft_vocab:  # the most frequent answer tokens of the training cache, EOS always in
+            counts = answer_token_counts(reader, dims.vocab_size)
+            vocab_ids = top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids))
+            self.vocab_coverage = coverage(counts, vocab_ids)
+        self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
         self.plan = AnchorPlan(reader, config.batch_anchors, config.seed)
         self.cache_hash = config_hash(reader.config)
@@ -192,7 +200,7 @@ class Trainer:
             held.require(target=reader.config["target"], layers=reader.layers, block=config.block_size,
                          window=reader.window)
             self.heldout = HeldoutProxy(held, config.block_size, config.eval_anchors, config.chunk_anchors * 8,
-                                        config.resolved_device)
+                                        config.resolved_device, full_lm_head=target.lm_head.weight.detach())
             best = self.out / BEST_DIR / HELDOUT_FILE
             self.best = json.loads(best.read_text()) if best.is_file() else None
 
@@ -302,6 +310,9 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
 
         estimate = estimate_memory(replace(config, tie_embeddings=trainer.dims.tie_embeddings),
                                    draft=trainer.draft_config)
+        if config.draft_vocab:
+            log(f"draft vocabulary: the {config.draft_vocab} most frequent answer tokens cover "
+                f"{trainer.vocab_coverage:.2%} of the training answers")
         log(f"{trainer.plan.total} anchors from {reader.num_samples} samples; predicted peak memory "
             f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
             f"{config.optimizer_name})")

@@ -89,6 +89,34 @@ class FakeDrafter(Drafter):
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs))
 
 
+class DraftVocabFakeDrafter(Drafter):
+    """A drafter with a draft vocabulary: it only ever proposes tokens of ``SUPPORT`` and reports p_d
+    over the whole vocabulary, exactly zero elsewhere (as DraftModel does with ``draft_vocab``).
+    ``honest=False`` reports the unrestricted distribution instead: the negative control."""
+
+    name = "fake-draft-vocab"
+    SUPPORT = (0, 2, 4)
+
+    def __init__(self, honest: bool = True) -> None:
+        self.honest = honest
+
+    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
+        context = ids.tolist()
+        outside = torch.ones(VOCAB, dtype=torch.bool)
+        outside[list(self.SUPPORT)] = False
+        tokens, probs = [], []
+        k = 1
+        while policy.admit(k, None):
+            logits = DRAFT_TABLE[context[-2], context[-1]]
+            p = probabilities(logits.masked_fill(outside, float("-inf")), SamplingConfig(1.0))
+            token = int(sample(p, generator))
+            tokens.append(token)
+            probs.append(p if self.honest else probabilities(logits, SamplingConfig(1.0)))
+            context.append(token)
+            k += 1
+        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs))
+
+
 class ConfidentFakeDrafter(FakeDrafter):
     """Reports a confidence c_k that depends on x_{k-1} (like the Markov confidence head), asked
     before x_k is drawn, so a scheduler's admission can vary with the realized draft prefix."""
@@ -183,6 +211,22 @@ def test_schedule_mode_matches_target_joint() -> None:
     counts = empirical_joint(sampling, draws=20_000, gamma=3, drafter=ConfidentFakeDrafter(),
                              policy_factory=lambda: ScheduledLength(sps, 3))
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
+
+
+@pytest.mark.parametrize("name", ["T=1", pytest.param("T=0.7,top-k=3", marks=pytest.mark.slow)])
+def test_draft_vocabulary_keeps_the_target_joint(name: str) -> None:
+    """p_d zero outside a draft vocabulary: the residual covers the target mass the drafter cannot
+    propose, so the output law is still exactly the target's."""
+    sampling = CONFIGS[name]
+    counts = empirical_joint(sampling, draws=20_000, gamma=2, drafter=DraftVocabFakeDrafter())
+    assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
+
+
+def test_negative_control_draft_vocabulary_with_a_wrong_p_d_fails() -> None:
+    """The same test catches a drafter that samples inside its vocabulary but reports the full softmax."""
+    sampling = CONFIGS["T=1"]
+    counts = empirical_joint(sampling, draws=20_000, gamma=2, drafter=DraftVocabFakeDrafter(honest=False))
+    assert chi_square_pvalue(counts, exact_joint(sampling)) < 1e-6
 
 
 def test_negative_control_without_residual_fails(monkeypatch: pytest.MonkeyPatch) -> None:

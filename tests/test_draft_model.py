@@ -34,8 +34,10 @@ def _one_thread():
     torch.set_num_threads(threads)
 
 
-def make_config(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True) -> DraftConfig:
+def make_config(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True,
+                draft_vocab: int = 0) -> DraftConfig:
     return DraftConfig(
+        draft_vocab=draft_vocab,
         target="tiny-test-target@0",
         hidden_size=D,
         num_heads=4,
@@ -59,10 +61,17 @@ def target_weights(vocab: int = V, seed: int = 0) -> tuple[torch.Tensor, torch.T
     return torch.randn(vocab, D, generator=g), 0.5 * torch.randn(vocab, D, generator=g)
 
 
-def make_model(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True, seed: int = 0) -> DraftModel:
+def subset(vocab: int, n: int) -> torch.Tensor:
+    """A draft vocabulary of n ids that is neither a prefix nor contiguous (every other id, from the top)."""
+    return torch.arange(vocab - 1, -1, -2)[:n].flip(0)
+
+
+def make_model(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True, seed: int = 0,
+               draft_vocab: int = 0) -> DraftModel:
     """A draft model whose trainable weights are large enough that every path matters."""
     embed, lm_head = target_weights(vocab, seed)
-    model = DraftModel.from_target(make_config(head, window, vocab, confidence), embed, lm_head)
+    ids = subset(vocab, draft_vocab) if draft_vocab else None
+    model = DraftModel.from_target(make_config(head, window, vocab, confidence, draft_vocab), embed, lm_head, ids)
     torch.manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -254,6 +263,30 @@ def test_sampler_draws_from_the_distributions_it_returns(head: str) -> None:
             torch.testing.assert_close(probs, reference)
 
 
+@pytest.mark.parametrize("head", ["vanilla", "rnn"])
+def test_draft_vocabulary_sampler_is_exact_and_never_leaves_it(head: str) -> None:
+    """With a draft vocabulary S the sampler only proposes tokens of S, reports p_d over the whole
+    target vocabulary (zero outside S), and draws from exactly what it reports."""
+    vocab, n = 9, 4
+    model = make_model(head, vocab=vocab, seed=3, draft_vocab=n)
+    ids = subset(vocab, n)
+    assert torch.equal(model.lm_head.weight, target_weights(vocab, 3)[1][ids])  # the target's rows of S
+    hidden = 0.5 * torch.randn(GAMMA, D, generator=torch.Generator().manual_seed(4))
+    anchor = 1  # outside S: the Markov head's "other" row
+    assert anchor not in ids.tolist()
+    with torch.no_grad():
+        tokens, probs = draw_many(model, hidden, anchor, SAMPLINGS[0], DRAWS, seed=21)
+        assert set(tokens.unique().tolist()) <= set(ids.tolist())
+        outside = torch.ones(vocab, dtype=torch.bool)
+        outside[ids] = False
+        assert probs.shape[-1] == vocab and not probs[..., outside].any()
+        assert pair_chi_square(tokens, probs, anchor, vocab) > 1e-4
+        greedy = model.sample_block(hidden, torch.tensor(anchor), FixedLength(GAMMA), SamplingConfig(0.0), None)
+        prev = torch.cat([torch.tensor([anchor]), greedy.tokens[:-1]])
+        best = ids[model.head_logits(hidden, prev).argmax(-1)]
+        assert greedy.probs is None and torch.equal(greedy.tokens, best)
+
+
 def test_chi_square_catches_a_wrong_sampler() -> None:
     """Negative control: draw from the base logits (no Markov bias) while the test compares
     against the biased distributions — the test must reject."""
@@ -391,6 +424,19 @@ def test_checkpoint_round_trip(tmp_path) -> None:
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="shape"):
         load_drafter(path, embed[:, :16], lm_head, "cpu")
+
+
+def test_checkpoint_round_trip_with_a_draft_vocabulary(tmp_path) -> None:
+    model = make_model("vanilla", draft_vocab=12)
+    embed, lm_head = target_weights()
+    save_drafter(model, tmp_path / "drafter")
+    stored = load_file(str(tmp_path / "drafter" / "model.safetensors"))
+    assert torch.equal(stored["vocab_ids"], subset(V, 12)) and "vocab_index" not in stored
+    assert stored["markov.markov_w1.weight"].shape == (13, 16) and stored["markov.markov_w2.weight"].shape == (12, 16)
+    loaded = load_drafter(tmp_path / "drafter", embed, lm_head, "cpu").model
+    for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
+        assert torch.equal(a, b), name
+    assert torch.equal(loaded.vocab_index, model.vocab_index)
 
 
 def test_empty_context_and_bfloat16() -> None:

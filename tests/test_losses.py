@@ -20,12 +20,13 @@ D, V, GAMMA, M = 32, 101, 4, 2
 WEIGHTS = LossWeights()
 
 
-def make_model(head: str = "vanilla", confidence: bool = True, seed: int = 0) -> DraftModel:
+def make_model(head: str = "vanilla", confidence: bool = True, seed: int = 0, draft_vocab: int = 0) -> DraftModel:
     config = DraftConfig(target="t@0", hidden_size=D, num_heads=4, num_kv_heads=2, head_dim=8, intermediate_size=48,
                          vocab_size=V, feature_layers=(1, 2), mask_token_id=V - 1, block_size=GAMMA, window=6,
-                         head=head, markov_rank=8, confidence_head=confidence, dtype="float32")
+                         head=head, markov_rank=8, confidence_head=confidence, draft_vocab=draft_vocab, dtype="float32")
     g = torch.Generator().manual_seed(seed)
-    model = DraftModel.from_target(config, torch.randn(V, D, generator=g), 0.3 * torch.randn(V, D, generator=g))
+    ids = torch.randperm(V, generator=g)[:draft_vocab] if draft_vocab else None  # most labels fall outside
+    model = DraftModel.from_target(config, torch.randn(V, D, generator=g), 0.3 * torch.randn(V, D, generator=g), ids)
     torch.manual_seed(seed + 1)
     with torch.no_grad():  # weights large enough that every term has a real gradient
         for name, p in model.named_parameters():
@@ -76,10 +77,11 @@ def test_position_weights_and_prefix_mask():
     assert prefix_mask(valid).tolist() == [[True, True, False, False], [False] * 4, [True] * 4]
 
 
-@pytest.mark.parametrize("head, confidence", [("vanilla", True), ("none", True), ("gated", True), ("rnn", True),
-                                              ("vanilla", False)])
-def test_chunked_backward_equals_autograd_reference(head, confidence):
-    model = make_model(head, confidence)
+@pytest.mark.parametrize("head, confidence, draft_vocab", [
+    ("vanilla", True, 0), ("none", True, 0), ("gated", True, 0), ("rnn", True, 0), ("vanilla", False, 0),
+    ("vanilla", True, 40), ("rnn", True, 40), ("none", False, 40)])
+def test_chunked_backward_equals_autograd_reference(head, confidence, draft_vocab):
+    model = make_model(head, confidence, draft_vocab=draft_vocab)
     inputs, target_hidden, valid = make_batch()
     ref_stats, ref_grads = run_reference(model, inputs, target_hidden, valid)
     assert set(ref_grads) == {n for n, p in model.named_parameters() if p.requires_grad}

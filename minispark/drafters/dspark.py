@@ -124,8 +124,9 @@ def load_draft_model(
     config = DraftConfig.load(path / CONFIG_FILE)
     if target_identity is not None and target_identity != config.target:
         raise ValueError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
-    model = DraftModel.from_target(config, target_embed.to(device), target_lm_head.to(device))
     weights = load_file(str(path / WEIGHTS_FILE), device=str(device))
+    vocab_ids = weights.get("vocab_ids") if config.draft_vocab else None  # which lm_head rows to take
+    model = DraftModel.from_target(config, target_embed.to(device), target_lm_head.to(device), vocab_ids)
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.startswith(("embed_tokens.", "lm_head."))]
     if missing or unexpected:

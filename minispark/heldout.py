@@ -38,8 +38,8 @@ class HeldoutScore:
     blocks: int
 
     def to_json(self) -> dict:
-        return {"heldout_tau": round(self.tau, 4), "heldout_acceptance": [round(a, 4) for a in self.acceptance],
-                "heldout_blocks": self.blocks}
+        # Unrounded: the best checkpoint is chosen by comparing these values.
+        return {"heldout_tau": self.tau, "heldout_acceptance": self.acceptance, "heldout_blocks": self.blocks}
 
 
 class HeldoutProxy:

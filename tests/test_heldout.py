@@ -1,0 +1,96 @@
+"""Training for held-out acceptance: the held-out split never enters a training cache, a training
+run scores a held-out cache and ships its best checkpoint, and that drafter (with a draft
+vocabulary) is exact in the loop (greedy parity vs target-only).
+
+    .venv/bin/python -m pytest -q tests/test_heldout.py
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from minispark.cache import CacheConfig, build_cache
+from minispark.errors import MinisparkError
+from minispark.generate import generate, make_drafter
+from minispark.drafters.base import FixedLength
+from minispark.prompts import HELDOUT_FILE, PromptFileError
+from minispark.recipes import load_recipe
+from minispark.target import load_target
+from minispark.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
+from tests.test_engine import assert_parity, hf_greedy
+
+TRAIN_PROMPTS = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly."]
+CACHE = dict(num_samples=8, max_new_tokens=24, layers="1,2", anchors_per_sample=64, window=16, block=4,
+             dtype="fp32", batch_size=8)
+
+
+@pytest.fixture(scope="module")
+def run(tiny_dir, tmp_path_factory):
+    """A tiny target, a training cache, a held-out cache of the shipped held-out prompts, and a run."""
+    target_dir = tiny_dir("llama")
+    target = load_target(str(target_dir))
+    root = tmp_path_factory.mktemp("heldout")
+    prompts = root / "train.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in TRAIN_PROMPTS))
+    build_cache(CacheConfig(prompts=prompts, out=root / "cache", **CACHE), target=target, log=lambda _: None)
+    build_cache(CacheConfig(prompts=HELDOUT_FILE, out=root / "held", split="heldout", **CACHE), target=target,
+                log=lambda _: None)
+    recipe = load_recipe("tiny", ["steps=24", "eval_every=8", "eval_anchors=32", "draft_vocab=96",
+                                  f"heldout_cache={root / 'held'}"])
+    report = train(recipe, root / "cache", root / "train", target=target, log=None)
+    return target, root, report
+
+
+def test_a_training_cache_refuses_held_out_prompts(tiny_dir, tmp_path):
+    target = load_target(str(tiny_dir("llama")))
+    held = HELDOUT_FILE.read_text().splitlines()
+    prompts = tmp_path / "mixed.jsonl"
+    prompts.write_text(json.dumps({"prompt": "A fresh question."}) + "\n" + held[3] + "\n")
+    with pytest.raises(PromptFileError, match=rf"{prompts}:2: this prompt is in the held-out split"):
+        build_cache(CacheConfig(prompts=prompts, out=tmp_path / "cache", **CACHE), target=target)
+    assert not (tmp_path / "cache").exists()  # refused before any work
+    # The same prompt in another spelling (case, spaces) is the same prompt.
+    record = json.loads(held[3])
+    text = record.get("prompt") or record["messages"][-1]["content"]
+    prompts.write_text(json.dumps({"prompt": "  " + text.upper().replace(" ", "   ")}) + "\n")
+    with pytest.raises(PromptFileError, match="held-out split"):
+        build_cache(CacheConfig(prompts=prompts, out=tmp_path / "cache", **CACHE), target=target)
+
+
+def test_an_evaluation_cache_is_never_trained_on(run, tmp_path):
+    target, root, _ = run
+    with pytest.raises(MinisparkError, match="held-out evaluation cache"):
+        train(load_recipe("tiny", ["steps=2"]), root / "held", tmp_path / "out", target=target, log=None)
+    with pytest.raises(MinisparkError, match="is a training cache"):
+        train(load_recipe("tiny", ["steps=2", f"heldout_cache={root / 'cache'}"]), root / "cache",
+              tmp_path / "out2", target=target, log=None)
+
+
+def test_the_drafter_is_the_best_checkpoint_by_held_out_tau(run):
+    _, root, report = run
+    rows = [json.loads(line) for line in (root / "train" / METRICS_FILE).read_text().splitlines()]
+    evaluations = [row for row in rows if "heldout_tau" in row]
+    assert [row["step"] for row in evaluations] == [8, 16, 24] == [row["step"] for row in report.evaluations]
+    best = max(evaluations, key=lambda row: row["heldout_tau"])
+    assert all(1.0 <= row["heldout_tau"] <= 5.0 and row["heldout_blocks"] > 0 for row in evaluations)
+    saved = json.loads((root / "train" / BEST_DIR / SCORE_FILE).read_text())
+    assert saved["step"] == best["step"] and saved["heldout_tau"] == best["heldout_tau"]
+    shipped = load_file(str(report.drafter / "model.safetensors"))
+    kept = load_file(str(root / "train" / BEST_DIR / "model.safetensors"))
+    assert shipped.keys() == kept.keys() and all(torch.equal(shipped[k], kept[k]) for k in kept)
+    assert shipped["vocab_ids"].numel() == 96
+
+
+def test_draft_vocabulary_drafter_keeps_greedy_parity(run):
+    target, _, report = run
+    drafter = make_drafter(str(report.drafter), target)
+    for prompt in TRAIN_PROMPTS[:2] + ["Name a colour."]:
+        inputs = target.encode(prompt=prompt)
+        out = generate(target, prompt, drafter=drafter, policy=FixedLength(drafter.config.block_size),
+                       max_new_tokens=32)
+        assert_parity(target, inputs, out.result.token_ids, hf_greedy(target, inputs, 32))

@@ -187,7 +187,7 @@ def draft_config_from_deepspec(
             block_size=int(_field(raw, "block_size", where)),
             window=recorded_window if window is None else window, head=head, markov_rank=rank,
             confidence_head=confidence, confidence_with_markov=with_markov, qk_norm=True,
-            dtype=_DTYPES.get(dtype, "bfloat16"))
+            initializer_range=float(raw.get("initializer_range", 0.02)), dtype=_DTYPES.get(dtype, "bfloat16"))
     except ValueError as exc:
         raise MinisparkError(f"{where}: config.json {exc}") from None
 
@@ -208,6 +208,7 @@ def deepspec_config_from_draft(config: DraftConfig, target_config: dict, num_tar
         "num_key_value_heads": config.num_kv_heads, "head_dim": config.head_dim,
         "intermediate_size": config.intermediate_size, "rms_norm_eps": config.rms_eps,
         "hidden_act": "silu", "attention_bias": False, "attention_dropout": 0.0,
+        "initializer_range": config.initializer_range,
         "rope_theta": theta, "rope_parameters": {"rope_type": "default", "rope_theta": theta},
         "tie_word_embeddings": False, "dtype": "bfloat16", "torch_dtype": "bfloat16",
         "layer_types": ["full_attention"] * config.num_layers, "use_sliding_window": False,

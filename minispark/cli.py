@@ -414,15 +414,15 @@ def import_(
 def export(
     drafter_dir: Path = typer.Argument(..., help="minispark drafter directory (config.json + model.safetensors)."),
     out: Path = typer.Option(..., "--out", help="Output directory."),
-    format: str = typer.Option("deepspec", "--format", help="Output layout: deepspec (vLLM / SGLang)."),
+    fmt: str = typer.Option("deepspec", "--format", help="Output layout: deepspec (vLLM / SGLang)."),
     target: Optional[str] = TargetOpt,
     device: Optional[str] = DeviceOpt,
 ) -> None:
     """Export a minispark drafter in DeepSpec's layout (bf16 safetensors, config.json, serving README)."""
     from minispark.deepspec_export import export_deepspec
 
-    if format != "deepspec":
-        raise MinisparkError(f"--format {format!r}: only 'deepspec' is supported")
+    if fmt != "deepspec":
+        raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
     report = export_deepspec(drafter_dir, _load(target, None, device), out)
     _print_conversion(report)
 

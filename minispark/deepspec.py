@@ -20,6 +20,9 @@ markov_head.py, eval/dspark/draft_ops.py, read for this module):
   to the base logits before the temperature; confidence ``σ(proj([h_k after the final norm ;
   W1[x_{k−1}]]))`` (DeepSpec computes it after the block is sampled, minispark before x_k is drawn:
   the values are identical, both depend on x_{k−1} only).
+* loop: DeepSpec's first anchor is the token sampled by the prefill, minispark's is the last prompt
+  token (so its first round drafts that token too); from then on both keep the features of every
+  committed token but the anchor as context. Verification is the same residual rule.
 * window: DeepSpec attends the whole context (training mask ``kv < anchor``, no mask at inference).
   An imported checkpoint gets W = 0 (the whole context) unless it records ``minispark_window``,
   which only minispark's own export writes.
@@ -114,7 +117,8 @@ def _rope_theta(raw: dict, where: Path) -> float:
     scaling = raw.get("rope_scaling")
     kind = (rope.get("rope_type") or rope.get("type") or "default") if isinstance(rope, dict) else "default"
     if kind != "default" or (scaling and (scaling.get("rope_type") or scaling.get("type")) != "default"):
-        raise MinisparkError(f"{where}: config.json rope scaling {scaling or rope} is not supported (default RoPE only)")
+        raise MinisparkError(f"{where}: config.json rope scaling {scaling or rope} is not supported "
+                             "(default RoPE only)")
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None
     return float(theta if theta is not None else raw.get("rope_theta", 10_000.0))
 
@@ -265,8 +269,8 @@ def check_weights(path: Path, config: DraftConfig) -> dict[str, tuple[int, ...]]
         if key not in found:
             if key in OPTIONAL_KEYS:
                 continue
-            raise MinisparkError(f"{path}: missing weight {key!r} {list(shape)} (config.json: head "
-                                 f"{config.head}, confidence head {config.confidence_head}, {config.num_layers} layers)")
+            raise MinisparkError(f"{path}: missing weight {key!r} {list(shape)} (config.json: head {config.head}, "
+                                 f"confidence head {config.confidence_head}, {config.num_layers} layers)")
         if found[key] != shape:
             raise MinisparkError(f"{path}: weight {key!r} has shape {list(found[key])}, expected {list(shape)}")
     for key in found:
@@ -276,7 +280,9 @@ def check_weights(path: Path, config: DraftConfig) -> dict[str, tuple[int, ...]]
     return found
 
 
-def read_weights(path: Path, device: torch.device | str, only: tuple[str, ...] | None = None) -> dict[str, torch.Tensor]:
+def read_weights(
+    path: Path, device: torch.device | str, only: tuple[str, ...] | None = None
+) -> dict[str, torch.Tensor]:
     """The tensors of a checkpoint directory (all, or the DeepSpec names in ``only``), renamed to
     minispark's state-dict names."""
     weights: dict[str, torch.Tensor] = {}

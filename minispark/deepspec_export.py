@@ -81,8 +81,9 @@ def export_warnings(config: DraftConfig) -> list[str]:
     warnings = []
     if config.window > 0:
         warnings.append(f"the drafter was trained with a context window W={config.window} (recorded as "
-                        "minispark_window); vLLM, SGLang and llama.cpp attend the whole context, which it "
-                        "never saw in training, so acceptance there may be lower than in minispark")
+                        "minispark_window); the exported layers are full_attention, so vLLM and SGLang attend "
+                        "the whole context, which it never saw in training: acceptance there may be lower than "
+                        "in minispark")
     if config.dtype != "bfloat16":
         warnings.append(f"weights rounded from {config.dtype} to bfloat16: proposals may differ slightly "
                         "from the original's")
@@ -107,7 +108,8 @@ def import_deepspec(source: str | Path, target: Target, out: str | Path, window:
     stored = read_weights(source, "cpu", only=OPTIONAL_KEYS)
     for key, ours in zip(OPTIONAL_KEYS, (embed, lm_head)):
         theirs = stored.get(key)
-        if theirs is not None and not torch.equal(theirs.to(ours.dtype), ours):
+        # Compared in the checkpoint's dtype: DeepSpec saves bf16 copies of a target that may run in fp32.
+        if theirs is not None and not torch.equal(theirs, ours.to(theirs.dtype)):
             report.warnings.append(f"the checkpoint's {key} differs from the target's; minispark's layout uses "
                                    "the target's (DeepSpec trains them frozen at the target's values)")
     save_drafter(model, out)
@@ -130,11 +132,14 @@ def serving_readme(config: dict, warnings: list[str]) -> str:
         "target's full vocabulary: there is no reduced draft vocabulary and no `d2t` mapping.",
         f"minispark trained it with context window W = {config.get('minispark_window', 0)} "
         "(`minispark_window`; 0 = the whole context). The engines below attend the whole context.",
+        "The draft layers are Qwen3-style (q/k RMSNorm) whatever the target family. minispark positions "
+        "the block by the target's 1D text positions; for vision-language targets, how an engine "
+        "positions the drafter was not checked.",
         "",
         "## minispark",
         "",
-        "`minispark generate --drafter THIS_DIR` runs it directly; `minispark import THIS_DIR --out DIR` "
-        "converts it back (the recorded window is restored; `--window 0` gives the engines' behaviour).",
+        "`minispark generate --target TARGET --drafter THIS_DIR` runs it directly; `minispark import THIS_DIR "
+        "--target TARGET --out DIR` converts it back (the recorded window is restored; `--window 0` gives the engines' behaviour).",
         "",
         "## vLLM",
         "",

@@ -69,7 +69,8 @@ def deepspec_shapes(target: Target, *, num_layers: int, head: str, rank: int, co
     if head == "rnn":
         shapes |= {"markov_head.joint_proj.weight": [3 * rank, 2 * rank + d], "markov_head.joint_proj.bias": [3 * rank]}
     if confidence:
-        shapes |= {"confidence_head.proj.weight": [1, d + (rank if with_markov else 0)], "confidence_head.proj.bias": [1]}
+        width = d + (rank if with_markov else 0)
+        shapes |= {"confidence_head.proj.weight": [1, width], "confidence_head.proj.bias": [1]}
     return shapes
 
 
@@ -127,7 +128,9 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
     return x * cos + torch.cat([-x[..., dim // 2:], x[..., :dim // 2]], -1) * sin
 
 
-def reference_block(w: dict, raw: dict, features: torch.Tensor, anchor: int, norm_context: bool = False) -> torch.Tensor:
+def reference_block(
+    w: dict, raw: dict, features: torch.Tensor, anchor: int, norm_context: bool = False
+) -> torch.Tensor:
     """Hidden (γ, d) of DeepSpec's block after ``anchor`` at position N = len(features)."""
     eps, theta, gamma = raw["rms_norm_eps"], raw["rope_parameters"]["rope_theta"], raw["block_size"]
     heads, kv_heads, hd = raw["num_attention_heads"], raw["num_key_value_heads"], raw["head_dim"]
@@ -141,7 +144,8 @@ def reference_block(w: dict, raw: dict, features: torch.Tensor, anchor: int, nor
         c = rms(ctx, w[p + "input_layernorm.weight"], eps) if norm_context else ctx
         q = rms((h @ w[p + "self_attn.q_proj.weight"].T).view(gamma, heads, hd), w[p + "self_attn.q_norm.weight"], eps)
         both = torch.cat([c, h])  # (N+γ, d): context first, then the block
-        k = rms((both @ w[p + "self_attn.k_proj.weight"].T).view(n + gamma, kv_heads, hd), w[p + "self_attn.k_norm.weight"], eps)
+        k = (both @ w[p + "self_attn.k_proj.weight"].T).view(n + gamma, kv_heads, hd)
+        k = rms(k, w[p + "self_attn.k_norm.weight"], eps)  # k_norm on context and block K alike
         v = (both @ w[p + "self_attn.v_proj.weight"].T).view(n + gamma, kv_heads, hd)
         q = rope(q.transpose(0, 1), positions[n:], theta)  # (H, γ, D)
         k = rope(k.transpose(0, 1), positions, theta).repeat_interleave(heads // kv_heads, 0)
@@ -149,7 +153,8 @@ def reference_block(w: dict, raw: dict, features: torch.Tensor, anchor: int, nor
         attn = torch.softmax(q @ k.transpose(1, 2) / hd ** 0.5, -1) @ v  # no mask: whole context, whole block
         x = x + attn.transpose(0, 1).reshape(gamma, heads * hd) @ w[p + "self_attn.o_proj.weight"].T
         m = rms(x, w[p + "post_attention_layernorm.weight"], eps)
-        x = x + (F.silu(m @ w[p + "mlp.gate_proj.weight"].T) * (m @ w[p + "mlp.up_proj.weight"].T)) @ w[p + "mlp.down_proj.weight"].T
+        gated = F.silu(m @ w[p + "mlp.gate_proj.weight"].T) * (m @ w[p + "mlp.up_proj.weight"].T)
+        x = x + gated @ w[p + "mlp.down_proj.weight"].T
     return rms(x, w["norm.weight"], eps)
 
 
@@ -161,12 +166,14 @@ def reference_heads(w: dict, head: str, hidden: torch.Tensor, prev: torch.Tensor
     if head == "vanilla":
         logits = logits + emb @ w2.T
     elif head == "gated":
-        gate = torch.sigmoid(torch.cat([hidden, emb], -1) @ w["markov_head.gate_proj.weight"].T + w["markov_head.gate_proj.bias"])
+        gate_in = torch.cat([hidden, emb], -1)  # [h_k ; W1[x_{k−1}]]
+        gate = torch.sigmoid(gate_in @ w["markov_head.gate_proj.weight"].T + w["markov_head.gate_proj.bias"])
         logits = logits + (gate * emb) @ w2.T
     else:
         state, biases = torch.zeros(emb.shape[-1]), []
         for k in range(hidden.shape[0]):
-            z = torch.cat([state, emb[k], hidden[k]]) @ w["markov_head.joint_proj.weight"].T + w["markov_head.joint_proj.bias"]
+            z = torch.cat([state, emb[k], hidden[k]])  # [s_{k−1} ; W1[x_{k−1}] ; h_k]
+            z = z @ w["markov_head.joint_proj.weight"].T + w["markov_head.joint_proj.bias"]
             g, c, o = z.chunk(3)
             state = torch.sigmoid(g) * state + (1 - torch.sigmoid(g)) * torch.tanh(c)
             biases.append(torch.tanh(o) @ w2.T)
@@ -229,7 +236,8 @@ def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, tmp_path)
     inputs = target.encode(prompt=PROMPTS[0])
     out = generate(target, PROMPTS[0], drafter=drafter, policy=FixedLength(4), max_new_tokens=24)
     assert_parity(target, inputs, out.result.token_ids, hf_greedy(target, inputs, 24))
-    for mode, extra in (("threshold", {"threshold": 0.5}), ("schedule", {"sps_table": SPSTable.from_inline([1.0] * 5)})):
+    flat = SPSTable.from_inline([1.0] * 5)
+    for mode, extra in (("threshold", {"threshold": 0.5}), ("schedule", {"sps_table": flat})):
         with pytest.raises(MinisparkError, match="no confidence head"):
             make_length_policy(mode, 4, has_confidence=drafter.has_confidence, **extra)
     result = CliRunner().invoke(app, ["generate", "--target", str(target.model_dir), "--drafter", str(ckpt),
@@ -239,6 +247,32 @@ def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, tmp_path)
                                       "--max-new-tokens", "6", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["drafter"] == "dspark"
+    report = import_deepspec(ckpt, target, tmp_path / "imported")
+    assert report.warnings == []  # the bf16 embedding/lm_head copies equal the target's in bf16
+    imported = make_drafter(str(report.out), target)
+    assert imported.config.head == "none" and not imported.has_confidence
+    ids_a, props_a = proposals(target, drafter, PROMPTS[0], 0.0, 16)
+    ids_b, props_b = proposals(target, imported, PROMPTS[0], 0.0, 16)
+    assert ids_a == ids_b and [p.tokens.tolist() for p in props_a] == [p.tokens.tolist() for p in props_b]
+
+
+def test_sharded_checkpoint_loads_like_one_file(target, tmp_path) -> None:
+    from safetensors.torch import load_file
+
+    one = write_deepspec(tmp_path / "one", target)
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "config.json").write_text((one / "config.json").read_text())
+    weights = load_file(str(one / "model.safetensors"))
+    keys = sorted(weights)
+    shards = {"model-00001-of-00002.safetensors": keys[: len(keys) // 2],
+              "model-00002-of-00002.safetensors": keys[len(keys) // 2:]}
+    for name, names in shards.items():
+        save_file({k: weights[k] for k in names}, str(sharded / name), metadata={"format": "pt"})
+    index = {"metadata": {}, "weight_map": {k: name for name, names in shards.items() for k in names}}
+    (sharded / "model.safetensors.index.json").write_text(json.dumps(index))
+    a, b = make_drafter(str(one), target).model.state_dict(), make_drafter(str(sharded), target).model.state_dict()
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 MISMATCHES = {
@@ -327,7 +361,9 @@ def assert_same_proposals(target: Target, a: Drafter, b: Drafter) -> None:
                 assert pa.tokens.tolist() == pb.tokens.tolist()
                 if temperature > 0:
                     torch.testing.assert_close(pa.probs, pb.probs)
-                torch.testing.assert_close(pa.confidences, pb.confidences)
+                assert (pa.confidences is None) == (pb.confidences is None)
+                if pa.confidences is not None:
+                    torch.testing.assert_close(pa.confidences, pb.confidences)
 
 
 def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
@@ -339,6 +375,10 @@ def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
     assert raw["architectures"] == ["Qwen3DSparkModel"] and raw["minispark_window"] == 6
     assert raw["target_layer_ids"] == LAYERS and raw["num_target_layers"] == target.num_layers
     assert "vllm serve" in (out / "README.md").read_text()
+    from transformers import AutoConfig
+
+    hf = AutoConfig.from_pretrained(out)  # what save_pretrained / the engines parse
+    assert hf.architectures == ["Qwen3DSparkModel"] and hf.num_hidden_layers == 2 and hf.markov_rank == RANK
     from safetensors import safe_open
 
     with safe_open(str(out / "model.safetensors"), "pt") as handle:

@@ -46,6 +46,12 @@ def target(tiny_dir) -> Target:
     return load_target(str(tiny_dir("qwen3")))
 
 
+@pytest.fixture(scope="module")
+def greedy(target) -> dict[str, list[int]]:
+    """Target-only greedy continuations (HF generate, 24 tokens) of PROMPTS."""
+    return {p: hf_greedy(target, target.encode(prompt=p), 24) for p in PROMPTS}
+
+
 def deepspec_shapes(target: Target, *, num_layers: int, head: str, rank: int, confidence: bool,
                     with_markov: bool, layer_ids: list[int]) -> dict[str, list[int]]:
     """Every weight of a DeepSpec Qwen3DSparkModel and its shape, as DeepSpec names them."""
@@ -216,7 +222,7 @@ def test_loaded_model_matches_deepspec_reference(target, tmp_path, head: str) ->
 
 
 @pytest.mark.parametrize("head", ["vanilla", "gated", "rnn"])
-def test_synthetic_dspark_checkpoint_keeps_greedy_parity(target, tmp_path, head: str) -> None:
+def test_synthetic_dspark_checkpoint_keeps_greedy_parity(target, greedy, tmp_path, head: str) -> None:
     ckpt = write_deepspec(tmp_path / head, target, head=head)
     drafter = make_drafter(str(ckpt), target)
     assert isinstance(drafter, DSparkDrafter) and drafter.has_confidence and drafter.config.head == head
@@ -224,10 +230,10 @@ def test_synthetic_dspark_checkpoint_keeps_greedy_parity(target, tmp_path, head:
         for prompt in PROMPTS:
             inputs = target.encode(prompt=prompt)
             out = generate(target, prompt, drafter=drafter, policy=policy, max_new_tokens=24)
-            assert_parity(target, inputs, out.result.token_ids, hf_greedy(target, inputs, 24))
+            assert_parity(target, inputs, out.result.token_ids, greedy[prompt])
 
 
-def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, tmp_path) -> None:
+def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, greedy, tmp_path) -> None:
     ckpt = write_deepspec(tmp_path / "dflash", target, head="none", confidence=False)
     raw = json.loads((ckpt / "config.json").read_text())
     assert raw["markov_rank"] == 0 and "markov_head_type" not in raw and "confidence_head_with_markov" not in raw
@@ -235,7 +241,7 @@ def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, tmp_path)
     assert drafter.config.head == "none" and not drafter.has_confidence
     inputs = target.encode(prompt=PROMPTS[0])
     out = generate(target, PROMPTS[0], drafter=drafter, policy=FixedLength(4), max_new_tokens=24)
-    assert_parity(target, inputs, out.result.token_ids, hf_greedy(target, inputs, 24))
+    assert_parity(target, inputs, out.result.token_ids, greedy[PROMPTS[0]])
     flat = SPSTable.from_inline([1.0] * 5)
     for mode, extra in (("threshold", {"threshold": 0.5}), ("schedule", {"sps_table": flat})):
         with pytest.raises(MinisparkError, match="no confidence head"):

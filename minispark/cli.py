@@ -105,6 +105,7 @@ def generate(
         if not path.is_file():
             raise MinisparkError(f"--image {path}: file not found")
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    _check_deepspec(drafter, loaded)
     draft = make_drafter(drafter, loaded)
     policy = _policy(mode, gamma, draft, threshold, sps, loaded, drafter_calibration(drafter) if Path(drafter).is_dir() else None)
     on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
@@ -140,6 +141,8 @@ def bench(
     from minispark.bench import bench_baselines, bench_drafter, bench_policies
 
     loaded = _load(target, dtype, device)
+    if drafter is not None:
+        _check_deepspec(drafter, loaded)
     if drafter is None:
         with err_console.status("benchmarking...") as status:
             report = bench_baselines(loaded, max_new_tokens=max_new_tokens, gamma=gamma,
@@ -385,6 +388,56 @@ def simulate(
         raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
     result = theta_table(confidences, table)
     _print_json(result) if as_json else console.print(render_theta_table(result))
+
+
+def _check_deepspec(drafter: str, target) -> None:
+    """A DeepSpec-layout --drafter is checked against the target first, for errors naming the key."""
+    from minispark.deepspec import check_against_target, is_deepspec_dir
+
+    if is_deepspec_dir(drafter):
+        check_against_target(drafter, target)
+
+
+@app.command("import")
+@one_line_errors
+def import_(
+    source: Path = typer.Argument(..., help="DeepSpec-layout drafter directory (Qwen3DSparkModel)."),
+    out: Path = typer.Option(..., "--out", help="Output minispark drafter directory."),
+    target: Optional[str] = TargetOpt,
+    window: Optional[int] = typer.Option(None, "--window", help="Context window W (default: recorded, else 0 = all)."),
+    device: Optional[str] = DeviceOpt,
+) -> None:
+    """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
+    from minispark.deepspec_export import import_deepspec
+
+    report = import_deepspec(source, _load(target, None, device), out, window)
+    _print_conversion(report)
+
+
+@app.command()
+@one_line_errors
+def export(
+    drafter_dir: Path = typer.Argument(..., help="minispark drafter directory (config.json + model.safetensors)."),
+    out: Path = typer.Option(..., "--out", help="Output directory."),
+    fmt: str = typer.Option("deepspec", "--format", help="Output layout: deepspec (vLLM / SGLang)."),
+    target: Optional[str] = TargetOpt,
+    device: Optional[str] = DeviceOpt,
+) -> None:
+    """Export a minispark drafter in DeepSpec's layout (bf16 safetensors, config.json, serving README)."""
+    from minispark.deepspec_export import export_deepspec
+
+    if fmt != "deepspec":
+        raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
+    report = export_deepspec(drafter_dir, _load(target, None, device), out)
+    _print_conversion(report)
+
+
+def _print_conversion(report) -> None:
+    for warning in report.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    c = report.config
+    console.print(f"wrote {report.out}: {c.num_layers} layers, head {c.head}, confidence head "
+                  f"{'on' if c.confidence_head else 'off'}, γ={c.block_size}, window {c.window}", highlight=False)
 
 
 def _floats(text: str, flag: str) -> list[float]:

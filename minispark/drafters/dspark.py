@@ -4,6 +4,7 @@ behind the shared :class:`~minispark.drafters.base.Drafter` interface; and its c
 A checkpoint is a directory holding ``config.json`` (a :class:`DraftConfig`) and
 ``model.safetensors`` with every weight except the frozen embedding and lm_head, which are always
 taken from the target at load time. The config names the target; loading refuses another one.
+A directory in DeepSpec's layout (``Qwen3DSparkModel``, see :mod:`minispark.deepspec`) loads too.
 
     .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
 """
@@ -14,10 +15,12 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Callable
 
 import torch
 from safetensors.torch import load_file, save_file
 
+from minispark.deepspec import is_deepspec_dir, load_deepspec_model
 from minispark.draft_cache import ContextCache
 from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.base import Drafter, LengthPolicy, Proposal
@@ -88,16 +91,14 @@ class DSparkDrafter(Drafter):
         self.cache.append(layer_kv, positions)
 
 
-def save_drafter(model: DraftModel, path: str | Path) -> None:
-    """Write ``config.json`` + ``model.safetensors`` (no embedding/lm_head) to ``path`` atomically:
-    everything goes to a temporary sibling directory that is then renamed into place."""
+def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> None:
+    """Build a directory with ``fill(tmp)`` in a temporary sibling, then rename it over ``path``:
+    a reader sees the old directory or the complete new one."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
-        model.config.save(tmp / CONFIG_FILE)
-        weights = {k: v.detach().contiguous().cpu() for k, v in model.trainable_state_dict().items()}
-        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"target": model.config.target})
+        fill(tmp)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -110,6 +111,17 @@ def save_drafter(model: DraftModel, path: str | Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+def save_drafter(model: DraftModel, path: str | Path) -> None:
+    """Write ``config.json`` + ``model.safetensors`` (no embedding/lm_head) to ``path`` atomically."""
+
+    def fill(tmp: Path) -> None:
+        model.config.save(tmp / CONFIG_FILE)
+        weights = {k: v.detach().contiguous().cpu() for k, v in model.trainable_state_dict().items()}
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"target": model.config.target})
+
+    write_dir_atomic(path, fill)
+
+
 def load_draft_model(
     path: str | Path,
     target_embed: torch.Tensor,
@@ -119,8 +131,11 @@ def load_draft_model(
 ) -> DraftModel:
     """Rebuild a :class:`DraftModel` from a checkpoint directory and the target's frozen weights.
 
-    ``target_identity``, when given, must equal the identity the drafter was trained against."""
+    ``target_identity``, when given, must equal the identity the drafter was trained against; a
+    DeepSpec-layout directory records no identity and is checked by shapes (it is given this one)."""
     path = Path(path)
+    if is_deepspec_dir(path):
+        return load_deepspec_model(path, target_embed, target_lm_head, device, target=target_identity or "deepspec")
     config = DraftConfig.load(path / CONFIG_FILE)
     if target_identity is not None and target_identity != config.target:
         raise ValueError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")

@@ -285,6 +285,7 @@ def profile(
     seed: int = typer.Option(0, "--seed"),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (CPU targets)."),
     note: str = typer.Option("", "--note", help="Free text stored in the table's metadata."),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help="Write the table even if the CPU was busy (flagged)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: the shipped sps_tables/)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a PNG of the SPS curves."),
     as_json: bool = typer.Option(False, "--json"),
@@ -296,7 +297,7 @@ def profile(
 
     config = ProfileConfig(contexts=[int(c) for c in _floats(contexts, "--contexts")], max_tokens=max_tokens,
                            rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
-                           cooldown_s=cooldown, seed=seed, note=note)
+                           cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
     table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                               load_in_8bit=load_in_8bit, threads=threads, out_dir=out or SHIPPED_TABLES, plot=plot,
                               show_progress=not as_json)

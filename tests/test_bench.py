@@ -134,6 +134,15 @@ def test_every_mode_schema_parity_breakdown_and_order(setup) -> None:
     assert report["settings"]["temperature"] == 0.0 and report["drafter"] == drafter
 
 
+def test_engine_step_times_add_up_to_at_most_the_wall_time(setup) -> None:
+    target, drafter, sps = setup
+    config = BenchConfig(modes=["target", "fixed"], max_new_tokens=8, gamma=GAMMA)
+    mode = build_modes(target, config, drafter, sps)[0][1]
+    _, stats = mode.run(target.encode(prompt="Hi"), 8, 0)
+    steps = (stats.propose_s, stats.verify_s, stats.accept_commit_s)
+    assert all(s > 0 for s in steps) and sum(steps) + stats.prefill_s <= stats.wall_s
+
+
 def test_sampling_replaces_parity_with_a_statement(setup, tmp_path) -> None:
     target, drafter, sps = setup
     config = BenchConfig(modes=["target", "lookup", "fixed"], max_new_tokens=6, gamma=GAMMA,

@@ -29,5 +29,6 @@ test: setup
 test-all: setup
 	$(PY) -m pytest -q -m ''
 
+# make bench BENCH_ARGS="--drafter runs/draft/drafter --prompts examples/prompts/demo.jsonl"
 bench: setup
-	$(VENV)/bin/minispark bench
+	$(VENV)/bin/minispark bench $(BENCH_ARGS)

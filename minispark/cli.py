@@ -125,77 +125,57 @@ def generate(
 @one_line_errors
 def bench(
     target: Optional[str] = TargetOpt,
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="Evaluate this drafter (τ at T=0 and T=1)."),
-    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Held-out prompts JSONL (with --drafter)."),
-    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts used from --prompts."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter for fixed/threshold/schedule (a checkpoint DIR)."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (its last N prompts); default: built-in set."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
+    modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
+                                        "threshold,schedule,schedule-raw (target always runs). Default: target,hf,"
+                                        "hf-lookup,lookup, plus fixed,threshold,schedule with --drafter."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
-    gamma: int = typer.Option(7, "--gamma"),
-    policies: bool = typer.Option(False, "--policies", help="With --drafter: fixed γ=1..γ vs threshold vs schedule."),
-    temperature: float = typer.Option(0.0, "--temperature", help="With --policies."),
-    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for schedule mode (default: lookup)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k"),
+    gamma: int = typer.Option(7, "--gamma", help="Maximum draft tokens per round."),
+    threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold of the threshold mode."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for the schedule modes (default: lookup)."),
+    repeats: int = typer.Option(1, "--repeats", help="Passes over all prompts and modes."),
+    seed: int = typer.Option(0, "--seed"),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Only the JSON report on stdout (progress on stderr)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write tok/s and acceptance per position as a PNG."),
 ) -> None:
-    """Benchmark decoding: baselines side by side, one drafter's acceptance, or its length policies."""
-    from minispark.bench import bench_baselines, bench_drafter, bench_policies
+    """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
+    from minispark.bench import (BASELINE_MODES, BenchConfig, build_modes, builtin_prompts, file_prompts,
+                                 plot_bench, render_bench, run_bench)
+    from minispark.profile import rich_progress
+    from minispark.sampling import SamplingConfig
 
+    if num_prompts is not None and num_prompts < 1:
+        raise MinisparkError("--num-prompts must be >= 1")
+    if modes is not None:
+        names = [m.strip() for m in modes.split(",") if m.strip()]
+    else:
+        names = BASELINE_MODES + (["fixed", "threshold", "schedule"] if drafter else [])
+    config = BenchConfig(modes=names, max_new_tokens=max_new_tokens, gamma=gamma, threshold=threshold,
+                         sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p), repeats=repeats, seed=seed)
     loaded = _load(target, dtype, device)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
-    if drafter is None:
-        with err_console.status("benchmarking...") as status:
-            report = bench_baselines(loaded, max_new_tokens=max_new_tokens, gamma=gamma,
-                                     progress=lambda msg: status.update(msg))
-        if as_json:
-            _print_json(report)
-            return
-        table = Table(title=f"{report['target']} · {report['prompts']} prompts · greedy · "
-                            f"{report['environment']['device']} ({report['environment']['threads']} threads)")
-        for column in ("method", "tok/s", "median tok/s", "× HF greedy", "τ"):
-            table.add_column(column, justify="right" if column != "method" else "left")
-        for name, row in report["methods"].items():
-            table.add_row(name, f"{row['tokens_per_s']:.2f}", f"{row['median_tokens_per_s']:.2f}",
-                          f"{row['ratio_to_hf_greedy']:.3f}", f"{row['tau']:.2f}" if "tau" in row else "")
-        console.print(table)
-        console.print(f"identical outputs across methods: {report['identical_outputs']}")
-        return
-    from minispark.prompts import load_prompt_inputs
-
-    inputs = load_prompt_inputs(loaded, prompts, num_prompts) if prompts else None
-    if inputs is None:
-        raise MinisparkError("--drafter needs --prompts FILE.jsonl (held-out prompts)")
-    if policies:
-        with err_console.status("benchmarking length policies...") as status:
-            report = bench_policies(loaded, drafter, inputs, max_new_tokens=max_new_tokens,
-                                    gammas=tuple(range(1, gamma + 1)), temperature=temperature,
-                                    sps_path=str(sps) if sps else None, progress=lambda msg: status.update(msg))
-        if as_json:
-            _print_json(report)
-            return
-        table = Table(title=f"length policies · drafter {drafter} · T={temperature:g} · {report['prompts']} prompts")
-        for column in ("mode", "tok/s", "τ", "acceptance", "mean verified"):
-            table.add_column(column, justify="right" if column != "mode" else "left")
-        for name, row in report["modes"].items():
-            table.add_row(name, f"{row['tokens_per_s']:.2f}", f"{row['tau']:.2f}", f"{row['acceptance_rate']:.3f}",
-                          f"{row['mean_verified']:.2f}")
-        console.print(table)
-        console.print(f"best fixed: {report['best_fixed']}; scheduler cost: {report['scheduler_cost']}")
-        return
-    report = bench_drafter(loaded, drafter, inputs, max_new_tokens=max_new_tokens, gamma=gamma)
+    chosen = file_prompts(loaded, prompts, num_prompts or 16) if prompts else builtin_prompts(loaded, num_prompts)
+    runnable, notices = build_modes(loaded, config, drafter, sps)
+    for notice in notices:
+        err_console.print(f"[yellow]{notice}[/yellow]", highlight=False)
+    with rich_progress(True, label="bench") as progress:
+        report = run_bench(loaded, runnable, chosen, config, progress, drafter=drafter, notices=notices)
+    if plot is not None:
+        plot_bench(report, plot)
     if as_json:
         _print_json(report)
         return
-    table = Table(title=f"drafter {drafter} on {report['prompts']} prompts")
-    for column in ("temperature", "τ", "tok/s", "head share", "acceptance per position"):
-        table.add_column(column)
-    for key in (k for k in report if k.startswith("T=")):
-        row = report[key]
-        share = row["sequential_head_share"]
-        table.add_row(key, f"{row['tau']:.2f}", f"{row['tokens_per_s']:.2f}",
-                      "" if share is None else f"{100 * share:.2f}%",
-                      " ".join(f"{a:.2f}" for a in row["acceptance_per_position"]))
-    console.print(table)
+    console.print(render_bench(report))
+    if plot is not None:
+        console.print(f"wrote {plot}")
 
 
 @app.command()
@@ -293,6 +273,7 @@ def profile(
     seed: int = typer.Option(0, "--seed"),
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (CPU targets)."),
     note: str = typer.Option("", "--note", help="Free text stored in the table's metadata."),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help="Write the table even if the CPU was busy (flagged)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: the shipped sps_tables/)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a PNG of the SPS curves."),
     as_json: bool = typer.Option(False, "--json"),
@@ -304,7 +285,7 @@ def profile(
 
     config = ProfileConfig(contexts=[int(c) for c in _floats(contexts, "--contexts")], max_tokens=max_tokens,
                            rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
-                           cooldown_s=cooldown, seed=seed, note=note)
+                           cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
     table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                               load_in_8bit=load_in_8bit, threads=threads, out_dir=out or SHIPPED_TABLES, plot=plot,
                               show_progress=not as_json)

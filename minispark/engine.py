@@ -40,6 +40,10 @@ class GenerationStats:
     new_tokens: int = 0
     prefill_s: float = 0.0
     wall_s: float = 0.0
+    # Seconds spent in each step, summed over rounds (bench's per-round breakdown, issue 10).
+    propose_s: float = 0.0
+    verify_s: float = 0.0
+    accept_commit_s: float = 0.0
 
     @property
     def tau(self) -> float:
@@ -71,6 +75,9 @@ class GenerationStats:
             "prefill_s": self.prefill_s,
             "wall_s": self.wall_s,
             "tokens_per_s": self.tokens_per_s,
+            "propose_s": self.propose_s,
+            "verify_s": self.verify_s,
+            "accept_commit_s": self.accept_commit_s,
         }
 
 
@@ -136,6 +143,13 @@ def commit(session: TargetSession, drafter: Drafter, state: DecodeState, proposa
     return emitted
 
 
+def _now(device: torch.device) -> float:
+    """perf_counter after the device's queued kernels, so each step is charged for its own work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def truncate(new_ids: list[int], eos_ids: set[int], max_new_tokens: int,
              stop: Callable[[list[int]], int | None] | None) -> tuple[list[int], str | None]:
     """Cut the generated ids at the first EOS (kept, as HF does), a stop string, or the token limit."""
@@ -178,11 +192,19 @@ def speculative_generate(
     state = DecodeState(ids=prompt_ids.clone(), prompt_length=prompt.length)
     reason = None
     streamed = 0
+    device = session.target.device
     while reason is None:
+        t_start = _now(device)
         proposal = propose(drafter, state, session, policy, sampling, generator)
+        t_proposed = _now(device)
         verified = verify(session, state, proposal)
+        t_verified = _now(device)
         accepted, next_token = accept(proposal, verified, sampling, generator)
         commit(session, drafter, state, proposal, accepted, next_token, verified)
+        t_committed = _now(device)
+        stats.propose_s += t_proposed - t_start
+        stats.verify_s += t_verified - t_proposed
+        stats.accept_commit_s += t_committed - t_verified
         stats.rounds += 1
         stats.proposed_lengths.append(len(proposal))
         stats.accepted_lengths.append(accepted)

@@ -20,6 +20,11 @@ Small GPUs throttle after a few seconds of load and shared CPUs change speed wit
    the current level rather than all be re-measured);
 4. report the median, the min and the spread (p90 − p10)/median of the kept rounds per size.
 
+Drift control cannot tell a machine that is busy the whole time from an idle one. On CPU the load
+average is therefore read before and after (minus the profiler's own share): a table measured
+while other processes wanted the cores is refused (``allow_busy`` records it anyway, flagged), and
+every table stores the readings in ``metadata["machine_load"]``.
+
 CUDA steps are timed with events after a synchronize; CPU steps with ``perf_counter``.
 
     minispark profile --contexts 256,1024 --max-tokens 16   # embedded target, this device
@@ -30,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gc
+import math
 import os
 import platform
 import random
@@ -73,6 +79,7 @@ class ProfileConfig:
     cooldown_s:      rest before re-measuring a drifted round (lets a throttled device cool)
     seed:            shuffling and token ids
     note:            free text stored in the table's metadata (e.g. "shared CPU, noisy")
+    allow_busy:      write the table even when the machine was busy (warn and flag it instead)
     """
 
     contexts: list[int] = field(default_factory=lambda: [256, 1024, 4096])
@@ -86,6 +93,7 @@ class ProfileConfig:
     cooldown_s: float = 5.0
     seed: int = 0
     note: str = ""
+    allow_busy: bool = False
 
     def __post_init__(self) -> None:
         self.contexts = sorted({int(c) for c in self.contexts})
@@ -321,11 +329,8 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
                              f"{max_positions} positions")
 
     device = target.device
-    load_before = _cpu_load(device)
-    if load_before is not None and load_before[0] + torch.get_num_threads() > load_before[1] + 1:
-        warnings.warn(f"profile: the CPU is busy (1-min load {load_before[0]:.1f} on {load_before[1]} cores, "
-                      f"{torch.get_num_threads()} torch threads): timings will include contention; "
-                      f"profile on an idle machine or with fewer --threads", stacklevel=2)
+    load_before = machine_load(device)
+    _check_load(load_before, "before profiling", config.allow_busy)
     measure = StepTimer(device, timer)
     rng = random.Random(config.seed)
     total = len(contexts) * config.rounds * config.max_tokens
@@ -350,12 +355,13 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
         if gc_was_enabled:
             gc.enable()
 
-    metadata = _metadata(target, config, device, skipped, time.monotonic() - started)
-    if load_before is not None:
-        load_after = _cpu_load(device)
-        metadata["cpu_load_1min"] = {"before": round(load_before[0], 2),
-                                     "after": round(load_after[0], 2) if load_after else None,
-                                     "cores": load_before[1]}
+    wall_s = time.monotonic() - started
+    load_after = machine_load(device, own_seconds=wall_s)
+    _check_load(load_after, "during profiling", config.allow_busy)
+    metadata = _metadata(target, config, device, skipped, wall_s)
+    if load_before is not None and load_after is not None:
+        metadata["machine_load"] = {"before": load_before.as_dict(), "after": load_after.as_dict(),
+                                    "busy": load_before.busy or load_after.busy}
     metadata["drift"] = {
         str(context): {
             "baselines_s": res.baselines_s,
@@ -381,11 +387,66 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     )
 
 
-def _cpu_load(device: torch.device) -> tuple[float, int] | None:
-    """(1-minute load average, core count) when profiling on CPU where the OS reports it."""
-    if device.type != "cpu" or not hasattr(os, "getloadavg"):
+#: Load (runnable processes) others may add beyond the cores torch leaves free before the machine
+#: counts as busy: half a core, so a table is only written when the profiler had its cores alone.
+BUSY_SLACK = 0.5
+#: Time constant of the kernel's 1-minute load average (an exponential moving average).
+LOAD_TIME_CONSTANT_S = 60.0
+
+
+def read_load() -> tuple[float, int] | None:
+    """(1-minute load average, core count), or None where the OS does not report it."""
+    if not hasattr(os, "getloadavg"):
         return None
     return os.getloadavg()[0], os.cpu_count() or 1
+
+
+@dataclass
+class MachineLoad:
+    """One load reading. ``own`` is the profiler's estimated share of ``load_1min``: its torch
+    threads, ramped in by the load average's time constant over ``own_seconds`` of profiling."""
+
+    load_1min: float
+    cores: int
+    threads: int
+    own: float
+
+    @property
+    def others(self) -> float:
+        return max(0.0, self.load_1min - self.own)
+
+    @property
+    def busy(self) -> bool:
+        return self.others > max(0, self.cores - self.threads) + BUSY_SLACK
+
+    def describe(self) -> str:
+        return (f"1-min load {self.load_1min:.2f} on {self.cores} cores, {self.others:.2f} of it from other "
+                f"processes, with {self.threads} torch threads")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"load_1min": round(self.load_1min, 2), "others": round(self.others, 2), "cores": self.cores,
+                "threads": self.threads, "busy": self.busy}
+
+
+def machine_load(device: torch.device, own_seconds: float = 0.0) -> MachineLoad | None:
+    """The CPU load when profiling on CPU (None on GPUs or where the OS does not report it)."""
+    reading = read_load() if device.type == "cpu" else None
+    if reading is None:
+        return None
+    threads = torch.get_num_threads()
+    own = threads * (1.0 - math.exp(-own_seconds / LOAD_TIME_CONSTANT_S))
+    return MachineLoad(reading[0], reading[1], threads, own)
+
+
+def _check_load(load: MachineLoad | None, when: str, allow_busy: bool) -> None:
+    """Refuse (or, with ``allow_busy``, warn) when other processes were competing for the cores."""
+    if load is None or not load.busy:
+        return
+    message = (f"profile: the machine is busy {when} ({load.describe()}); its timings would include "
+               f"contention. Profile on an idle machine or with fewer --threads")
+    if not allow_busy:
+        raise MinisparkError(f"{message}, or pass --allow-busy to write a table flagged as busy")
+    warnings.warn(f"{message}; --allow-busy: the table is written and flagged as busy", stacklevel=3)
 
 
 def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipped: list[int],
@@ -465,7 +526,7 @@ def plot_sps(table: SPSTable, path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def rich_progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
+def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[ProgressFn | None]:
     """A rich progress bar on stderr as a ``progress`` callback (``None`` when disabled)."""
     if not enabled:
         yield None
@@ -473,7 +534,7 @@ def rich_progress(enabled: bool = True) -> Iterator[ProgressFn | None]:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    bar = Progress(TextColumn("profile"), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
                    TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
     task = bar.add_task("", total=None)
 

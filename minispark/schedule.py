@@ -15,8 +15,11 @@ is verified, which biases the output away from the target distribution.
 * :func:`make_length_policy` — builds any of them (plus ``FixedLength``) from a :class:`LengthMode`.
 
 Jagged SPS curves (§12.5) break Θ's unimodality, so the break can stop before the global maximum;
-that is the price of using same-round confidences. The production fix (global search over
-confidences two steps old) needs an asynchronous engine and is not implemented here.
+that is the price of using same-round confidences. The part of the jaggedness that comes from the
+cost curve alone (verifying 2 tokens slower than 4) is removed by scheduling against the curve's
+monotone envelope and padding the verify (``ScheduledLength(envelope=True)``, the default). The
+rest (confidence-driven dips) needs the production fix, a global search over confidences two
+steps old, which needs an asynchronous engine and is not implemented here.
 
     python -m minispark.schedule     # micro-benchmark: cost of one admit() in microseconds
 """
@@ -31,7 +34,7 @@ from typing import TYPE_CHECKING
 
 from minispark.drafters.base import FixedLength, LengthPolicy
 from minispark.errors import MinisparkError
-from minispark.sps import SPSTable
+from minispark.sps import SPSTable, monotone_envelope
 
 if TYPE_CHECKING:
     from minispark.calibrate import Calibration
@@ -94,15 +97,29 @@ class ScheduledLength(LengthPolicy):
 
     Θ(k) = (1 + Σ_{j≤k} a_j) · SPS(1 + k) with SPS read from ``sps_table`` at the round's context
     length. With a ``calibration``, each raw c_k is first mapped to σ(logit(c_k)/T_k). A position
-    whose survival is 0 is never admitted (Algorithm 1 leaves a = 0 out of its pool), so the
-    decisions equal ``algorithm1([c], sps)`` exactly.
+    whose survival is 0 is never admitted (Algorithm 1 leaves a = 0 out of its pool), so with
+    ``envelope=False`` the decisions equal ``algorithm1([c], sps)`` exactly.
+
+    ``envelope=True`` (the default) plans against the curve's monotone envelope
+    (:func:`~minispark.sps.monotone_envelope`): SPS(1 + k) is the best rate of any verify of at
+    least 1 + k tokens, so a jagged curve (2 tokens slower than 4) no longer stops the scheduler at
+    its first bump; the admissions then equal ``algorithm1`` on the envelope. When the rule stops
+    at n drafts and the envelope at 1 + n tokens comes from a larger size m, positions n+1..m−1
+    are admitted as *padding*. Lossless: the pad length is fixed at the moment the rule stops, from
+    c_1..c_{n+1} alone, before x_{n+1} is drawn; the padded positions' confidences are never read.
+    Every decision to send x_j is thus taken before x_j exists, and verification is exact rejection
+    sampling over whatever prefix is sent. ``admitted`` is the scheduled length n of the round.
 
     A confidence of ``None`` (a drafter without confidence head) raises :class:`MinisparkError`;
     :func:`make_length_policy` refuses that combination already at construction time.
     """
 
     def __init__(
-        self, sps_table: SPSTable, max_tokens: int, calibration: Calibration | None = None
+        self,
+        sps_table: SPSTable,
+        max_tokens: int,
+        calibration: Calibration | None = None,
+        envelope: bool = True,
     ) -> None:
         if max_tokens < 0:
             raise ValueError(f"--gamma must be >= 0, got {max_tokens}")
@@ -120,16 +137,23 @@ class ScheduledLength(LengthPolicy):
         self.max_tokens = max_tokens
         self.sps_table = sps_table
         self.calibration = calibration
+        self.envelope = envelope
         self._context: int | None = None
         self.start_round(0)
 
     def start_round(self, context_length: int) -> None:
         if context_length != self._context:  # the curve only changes with the context length
-            self._curve = self.sps_table.curve(self.max_tokens + 1, context_length)
+            curve = self.sps_table.curve(self.max_tokens + 1, context_length)
+            # _curve[k] = SPS(1 + k); _source[k] = drafts whose verify achieves it (k when raw)
+            self._curve, self._source = (
+                monotone_envelope(curve) if self.envelope else (curve, list(range(len(curve))))
+            )
             self._context = context_length
         self._next = 1
         self._open = True
+        self._pad_until = 0
         self._survival = 1.0
+        self.admitted = 0
         self.expected_tokens = 1.0  # τ of the admitted prefix: anchor + Σ a_j
         self.theta = self._curve[0]  # Θ of the admitted prefix
 
@@ -140,6 +164,8 @@ class ScheduledLength(LengthPolicy):
                 f"start_round(); got {position}, expected {self._next}"
             )
         self._next += 1
+        if position <= self._pad_until:
+            return True  # padding, fixed when the rule stopped: c_position is not read
         if not self._open or position > self.max_tokens:
             self._open = False
             return False
@@ -150,12 +176,14 @@ class ScheduledLength(LengthPolicy):
             c = self.calibration.scale(position, c)
         self._survival *= c
         expected = self.expected_tokens + self._survival
-        theta = expected * self._curve[position]  # _curve[k] = SPS(1 + k)
+        theta = expected * self._curve[position]
         if self._survival > 0.0 and theta > self.theta:
-            self.expected_tokens, self.theta = expected, theta
+            self.expected_tokens, self.theta, self.admitted = expected, theta, position
             return True
         self._open = False
-        return False
+        # Stopped at n = position − 1 drafts: verify the cheapest size of at least n + 1 tokens.
+        self._pad_until = self._source[position - 1]
+        return position <= self._pad_until
 
 
 class ThresholdLength(LengthPolicy):
@@ -201,6 +229,7 @@ def make_length_policy(
     threshold: float | None = None,
     sps_table: SPSTable | None = None,
     calibration: Calibration | None = None,
+    envelope: bool = True,
 ) -> LengthPolicy:
     """Build the policy for ``mode``; refuses confidence-based modes for drafters without a head.
 
@@ -218,7 +247,7 @@ def make_length_policy(
         return ThresholdLength(threshold, max_tokens)
     if sps_table is None:
         raise MinisparkError("length policy 'schedule' needs an SPS table (see minispark.sps)")
-    return ScheduledLength(sps_table, max_tokens, calibration)
+    return ScheduledLength(sps_table, max_tokens, calibration, envelope)
 
 
 def scheduler_cost_us(

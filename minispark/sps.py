@@ -171,6 +171,23 @@ class SPSTable:
         return SPSTable(**data)
 
 
+def monotone_envelope(curve: list[float]) -> tuple[list[float], list[int]]:
+    """The step rate reachable by verifying *at least* n tokens, and the size that reaches it.
+
+    ``curve[i]`` is SPS for i + 1 tokens. Returns ``(envelope, source)``: ``envelope[i] =
+    max_{j ≥ i} curve[j]`` (step cost = min over m ≥ n of cost(m), so non-increasing in n) and
+    ``source[i]`` the smallest such j. A measured curve is often jagged (GEMM shapes: on a 2-core
+    CPU 2 tokens cost more than 4); the scheduler plans against the envelope and, when the size it
+    settles on is cheaper to verify with more tokens, pads the verify up to ``source`` tokens.
+    Ties keep the smaller size: padding only when the larger forward is strictly faster.
+    """
+    envelope, source = list(curve), list(range(len(curve)))
+    for i in range(len(curve) - 2, -1, -1):
+        if envelope[i + 1] > envelope[i]:
+            envelope[i], source[i] = envelope[i + 1], source[i + 1]
+    return envelope, source
+
+
 def _bracket(grid: list[int], x: float) -> tuple[int, float]:
     """Index i and weight w with x ≈ grid[i] + w·(grid[i+1] − grid[i]); clamped, w=0 at the ends."""
     if x <= grid[0]:

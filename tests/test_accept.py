@@ -128,7 +128,7 @@ class ConfidentFakeDrafter(FakeDrafter):
         tokens, probs, confidences = [], [], []
         k = 1
         while k <= policy.max_tokens:
-            confidence = 0.95 if context[-1] % 2 == 0 else 0.35
+            confidence = self.confidence(context[-1])
             if not policy.admit(k, confidence):
                 break
             p = probabilities(DRAFT_TABLE[context[-2], context[-1]], SamplingConfig(1.0))
@@ -142,6 +142,9 @@ class ConfidentFakeDrafter(FakeDrafter):
             return Proposal.empty()
         return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs),
                         confidences=torch.tensor(confidences))
+
+    def confidence(self, prev: int) -> float:
+        return 0.95 if prev % 2 == 0 else 0.35
 
 
 def exact_joint(sampling: SamplingConfig, length: int = 3) -> dict[tuple[int, ...], float]:
@@ -227,6 +230,36 @@ def test_negative_control_draft_vocabulary_with_a_wrong_p_d_fails() -> None:
     sampling = CONFIGS["T=1"]
     counts = empirical_joint(sampling, draws=20_000, gamma=2, drafter=DraftVocabFakeDrafter(honest=False))
     assert chi_square_pvalue(counts, exact_joint(sampling)) < 1e-6
+
+
+class CountingSchedule(ScheduledLength):
+    """ScheduledLength that counts the positions it admits as padding (beyond the scheduled n)."""
+
+    padded = 0
+
+    def admit(self, position: int, confidence: float | None) -> bool:
+        admitted = super().admit(position, confidence)
+        CountingSchedule.padded += admitted and position > self.admitted
+        return admitted
+
+
+class ZeroConfidenceFakeDrafter(ConfidentFakeDrafter):
+    """c_k = 0 after token 1: the scheduler stops there, and the envelope pads the verify."""
+
+    def confidence(self, prev: int) -> float:
+        return 0.0 if prev == 1 else super().confidence(prev)
+
+
+def test_envelope_schedule_with_padding_matches_target_joint() -> None:
+    """Scheduling on a jagged curve's envelope, padding the verify past the scheduled prefix, keeps
+    the output distribution exact (the pad length is fixed before the padded drafts are drawn)."""
+    sps = SPSTable.from_inline([0.8, 0.4, 0.9, 0.45])  # 3 tokens are the cheapest verify of >= 1
+    sampling = CONFIGS["T=1"]
+    CountingSchedule.padded = 0
+    counts = empirical_joint(sampling, draws=20_000, gamma=3, drafter=ZeroConfidenceFakeDrafter(),
+                             policy_factory=lambda: CountingSchedule(sps, 3))
+    assert CountingSchedule.padded > 1000
+    assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
 def test_negative_control_without_residual_fails(monkeypatch: pytest.MonkeyPatch) -> None:

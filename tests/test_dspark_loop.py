@@ -69,17 +69,3 @@ def test_calibrate_stores_sts_and_reduces_ece(setup) -> None:
     before, after = report["before"][0], report["after"][0]
     assert after.ece <= before.ece + 1e-12  # STS minimizes ECE; T=1 is in the grid
     assert after.auc == pytest.approx(before.auc, abs=1e-9) or before.auc != before.auc  # order-preserving at k=1
-
-
-def test_bench_policies_and_drafter_reports(setup) -> None:
-    from minispark.bench import bench_drafter, bench_policies
-
-    target, drafter_dir = setup
-    inputs = [target.encode(prompt=p) for p in PROMPTS[:2]]
-    report = bench_policies(target, str(drafter_dir), inputs, max_new_tokens=12, gammas=(1, 2),
-                            thresholds=(0.5,), sps_path=None)
-    assert set(report["modes"]) == {"fixed γ=1", "fixed γ=2", "threshold 0.5", "schedule"}
-    assert report["modes"]["fixed γ=2"]["mean_verified"] == 2.0
-    drafter_report = bench_drafter(target, str(drafter_dir), inputs, max_new_tokens=12, gamma=4)
-    assert {"T=0", "T=1"} <= set(drafter_report) and drafter_report["T=0"]["tau"] >= 1.0
-    assert 0.0 < drafter_report["T=0"]["sequential_head_share"] < 1.0

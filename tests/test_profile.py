@@ -11,12 +11,17 @@ import pytest
 import torch
 
 from minispark import profile
+from minispark.errors import MinisparkError
 from minispark.profile import ProfileConfig, format_table, plot_sps, profile_target
 from minispark.sps import SPSTable, find_table, table_filename
 from minispark.target import PromptInputs, TargetSession, load_target
 
-# Other processes share the test machine; the profiler rightly warns about it.
-pytestmark = pytest.mark.filterwarnings("ignore:profile. the CPU is busy")
+
+@pytest.fixture(autouse=True)
+def idle_machine(monkeypatch):
+    """Other processes share the test machine: every test reads a simulated load (idle unless the
+    test patches ``profile.read_load`` itself), so no test depends on, or refuses for, real load."""
+    monkeypatch.setattr(profile, "read_load", lambda: (0.0, 2))
 
 
 @pytest.fixture(scope="module")
@@ -135,6 +140,53 @@ def test_drift_triggers_cooldown_and_remeasure(tiny_target, max_remeasure):
         # The kept drifted round re-took the baseline at the hot level, so round 3 is not "drifted".
         assert drift["baselines_s"] == pytest.approx([0.001, 0.002])
         assert sum(s == pytest.approx(0.002) for s in table.seconds[0]) == 3
+
+
+class LoadReadings:
+    """Simulated 1-minute load averages, one per read (the profiler reads before and after)."""
+
+    def __init__(self, *loads: float, cores: int = 2) -> None:
+        self.loads, self.cores = list(loads), cores
+
+    def __call__(self) -> tuple[float, int]:
+        return self.loads.pop(0), self.cores
+
+
+SMALL = dict(contexts=[8], max_tokens=2, rounds=1, warmup=0, reference_repeats=1)
+
+
+def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
+    torch.set_num_threads(1)
+    monkeypatch.setattr(profile, "read_load", LoadReadings(2.0))  # 1 free core + 0.5 slack < 2.0
+    steps = []
+    monkeypatch.setattr(TargetSession, "step", lambda *a: steps.append(a))
+    with pytest.raises(MinisparkError, match=r"busy before profiling .*2.00 of it from other.*--allow-busy"):
+        profile_target(tiny_target, ProfileConfig(**SMALL))
+    assert steps == []  # refused before a single timed step
+
+
+def test_busy_during_profiling_is_refused_and_own_load_is_discounted(tiny_target, monkeypatch):
+    torch.set_num_threads(1)
+    monkeypatch.setattr(profile, "read_load", LoadReadings(0.2, 2.5))
+    with pytest.raises(MinisparkError, match="busy during profiling"):
+        profile_target(tiny_target, ProfileConfig(**SMALL))
+    # After 120 s of profiling with 1 thread the profiler itself accounts for ~0.86 of the load.
+    load = profile.MachineLoad(load_1min=2.3, cores=2, threads=1, own=0.0)
+    assert load.busy
+    assert not profile.MachineLoad(2.3, 2, 1, own=1 - math.exp(-2)).busy
+
+
+def test_allow_busy_writes_a_flagged_table(tiny_target, monkeypatch):
+    torch.set_num_threads(1)
+    monkeypatch.setattr(profile, "read_load", LoadReadings(3.0, 3.0))
+    with pytest.warns(UserWarning, match="--allow-busy: the table is written and flagged"):
+        table = profile_target(tiny_target, ProfileConfig(**SMALL, allow_busy=True))
+    load = table.metadata["machine_load"]
+    assert load["busy"] and load["before"]["load_1min"] == 3.0 and load["before"]["busy"]
+    monkeypatch.setattr(profile, "read_load", LoadReadings(0.1, 0.3))
+    quiet = profile_target(tiny_target, ProfileConfig(**SMALL))
+    assert not quiet.metadata["machine_load"]["busy"]
+    assert quiet.metadata["machine_load"]["after"]["load_1min"] == 0.3
 
 
 def test_config_validation():

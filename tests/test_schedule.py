@@ -15,7 +15,7 @@ from minispark.schedule import (
     make_length_policy,
     scheduler_cost_us,
 )
-from minispark.sps import SPSTable
+from minispark.sps import SPSTable, monotone_envelope
 
 
 def inline(curve):
@@ -150,9 +150,19 @@ def test_scheduled_length_agrees_with_algorithm1():
             rng.choice([rng.random(), rng.uniform(0.8, 1.0), 1.0, 0.0]) for _ in range(gamma)
         ]
         context = rng.randint(0, 3000)
-        policy = ScheduledLength(table, gamma)
+        policy = ScheduledLength(table, gamma, envelope=False)
         got = run_policy(policy, confidences, context)
         assert [got] == algorithm1([confidences], lambda b: table.sps(b, context))
+        # On the envelope: Algorithm 1 against the envelope decides the admitted prefix n, and the
+        # verify is padded to the size the envelope at 1 + n tokens comes from.
+        envelope, source = monotone_envelope(table.curve(gamma + 1, context))
+        policy = ScheduledLength(table, gamma)
+        verified = run_policy(policy, confidences, context)
+        [admitted] = algorithm1([confidences], inline(envelope))
+        assert (policy.admitted, verified) == (admitted, source[admitted])
+        # the padded positions' confidences are never read (None would raise if they were)
+        blinded = confidences[: admitted + 1] + [None] * (gamma - admitted - 1)
+        assert run_policy(ScheduledLength(table, gamma), blinded, context) == verified
 
 
 def test_scheduled_length_with_calibration_agrees_with_algorithm1():
@@ -185,6 +195,20 @@ def test_scheduled_length_round_state_and_errors():
         ScheduledLength(SPSTable.from_inline([1.0] * 6), 5, Calibration([1.0, 1.0]))
 
 
+def test_envelope_pads_the_verify_to_the_cheaper_size():
+    # 1 token costs 1.25, 2 cost 2.5, 3 cost 1.11: the cheapest verify of >= 1 token has 3 tokens.
+    table = SPSTable.from_inline([0.8, 0.4, 0.9, 0.45])
+    policy = ScheduledLength(table, 3)
+    # c_1 = 0: nothing is worth scheduling, but verifying x_1, x_2 too is cheaper than the anchor
+    # alone, so they are sent whatever their confidences (here 0 and None: never read).
+    policy.start_round(0)
+    assert [policy.admit(1, 0.0), policy.admit(2, None), policy.admit(3, 1.0)] == [True, True, False]
+    assert policy.admitted == 0
+    raw = ScheduledLength(table, 3, envelope=False)
+    assert run_policy(raw, [0.0, 1.0, 1.0]) == 0 and run_policy(raw, [0.9, 0.9, 0.9]) == 0
+    assert run_policy(policy, [0.9, 0.9, 0.9]) == 2 and policy.admitted == 2  # Θ(3) needs a_3 > τ_2
+
+
 def test_threshold_length_stops_at_first_low_confidence():
     policy = ThresholdLength(0.7, 4)
     assert run_policy(policy, [0.9, 0.6, 0.8, 0.95]) == 1  # 0.8 after the drop is never admitted
@@ -203,9 +227,10 @@ def test_make_length_policy():
         make_length_policy(LengthMode.THRESHOLD, 3, has_confidence=True, threshold=0.5),
         ThresholdLength,
     )
-    assert isinstance(
-        make_length_policy("schedule", 3, has_confidence=True, sps_table=table), ScheduledLength
-    )
+    scheduled = make_length_policy("schedule", 3, has_confidence=True, sps_table=table)
+    assert isinstance(scheduled, ScheduledLength) and scheduled.envelope
+    raw = make_length_policy("schedule", 3, has_confidence=True, sps_table=table, envelope=False)
+    assert not raw.envelope
     for mode in ("schedule", "threshold"):
         with pytest.raises(MinisparkError, match="no confidence head"):
             make_length_policy(mode, 3, has_confidence=False, threshold=0.5, sps_table=table)

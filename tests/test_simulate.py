@@ -46,6 +46,36 @@ def test_theta_table_unimodal_curve_agrees():
     )
 
 
+def test_envelope_strictly_beats_the_raw_table_on_a_jagged_curve():
+    # Verifying 2 tokens is slower than 3 or 4 (the CPU GEMM-shape effect): the raw rule stops at
+    # the bump (Θ(1) = 0.95 < Θ(0) = 1) while the envelope sees that 3 tokens cost only 1.25 steps.
+    result = theta_table([0.9, 0.9, 0.9], [1.0, 0.5, 0.8, 0.7])
+    assert result["causal"] == 0 and result["envelope"] == result["envelope_admitted"] == 3
+    assert result["throughput"]["envelope"] == pytest.approx(3.439 * 0.7)
+    assert result["throughput"]["envelope"] > 2 * result["throughput"]["causal"]
+    assert [row["sps_envelope"] for row in result["rows"]] == [1.0, 0.8, 0.8, 0.7]
+    # on a monotone curve the envelope is the curve: same choice as the raw rule
+    monotone = theta_table([0.9, 0.8, 0.6], [1.0, 0.9, 0.85, 0.8])
+    assert monotone["envelope"] == monotone["causal"] == 3
+
+
+def test_envelope_is_lossless_when_it_pads_through_x1():
+    # A jagged curve whose envelope pads: with c_1 = 0 (nothing scheduled) the verify still sends
+    # x_1 and x_2 because 3 tokens are the cheapest verify. Whether x_1 is sent is decided from c_1
+    # alone; c_2 depends on the realised x_1 and is never read. First token must follow p_t.
+    table = SPSTable.from_inline([0.8, 0.5, 0.9])
+    rng = np.random.default_rng(3)
+    p_t, p_d = np.array(P_TARGET), np.array([0.5, 0.5])
+    lengths = [
+        causal_length(ScheduledLength(table, 2), lambda k, x=x: 0.0 if k == 1 else C2_AFTER[x])
+        for x in range(2)
+    ]
+    assert lengths == [2, 2]  # padded, whatever x_1 is
+    drafted = rng.choice(2, size=DRAWS, p=p_d)
+    first = verify_first_token(p_t, p_d, drafted, np.array(lengths)[drafted] >= 1, rng)
+    assert matches_target(np.bincount(first, minlength=2) / DRAWS, P_TARGET, DRAWS)
+
+
 def test_chosen_c2_splits_the_peeking_scheduler_on_x1():
     # peeking verifies x1 only when x1 = A; the causal scheduler decides before x1 exists and
     # never asks for c2 at all (asking would raise here).
@@ -93,4 +123,4 @@ def test_renderers():
     console.print(render_theta_table(theta_table([C1, C2_AFTER[0]], SPS_CURVE)))
     console.print(render_appendix_a(appendix_a(draws=2000, seed=1)))
     text = console.file.getvalue()
-    assert "← causal" in text and "← peeking" in text and "peeking" in text and "1.1340" in text
+    assert "← causal" in text and "← peeking" in text and "envelope" in text and "peeking" in text and "1.1340" in text

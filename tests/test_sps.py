@@ -162,3 +162,15 @@ def test_find_table_never_skips_a_malformed_table(tmp_path):
 def test_every_shipped_table_loads(path):
     table = SPSTable.load(path)
     assert path.name == table_filename(table.device, table.target)
+
+
+def test_monotone_envelope():
+    from minispark.sps import monotone_envelope
+
+    # the shipped 2-thread CPU curve's shape: 2 and 3 tokens slower than 4 and 5
+    curve = [1 / 64.8, 1 / 110.9, 1 / 136.0, 1 / 105.1, 1 / 94.4, 1 / 110.0]
+    envelope, source = monotone_envelope(curve)
+    assert source == [0, 4, 4, 4, 4, 5]
+    assert envelope == [curve[0], curve[4], curve[4], curve[4], curve[4], curve[5]]
+    assert all(a >= b for a, b in zip(envelope, envelope[1:]))
+    assert monotone_envelope([1.0, 0.5, 0.5]) == ([1.0, 0.5, 0.5], [0, 1, 2])  # ties: no padding

@@ -1,0 +1,186 @@
+"""``minispark bench`` on a tiny target with a tiny trained drafter: the JSON schema, interleaving,
+the time breakdown, and the parity column — which must say "no" for a deliberately broken mode."""
+
+from __future__ import annotations
+
+import json
+import math
+from unittest import mock
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from minispark import engine
+from minispark.bench import (
+    MODES,
+    BenchConfig,
+    Mode,
+    build_modes,
+    builtin_prompts,
+    minispark_mode,
+    plot_bench,
+    render_bench,
+    run_bench,
+)
+from minispark.cli import app
+from minispark.drafters.base import Drafter, FixedLength, Proposal
+from minispark.errors import MinisparkError
+from minispark.sampling import SamplingConfig
+from minispark.sps import SPSTable
+from minispark.target import load_target
+
+GAMMA = 4  # the tiny drafter's block size
+BREAKDOWN = ("propose_ms", "verify_ms", "accept_commit_ms", "target_ms_per_token", "draft_share")
+
+
+@pytest.fixture(scope="module")
+def setup(tiny_trained_drafter, tmp_path_factory):
+    target_dir, drafter_dir = tiny_trained_drafter
+    # Jagged on purpose: 2..4 tokens cost ~3 steps, 5 tokens about one. Algorithm 1 on the raw table
+    # never drafts (Θ(1) ≤ 2 · 0.3 < Θ(0)); on its envelope it verifies up to γ drafts.
+    sps = tmp_path_factory.mktemp("sps") / "jagged.json"
+    SPSTable.from_inline([1.0, 0.3, 0.35, 0.4, 0.95]).save(sps)
+    return load_target(str(target_dir)), str(drafter_dir), sps
+
+
+class JunkDrafter(Drafter):
+    """Proposes γ copies of (anchor + 1): nearly always wrong."""
+
+    name = "junk"
+
+    def __init__(self, vocab: int) -> None:
+        self.vocab = vocab
+
+    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
+        length = 0
+        while length < policy.max_tokens and policy.admit(length + 1, None):
+            length += 1
+        return Proposal(tokens=torch.full((length,), (int(ids[-1]) + 1) % self.vocab, dtype=torch.long))
+
+
+def broken_mode(target) -> Mode:
+    """Junk drafts with the acceptance rule bypassed: every draft is committed. Output equality
+    with the target must break, and bench's parity column must say so."""
+
+    def accept_everything(proposal, verified, sampling, generator):
+        return len(proposal), int(verified.logits[len(proposal)].argmax())
+
+    inner = minispark_mode("broken", target, JunkDrafter(target.vocab_size), lambda: FixedLength(GAMMA),
+                           SamplingConfig())
+
+    def run(inputs, max_new_tokens, seed):
+        with mock.patch.object(engine, "accept", accept_everything):
+            return inner.run(inputs, max_new_tokens, seed)
+
+    return Mode("broken", run, drafting=True)
+
+
+def recording(modes: list[Mode], order: list[str]) -> list[Mode]:
+    def wrap(mode: Mode) -> Mode:
+        def run(*args):
+            order.append(mode.name)
+            return mode.run(*args)
+
+        return Mode(mode.name, run, mode.drafting)
+
+    return [wrap(m) for m in modes]
+
+
+def test_every_mode_schema_parity_breakdown_and_order(setup) -> None:
+    target, drafter, sps = setup
+    config = BenchConfig(modes=list(MODES), max_new_tokens=12, gamma=GAMMA, repeats=2, warmup=False)
+    modes, notices = build_modes(target, config, drafter, sps)
+    assert [m.name for m in modes] == list(MODES) and notices == []
+    order: list[str] = []
+    modes = recording(modes + [broken_mode(target)], order)
+    report = run_bench(target, modes, builtin_prompts(target, 2), config, drafter=drafter)
+    json.dumps(report, allow_nan=False)  # valid JSON, no NaN
+
+    names = [m.name for m in modes]
+    # 2 repeats × 2 prompts, each a full rotation of the modes, starting one later each time
+    assert [order[i * len(names)] for i in range(4)] == names[:4]
+    assert all(sorted(order[i * len(names):(i + 1) * len(names)]) == sorted(names) for i in range(4))
+
+    summary = report["summary"]
+    assert list(summary) == names
+    for name, row in summary.items():
+        assert {"tokens_per_s", "median_tokens_per_s", "speedup_vs_target", "worst_prompt_speedup",
+                "parity", *BREAKDOWN} <= set(row)
+        assert row["tokens_per_s"] > 0 and row["runs"] == 4
+        assert row["parity"] is (name != "broken"), name
+        if name.startswith("hf"):
+            assert all(row[key] is None for key in BREAKDOWN if key != "target_ms_per_token")
+        else:
+            assert all(row[key] >= 0 for key in BREAKDOWN), name
+        if name not in ("target", "hf", "hf-lookup"):
+            assert row["tau"] >= 1.0 and row["drafts_per_round"] >= 0
+            assert all(0.0 <= a <= 1.0 for a in row["acceptance_per_position"])
+    assert summary["target"]["speedup_vs_target"] == 1.0
+    assert summary["fixed"]["drafts_per_round"] == pytest.approx(GAMMA, abs=0.5)  # only the last round is cut
+    assert summary["broken"]["tau"] > 3.0  # "accepted" every junk draft
+    # the envelope verifies drafts where the raw table's first bump stops Algorithm 1 cold
+    assert summary["schedule-raw"]["drafts_per_round"] == 0
+    assert summary["schedule"]["drafts_per_round"] > 1
+    assert math.isclose(summary["fixed"]["draft_share"],
+                        summary["fixed"]["propose_ms"] / summary["target"]["target_ms_per_token"])
+
+    rows = report["prompts"]
+    assert len(rows) == 2 and all(set(row["modes"]) == set(names) for row in rows)
+    assert all(not row["modes"]["broken"]["parity"] and row["modes"]["fixed"]["parity"] for row in rows)
+    assert all(len(row["modes"]["hf"]["tokens"]) == 2 for row in rows)
+    assert {"device", "threads", "load_1min_before"} <= set(report["hardware"])
+    assert {"torch", "transformers", "minispark"} <= set(report["versions"])
+    assert report["settings"]["temperature"] == 0.0 and report["drafter"] == drafter
+
+
+def test_engine_step_times_add_up_to_at_most_the_wall_time(setup) -> None:
+    target, drafter, sps = setup
+    config = BenchConfig(modes=["target", "fixed"], max_new_tokens=8, gamma=GAMMA)
+    mode = build_modes(target, config, drafter, sps)[0][1]
+    _, stats = mode.run(target.encode(prompt="Hi"), 8, 0)
+    steps = (stats.propose_s, stats.verify_s, stats.accept_commit_s)
+    assert all(s > 0 for s in steps) and sum(steps) + stats.prefill_s <= stats.wall_s
+
+
+def test_sampling_replaces_parity_with_a_statement(setup, tmp_path) -> None:
+    target, drafter, sps = setup
+    config = BenchConfig(modes=["target", "lookup", "fixed"], max_new_tokens=6, gamma=GAMMA,
+                         sampling=SamplingConfig(0.8), warmup=False)
+    modes, _ = build_modes(target, config, drafter, sps)
+    report = run_bench(target, modes, builtin_prompts(target, 1), config)
+    for row in report["summary"].values():
+        assert "parity" not in row and row["outputs"].startswith("samples at T=0.8")
+    assert all("parity" not in cell for cell in report["prompts"][0]["modes"].values())
+    from rich.console import Console
+
+    console = Console(record=True, width=250)
+    console.print(render_bench(report))
+    assert "samples" in console.export_text()
+    assert plot_bench(report, tmp_path / "bench.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_modes_needing_a_drafter_are_skipped_with_a_notice(setup) -> None:
+    target, _, _ = setup
+    modes, notices = build_modes(target, BenchConfig(modes=["lookup", "schedule"]))
+    assert [m.name for m in modes] == ["target", "lookup"]
+    assert notices == ["skipping schedule: it needs a trained drafter (--drafter DIR)"]
+    with pytest.raises(MinisparkError, match="--modes: unknown mode 'turbo'"):
+        BenchConfig(modes=["target", "turbo"])
+
+
+def test_cli_json_alone_on_stdout_and_plot(setup, tiny_trained_drafter, tmp_path) -> None:
+    target_dir, _ = tiny_trained_drafter
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"prompt": "Tell me a story.", "id": "story"}\n{"prompt": "Name a fruit."}\n')
+    png = tmp_path / "out.png"
+    result = CliRunner().invoke(app, ["bench", "--target", str(target_dir), "--modes", "target,hf,fixed",
+                                      "--prompts", str(prompts), "--num-prompts", "2", "--max-new-tokens", "6",
+                                      "--json", "--plot", str(png)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert list(report["summary"]) == ["target", "hf"] and report["summary"]["hf"]["parity"] is True
+    assert [row["label"] for row in report["prompts"]] == ["story", "line 2"]
+    assert "skipping fixed" in result.stderr and png.read_bytes()[:4] == b"\x89PNG"
+    bad = CliRunner().invoke(app, ["bench", "--target", str(target_dir), "--modes", "target,turbo"])
+    assert bad.exit_code == 2 and "--modes: unknown mode 'turbo'" in bad.stderr

@@ -44,6 +44,7 @@ DEMO_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts"
 
 
 SPLITS = ("train", "heldout")
+SOURCES = ("regenerate", "text")
 
 
 def default_prompts(is_vlm: bool, split: str = "train") -> Path:
@@ -84,6 +85,7 @@ class CacheConfig:
     samples_per_shard: int = 64
     seed: int = 0
     split: str = "train"
+    source: str = "regenerate"
     force: bool = False
 
     def __post_init__(self) -> None:
@@ -97,6 +99,8 @@ class CacheConfig:
         for flag, (value, minimum) in minimums.items():
             if value < minimum:
                 raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+        if self.source not in SOURCES:
+            raise MinisparkError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.split not in SPLITS:
             raise MinisparkError(f"--split: {self.split!r} is not one of {', '.join(SPLITS)}")
         if self.dtype not in CACHE_DTYPES:
@@ -185,6 +189,11 @@ class CacheEstimate:
 def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSample], Target, list[int]]:
     """Validate the prompt file, then load the target and resolve the layers (refusing the last)."""
     samples = load_prompts(config.prompts)  # the whole file, before anything expensive
+    if config.source == "text":
+        for sample in samples:
+            if sample.answer is None:
+                raise PromptFileError(config.prompts, sample.line, "--source text needs a trailing assistant "
+                                      "message (the text to teacher-force)")
     if config.split == "train":
         held = heldout_keys()
         for sample in samples:
@@ -240,7 +249,7 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
                          "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
                          "uses_mrope": target.uses_mrope, "compute_dtype": str(target.dtype).removeprefix("torch."),
                          "quantization": quantization},
-        "split": config.split, "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
+        "split": config.split, "source": config.source, "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
         "seed": config.seed, "anchors_per_sample": config.anchors_per_sample, "anchor_run": config.anchor_run,
         "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
         "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
@@ -302,12 +311,34 @@ def _build_samples(target: Target, samples: list[PromptSample], indices: list[in
     packed: dict[int, PackedSample] = {}
     for start in range(0, len(order), config.batch_size):
         batch = order[start:start + config.batch_size]
-        answers = regenerate(target, [prompts[i] for i in batch], [sample_seed(config.seed, i, 0) for i in batch],
-                             config.sampling, config.max_new_tokens, capture_layers=layers)
+        if config.source == "text":
+            answers = [given_answer(target, samples[i % len(samples)], prompts[i], layers, config.max_new_tokens)
+                       for i in batch]
+        else:
+            answers = regenerate(target, [prompts[i] for i in batch], [sample_seed(config.seed, i, 0) for i in batch],
+                                 config.sampling, config.max_new_tokens, capture_layers=layers)
         for i, answer in zip(batch, answers):
             packed[i] = pack_sample(target, i, prompts.pop(i), answer, config)
         bar.advance(len(batch), sum(len(a.tokens) for a in answers))
     return [packed[i] for i in indices]
+
+
+def given_answer(target: Target, sample: PromptSample, prompt: PromptInputs, layers: list[int],
+                 max_new_tokens: int) -> Answer:
+    """Teacher forcing: the sample's own answer text as the target's chat template renders it (up to
+    and including the end of turn, at most ``max_new_tokens``), with features from one forward."""
+    messages = sample.encode_kwargs()["messages"]  # an answer only comes with the messages form
+    full = target.encode(messages + [{"role": "assistant", "content": sample.answer}], add_generation_prompt=False)
+    if not torch.equal(full.input_ids[0, :prompt.length].cpu(), prompt.input_ids[0].cpu()):
+        raise MinisparkError(f"line {sample.line}: the chat template renders the answer turn with a different "
+                             "prefix than the generation prompt; this target cannot teacher-force it")
+    tokens = full.input_ids[0, prompt.length:].cpu()
+    hits = torch.isin(tokens, torch.tensor(sorted(target.eos_token_ids))).nonzero()
+    end = min(int(hits[0]) + 1 if len(hits) else len(tokens), max_new_tokens)
+    tokens = tokens[:end]
+    features, final = target.capture(target.extend(prompt, tokens), layers)  # (L, m, d), (L, d)
+    return Answer(tokens=tokens, stopped_at_eos=bool(len(hits)) and end == int(hits[0]) + 1, features=features,
+                  final_hidden=final)
 
 
 def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: Answer, config: CacheConfig) -> PackedSample:

@@ -203,6 +203,8 @@ def cache(
     samples_per_shard: int = typer.Option(64, "--samples-per-shard"),
     seed: int = typer.Option(0, "--seed"),
     split: str = typer.Option("train", "--split", help="train | heldout (an evaluation cache of held-out prompts)."),
+    source: str = typer.Option("regenerate", "--source",
+                               help="regenerate (the target answers) | text (teacher-force each line's assistant turn)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Estimate disk use and exit."),
     force: bool = typer.Option(False, "--force", help="Start even if the disk check fails."),
     as_json: bool = typer.Option(False, "--json"),
@@ -216,7 +218,7 @@ def cache(
         max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, layers=layers,
         anchors_per_sample=anchors_per_sample, anchor_run=anchor_run, window=window, block=block, dtype=dtype, target_dtype=target_dtype,
         device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
-        samples_per_shard=samples_per_shard, seed=seed, split=split, force=force)
+        samples_per_shard=samples_per_shard, seed=seed, split=split, source=source, force=force)
     if dry_run:
         estimate = estimate_cache(config, target=loaded)
         _print_json(estimate.to_json()) if as_json else console.print(estimate.describe())

@@ -266,3 +266,30 @@ def test_anchor_rows_map_into_unique_sorted_unions(llama, prompts, tmp_path):
                 assert r0 <= start <= end <= r1
                 covered.update(range(start, end))
             assert covered == set(range(r0, r1)), f"{kind} rows not used by any anchor"
+
+
+def test_teacher_forced_source_caches_the_given_answers(llama, tmp_path):
+    """--source text: no generation; the answer is the line's assistant turn as the template renders it."""
+    records = [{"messages": [{"role": "user", "content": q}, {"role": "assistant", "content": a}]}
+               for q, a in [("What is 2 + 2?", "2 + 2 = 4."), ("Name a fruit.", "An apple, for example.")]]
+    path = tmp_path / "texts.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    config = CacheConfig(prompts=path, out=tmp_path / "cache", source="text", layers="1", anchors_per_sample=64,
+                         window=0, block=2, dtype="fp32")
+    build_cache(config, target=llama, log=lambda _: None)
+    reader = CacheReader(config.out)
+    assert reader.config["source"] == "text"
+    shard = reader.shards[0]
+    for s, record in enumerate(records):
+        full = llama.encode(record["messages"], add_generation_prompt=False)
+        prompt_len, seq_len = int(shard["prompt_len"][s]), int(shard["seq_len"][s])
+        t0, t1 = shard["sample_tok_offset"][s:s + 2].tolist()
+        stored = shard["input_ids"][t0:t1].tolist()
+        eos = next(i for i, t in enumerate(full.input_ids[0, prompt_len:].tolist()) if t in llama.eos_token_ids)
+        assert stored == full.input_ids[0, :prompt_len + eos + 1].tolist() and seq_len == prompt_len + eos + 1
+        features, _ = llama.capture(full, [1])
+        c0, c1 = shard["sample_ctx_offset"][s:s + 2].tolist()
+        torch.testing.assert_close(shard["features"][c0:c1].float(), features[:c1 - c0], rtol=1e-5, atol=1e-5)
+    path.write_text(json.dumps({"prompt": "No answer here."}) + "\n")
+    with pytest.raises(MinisparkError, match=rf"{path}:1: --source text needs a trailing assistant message"):
+        build_cache(CacheConfig(prompts=path, out=tmp_path / "c2", source="text"), target=llama)

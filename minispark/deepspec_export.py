@@ -10,7 +10,7 @@ calibration). Both check the drafter against the target first.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -27,7 +27,7 @@ from minispark.deepspec import (
     read_weights,
     to_deepspec_key,
 )
-from minispark.draft_model import DraftConfig
+from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.dspark import load_draft_model, save_drafter, write_dir_atomic
 from minispark.errors import MinisparkError
 from minispark.recipes import target_id
@@ -59,13 +59,14 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
         model = load_draft_model(drafter_dir, embed.detach().cpu(), lm_head.detach().cpu(), "cpu", identity)
     except ValueError as exc:
         raise MinisparkError(f"{drafter_dir}: {exc}") from None
-    config = model.config
+    config, state = model.config, model.state_dict()
     target.check_layers(config.feature_layers)
+    if config.draft_vocab:
+        config, state = expand_draft_vocab(model, lm_head.detach().cpu())
     text_config = target.text_config.to_dict()
     deepspec_config = deepspec_config_from_draft(config, text_config, target.num_layers)
-    weights = {to_deepspec_key(k): v.detach().to(torch.bfloat16).contiguous().cpu()
-               for k, v in model.state_dict().items()}
-    report = ConversionReport(out=out, config=config, warnings=export_warnings(config))
+    weights = {to_deepspec_key(k): v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in state.items()}
+    report = ConversionReport(out=out, config=config, warnings=export_warnings(model.config))
 
     def fill(tmp: Path) -> None:
         (tmp / CONFIG_FILE).write_text(json.dumps(deepspec_config, indent=2, sort_keys=True) + "\n")
@@ -74,6 +75,47 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
 
     write_dir_atomic(out, fill)
     return report
+
+
+#: The Markov bias that removes a token outside the draft vocabulary: exp(−BIG) is 0 in float32.
+OUTSIDE_BIAS = -1.0e4
+#: Gate pre-activation that opens the constant channel of a gated head: σ(30) = 1 − 1e−13.
+OPEN_GATE = 30.0
+
+
+def expand_draft_vocab(model: DraftModel, target_lm_head: torch.Tensor) -> tuple[DraftConfig, dict[str, torch.Tensor]]:
+    """The same drafter over the full vocabulary (DeepSpec has no draft-to-target map), exactly.
+
+    The lm_head becomes the target's; the Markov tables get one extra rank channel: W1[t] gains a
+    constant 1 for every token, and W2 maps it to 0 inside the draft vocabulary and to ``OUTSIDE_BIAS``
+    outside, so p_d stays exactly zero there (the other channels are the trained rows, "other"
+    row for previous tokens outside). Gated heads open that channel's gate; the confidence head
+    ignores it. RNN heads and heads without a Markov table cannot be expanded this way.
+    """
+    config = model.config
+    if config.head not in ("vanilla", "gated"):
+        raise MinisparkError(f"a drafter with a draft vocabulary and head {config.head!r} cannot be exported to "
+                             "DeepSpec's full-vocabulary layout exactly (vanilla and gated heads can)")
+    rank, n = config.markov_rank, config.draft_vocab
+    state = {k: v.detach().float().cpu() for k, v in model.state_dict().items() if k != "vocab_ids"}
+    index = model.vocab_index.cpu()  # (V,) draft index, n = "other"
+    inside = index < n
+    w1 = torch.cat([state["markov.markov_w1.weight"][index], torch.ones(len(index), 1)], dim=1)  # (V, r+1)
+    w2 = torch.zeros(len(index), rank + 1)  # (V, r+1)
+    w2[inside, :rank] = state["markov.markov_w2.weight"][index[inside]]
+    w2[~inside, rank] = OUTSIDE_BIAS
+    state["markov.markov_w1.weight"], state["markov.markov_w2.weight"] = w1, w2
+    state["lm_head.weight"] = target_lm_head.float()
+    if config.head == "gated":  # gate over [h; W1[x]] gains an input column and an always-open output
+        weight, bias = state["markov.gate_proj.weight"], state["markov.gate_proj.bias"]  # (r, d+r), (r,)
+        grown = torch.zeros(rank + 1, weight.shape[1] + 1)
+        grown[:rank, :-1] = weight
+        state["markov.gate_proj.weight"] = grown
+        state["markov.gate_proj.bias"] = torch.cat([bias, torch.tensor([OPEN_GATE])])
+    if config.confidence_uses_markov:  # [h; W1[x]] → one more input, weighted 0
+        weight = state["confidence_proj.weight"]  # (1, d+r)
+        state["confidence_proj.weight"] = torch.cat([weight, torch.zeros(1, 1)], dim=1)
+    return replace(config, draft_vocab=0, markov_rank=rank + 1), state
 
 
 def export_warnings(config: DraftConfig) -> list[str]:
@@ -92,6 +134,10 @@ def export_warnings(config: DraftConfig) -> list[str]:
                         "low-rank Markov head")
     if config.head == "none":
         warnings.append("markov_rank 0 (DFlash layout): SGLang's DSPARK refuses drafts without a Markov head")
+    if config.draft_vocab:
+        warnings.append(f"the {config.draft_vocab}-token draft vocabulary is expanded to the full vocabulary "
+                        f"(markov_rank {config.markov_rank} → {config.markov_rank + 1}: one channel sends every "
+                        "other token's logit to −10⁴), so p_d is unchanged; engines pay the full lm_head per step")
     return warnings
 
 

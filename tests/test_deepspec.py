@@ -11,12 +11,13 @@ minispark's; a variant that norms the context is the negative control.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from minispark.cli import app
@@ -343,16 +344,17 @@ def proposals(target: Target, drafter: Drafter, prompt: str, temperature: float,
     return result.token_ids, recorder.proposals
 
 
-def minispark_drafter(target: Target, out: Path, window: int, head: str = "vanilla") -> Path:
+def minispark_drafter(target: Target, out: Path, window: int, head: str = "vanilla", draft_vocab: int = 0) -> Path:
     tc = target.text_config
     config = DraftConfig(target=target_id(target.identity()), hidden_size=target.hidden_size,
                          num_heads=tc.num_attention_heads, num_kv_heads=tc.num_key_value_heads, head_dim=tc.head_dim,
                          intermediate_size=tc.intermediate_size, vocab_size=target.vocab_size,
                          feature_layers=tuple(LAYERS), mask_token_id=target.vocab_size - 1, block_size=4,
-                         window=window, head=head, markov_rank=RANK, initializer_range=0.2)
+                         window=window, head=head, markov_rank=RANK, initializer_range=0.2, draft_vocab=draft_vocab)
     torch.manual_seed(0)
+    ids = torch.randperm(target.vocab_size)[:draft_vocab] if draft_vocab else None
     model = DraftModel.from_target(config, target.model.get_input_embeddings().weight.detach(),
-                                   target.lm_head.weight.detach())
+                                   target.lm_head.weight.detach(), ids)
     save_drafter(model, out)
     return out
 
@@ -397,6 +399,44 @@ def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
     assert make_drafter(str(imported), target).config == base.config
     assert_same_proposals(target, base, make_drafter(str(imported), target))
     assert_same_proposals(target, base, make_drafter(str(out), target))  # the exported dir, run directly
+
+
+@pytest.mark.parametrize("head", ["vanilla", "gated"])
+def test_draft_vocabulary_expands_exactly_to_the_full_vocabulary(target, tmp_path, head: str) -> None:
+    """The full-vocabulary drafter DeepSpec's layout needs gives the original p_d (zero outside the
+    draft vocabulary) and confidences, in float32 before the bf16 rounding of the export."""
+    from minispark.deepspec_export import expand_draft_vocab
+
+    n = target.vocab_size // 3
+    path = minispark_drafter(target, tmp_path / "drafter", window=0, head=head, draft_vocab=n)
+    embed, lm_head = target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach()
+    weights = load_file(str(path / "model.safetensors"))
+    config = replace(DraftConfig.load(path / "config.json"), dtype="float32")
+    small = DraftModel.from_target(config, embed, lm_head, weights["vocab_ids"])
+    small.load_state_dict(weights, strict=False)
+    full_config, state = expand_draft_vocab(small, lm_head)
+    full = DraftModel.from_target(full_config, embed, lm_head)
+    full.load_state_dict(state)
+    g = torch.Generator().manual_seed(0)
+    hidden = torch.randn(5, 4, target.hidden_size, generator=g)  # (B, γ, d)
+    prev = torch.randint(0, target.vocab_size, (5, 4), generator=g)
+    with torch.no_grad():
+        p_small = small.head_logits(hidden, prev).softmax(-1)  # (B, γ, N)
+        p_full = full.head_logits(hidden, prev).softmax(-1)  # (B, γ, V)
+        torch.testing.assert_close(p_full[..., small.vocab_ids], p_small, rtol=1e-4, atol=1e-6)
+        assert float(p_full.sum(-1).sub(p_full[..., small.vocab_ids].sum(-1)).abs().max()) < 1e-6
+        torch.testing.assert_close(full.confidence(hidden, prev), small.confidence(hidden, prev))
+    report = export_deepspec(path, target, tmp_path / "deepspec")
+    assert any("draft vocabulary is expanded" in w for w in report.warnings)
+    raw = json.loads((tmp_path / "deepspec" / "config.json").read_text())
+    assert raw["markov_rank"] == RANK + 1 and raw["vocab_size"] == target.vocab_size
+    make_drafter(str(tmp_path / "deepspec"), target)  # the exported directory loads as a drafter
+
+
+def test_draft_vocabulary_rnn_head_is_refused_on_export(target, tmp_path) -> None:
+    original = minispark_drafter(target, tmp_path / "drafter", window=0, head="rnn", draft_vocab=target.vocab_size // 3)
+    with pytest.raises(MinisparkError, match="cannot be exported to DeepSpec's full-vocabulary layout exactly"):
+        export_deepspec(original, target, tmp_path / "deepspec")
 
 
 def test_cli_export_and_import(target, tmp_path) -> None:

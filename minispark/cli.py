@@ -128,6 +128,7 @@ def bench(
     drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter for fixed/threshold/schedule (a checkpoint DIR)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (its last N prompts); default: built-in set."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
+    category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
     modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
                                         "threshold,schedule,schedule-raw (target always runs). Default: target,hf,"
                                         "hf-lookup,lookup, plus fixed,threshold,schedule with --drafter."),
@@ -162,7 +163,10 @@ def bench(
     loaded = _load(target, dtype, device)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
-    chosen = file_prompts(loaded, prompts, num_prompts or 16) if prompts else builtin_prompts(loaded, num_prompts)
+    if category is not None and prompts is None:
+        raise MinisparkError("--category selects lines of --prompts FILE; give the file")
+    chosen = (file_prompts(loaded, prompts, num_prompts or 16, category) if prompts
+              else builtin_prompts(loaded, num_prompts))
     runnable, notices = build_modes(loaded, config, drafter, sps)
     for notice in notices:
         err_console.print(f"[yellow]{notice}[/yellow]", highlight=False)

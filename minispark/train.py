@@ -33,6 +33,7 @@ import functools
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -63,6 +64,7 @@ METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache",
                      "eval_every", "eval_anchors")
 BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
+CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6}")
 
 
 # ---------------------------------------------------------------------- model and optimiser
@@ -247,7 +249,9 @@ class Trainer:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         write_text_atomic(self.out / LATEST_FILE, name + "\n")
-        kept = sorted(self.out.glob("checkpoint-*"))
+        # Only our own checkpoints (our name pattern, our trainer state) are ever pruned.
+        kept = sorted(p for p in self.out.glob("checkpoint-*")
+                      if CHECKPOINT_NAME.fullmatch(p.name) and (p / TRAINER_FILE).is_file())
         for old in kept[:-self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         return self.out / name
@@ -297,6 +301,12 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     if not resume and (out / LATEST_FILE).exists():
         raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
                              "choose another --out")
+    if not resume and out.is_dir() and any(out.iterdir()):
+        # Checkpoints are pruned and drafter/ replaced: never in a directory holding someone else's files.
+        raise MinisparkError(f"--out {out}: not empty and not a minispark training run; choose an empty or new "
+                             "directory")
+    if not resume and out.exists() and not out.is_dir():
+        raise MinisparkError(f"--out {out}: is a file, not a directory")
     if target is None:
         from minispark.target import load_target
 

@@ -175,3 +175,15 @@ def test_compiled_training_matches_eager(cache, target, tmp_path):
     eager = train(recipe("steps=3"), cache, tmp_path / "eager", target=target, log=None).losses
     compiled = train(recipe("steps=3", "compile=true"), cache, tmp_path / "compiled", target=target, log=None).losses
     assert compiled == pytest.approx(eager, rel=1e-5)
+
+
+def test_out_with_foreign_files_is_refused_and_left_untouched(cache, target, tmp_path):
+    """HF-style checkpoint-500/-1000 and user files in --out: refused, nothing deleted or replaced."""
+    out = tmp_path / "o"
+    for name in ("checkpoint-500", "checkpoint-1000", "drafter"):
+        (out / name).mkdir(parents=True)
+        (out / name / "weights.bin").write_bytes(name.encode())
+    before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    with pytest.raises(MinisparkError, match=rf"--out {out}: not empty and not a minispark training run"):
+        train(recipe("steps=4", "checkpoint_every=2"), cache, out, target=target, log=None)
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before

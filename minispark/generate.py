@@ -85,6 +85,22 @@ def stop_on_strings(target: Target, stop_strings: Sequence[str]) -> Callable[[li
     return stop
 
 
+def text_streamer(target: Target, on_text: Callable[[str], None]) -> Callable[[list[int]], None]:
+    """An ``on_tokens`` callback for the engine that passes newly committed *text* to ``on_text``."""
+    streamed: list[int] = []
+    printed = [""]
+
+    def on_tokens(ids: list[int]) -> None:
+        # Decode the whole reply each time: byte-level BPE can split a character across tokens.
+        streamed.extend(ids)
+        text = target.tokenizer.decode(streamed, skip_special_tokens=True)
+        if len(text) > len(printed[0]) and not text.endswith("\ufffd"):
+            on_text(text[len(printed[0]):])
+            printed[0] = text
+
+    return on_tokens
+
+
 def generate(
     target: Target,
     prompt: str | None = None,
@@ -108,19 +124,7 @@ def generate(
     inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
     generator = make_generator(seed, target.device)
     used_seed = generator.initial_seed()
-    on_tokens = None
-    if on_text is not None:
-        streamed: list[int] = []
-        printed = [""]
-
-        def on_tokens(ids: list[int]) -> None:
-            # Decode the whole reply each time: byte-level BPE can split a character across tokens.
-            streamed.extend(ids)
-            text = target.tokenizer.decode(streamed, skip_special_tokens=True)
-            if len(text) > len(printed[0]) and not text.endswith("\ufffd"):
-                on_text(text[len(printed[0]):])
-                printed[0] = text
-
+    on_tokens = text_streamer(target, on_text) if on_text is not None else None
     with target.session(drafter.feature_layers) as session:
         result = speculative_generate(
             session, inputs, drafter, sampling=sampling, policy=policy, max_new_tokens=max_new_tokens,

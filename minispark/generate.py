@@ -10,6 +10,7 @@ print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,6 +22,8 @@ from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig, make_generator
 from minispark.target import Target
 
+#: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
+SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
 
 
@@ -40,6 +43,26 @@ class GenerateOutput:
             "seed": self.seed,
             **self.result.stats.as_dict(),
         }
+
+
+def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path | None:
+    """The shipped drafter for ``target``: a directory under ``drafters/`` whose ``config.json``
+    names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
+    target name, which loading then checks), or None when nothing matches."""
+    from minispark.recipes import target_id
+
+    want = target_id(target.identity())
+    same_name = []
+    for config_path in sorted(directory.glob("*/config.json")):
+        try:
+            named = str(json.loads(config_path.read_text()).get("target", ""))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise MinisparkError(f"shipped drafter {config_path}: unreadable config ({exc})") from None
+        if named == want:
+            return config_path.parent
+        if named.split("@")[0] == target.name:
+            same_name.append(config_path.parent)
+    return same_name[0] if same_name else None
 
 
 def make_drafter(spec: str, target: Target) -> Drafter:

@@ -1,6 +1,6 @@
 """Text-level generation: prompt and images in, text and metrics out, through the speculative loop.
 
-This is the Python API behind ``minispark generate`` (and later ``chat``): it builds the drafter
+This is the Python API behind ``minispark generate`` (``conversation.py`` runs chat turns on it): it builds the drafter
 and length policy from names, applies the chat template, runs ``engine.speculative_generate`` and
 decodes the result.
 

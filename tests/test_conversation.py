@@ -90,6 +90,14 @@ def test_vlm_turns_with_image_equal_from_scratch(tiny_vlm: Target, test_image, i
     assert saved[2][0] > saved[1][0]  # turn 3 keeps turn 2's image in the cache
 
 
+@pytest.mark.parametrize("family", ["qwen2_vl", "qwen3_vl"])
+def test_other_vlm_families_turns_with_image(tiny_dir, test_image, family: str) -> None:
+    target = load_target(str(tiny_dir(family)))
+    turns = [("Hi!", []), ("Describe it.", [test_image]), ("Thanks. Again?", [])]
+    saved = run_turns(target, LookupDrafter(), turns)
+    assert saved[2][0] > saved[1][0] > 0
+
+
 def test_llama_text_turns_equal_from_scratch(tiny_llama: Target) -> None:
     turns = [("Tell me a story.", []), ("Shorter, please.", [])]
     for drafter in (NoDrafter(), LookupDrafter()):

@@ -1,8 +1,8 @@
 """Text-level generation: prompt and images in, text and metrics out, through the speculative loop.
 
-This is the Python API behind ``minispark generate`` (``conversation.py`` runs chat turns on it): it builds the drafter
-and length policy from names, applies the chat template, runs ``engine.speculative_generate`` and
-decodes the result.
+This is the Python API behind ``minispark generate`` (``conversation.py`` runs chat turns on it):
+it builds the drafter and length policy from names, applies the chat template, runs
+``engine.speculative_generate`` and decodes the result.
 
     python -c "from minispark.generate import generate; from minispark.target import load_target; \
 print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import signal
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
@@ -21,16 +20,12 @@ from rich.console import Console
 
 from minispark.atomic import write_json_atomic
 from minispark.conversation import Conversation, Turn
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
 from minispark.engine import GenerationStats
 from minispark.errors import MinisparkError
+from minispark.serving import ServingSetup
 from minispark.sps import SPSTable, SPSTableError
 from minispark.target import Target
 
-DEFAULT_THRESHOLD = 0.5
-TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
-              "`minispark cache` + `minispark train` and pass --drafter DIR")
-PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
 COMMANDS = {
     "/image PATH": "attach an image to your next message",
     "/reset": "forget the conversation (and the KV cache)",
@@ -39,79 +34,6 @@ COMMANDS = {
     "/help": "this list",
     "/quit": "exit (Ctrl-D works too)",
 }
-
-
-@dataclass
-class ChatSetup:
-    """The drafter, its length policy and the SPS table chat runs with, and why (hints)."""
-
-    drafter: Drafter
-    drafter_spec: str
-    mode: str
-    policy: LengthPolicy
-    sps_table: SPSTable | None
-    hints: list[str] = field(default_factory=list)
-
-
-def matching_sps_table(target: Target, path: Path | None) -> SPSTable | None:
-    """``path`` if given, else the profiled table for this device, target and precision, else None."""
-    from minispark.profile import SHIPPED_TABLES, device_name, dtype_name, target_quantization
-    from minispark.sps import find_table
-
-    if path is not None:
-        return SPSTable.load(path)
-    try:
-        return find_table(SHIPPED_TABLES, device_name(target.device), target.name, dtype=dtype_name(target.dtype),
-                          quantization=target_quantization(target), strict=True)
-    except SPSTableError:
-        return None
-
-
-def setup_chat(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
-               threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None) -> ChatSetup:
-    """Resolve the defaults: the shipped drafter for the target (else ``lookup`` and a hint);
-    schedule mode with the device's SPS table (else threshold mode and a hint); fixed γ for
-    drafters without a confidence head."""
-    from minispark.calibrate import drafter_calibration
-    from minispark.generate import default_drafter, make_drafter
-    from minispark.schedule import make_length_policy
-
-    if mode not in (None, "fixed", "threshold", "schedule"):
-        raise MinisparkError(f"--mode {mode}: choose fixed, threshold or schedule")
-    hints = []
-    draft = None
-    if drafter is None:
-        shipped = default_drafter(target)
-        if shipped is not None:
-            try:
-                draft, drafter = make_drafter(str(shipped), target), str(shipped)
-            except MinisparkError as exc:  # e.g. trained on another conversion of the target
-                hints.append(f"shipped drafter not usable ({exc})")
-        if draft is None:
-            drafter = "lookup"
-            hints.append(TRAIN_HINT.format(target=target.name))
-    if draft is None:
-        draft = make_drafter(drafter, target)
-    if gamma is None:
-        gamma = draft.config.block_size if hasattr(draft, "config") else 7
-    table = matching_sps_table(target, sps)
-    chosen = mode is None
-    if mode is None:
-        mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
-    if table is None:
-        fallback = "no speedup estimate"
-        if mode == "schedule":
-            table, fallback = SPSTable.generic(), "schedule mode uses the generic cost model"
-        elif mode == "threshold" and chosen:
-            fallback = f"threshold mode ({threshold:g})"
-        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback))
-    if isinstance(draft, NoDrafter):
-        policy: LengthPolicy = FixedLength(0)
-    else:
-        calibration = drafter_calibration(drafter) if Path(drafter).is_dir() else None
-        policy = make_length_policy(mode, gamma, has_confidence=draft.has_confidence, threshold=threshold,
-                                    sps_table=table, calibration=calibration)
-    return ChatSetup(draft, drafter, mode, policy, table, hints)
 
 
 def estimate_speedup(stats: GenerationStats, table: SPSTable | None, context: int) -> float | None:
@@ -150,7 +72,7 @@ def ctrl_c_stops() -> Iterator[Callable[[], bool]]:
 class ChatREPL:
     """Reads lines, runs slash commands, streams answers. ``read_line`` raises EOFError to exit."""
 
-    def __init__(self, conversation: Conversation, setup: ChatSetup, console: Console,
+    def __init__(self, conversation: Conversation, setup: ServingSetup, console: Console,
                  read_line: Callable[[], str] | None = None, show_stats: bool = True) -> None:
         self.conversation = conversation
         self.setup = setup

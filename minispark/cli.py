@@ -57,31 +57,19 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
         return load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
 
 
-def _policy(mode: str, gamma: int, drafter, threshold: Optional[float], sps: Optional[Path], target, calibration):
-    from minispark.drafters.base import FixedLength, NoDrafter
-    from minispark.schedule import make_length_policy
-
-    if isinstance(drafter, NoDrafter):
-        return FixedLength(0)
-    table = None
-    if mode == "schedule":
-        from minispark.profile import serving_table
-
-        table = serving_table(target, sps)
-    return make_length_policy(mode, gamma, has_confidence=drafter.has_confidence, threshold=threshold,
-                              sps_table=table, calibration=calibration)
-
-
 @app.command()
 @one_line_errors
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", help="User message (default: a built-in prompt)."),
     image: list[Path] = typer.Option([], "--image", help="Image file(s) for a vision-language target."),
     target: Optional[str] = TargetOpt,
-    drafter: str = typer.Option("lookup", "--drafter", help="none | lookup | a DSpark checkpoint directory."),
-    mode: str = typer.Option("fixed", "--mode", help="Length policy: fixed | threshold | schedule."),
-    gamma: int = typer.Option(7, "--gamma", help="Maximum draft tokens per round."),
-    threshold: Optional[float] = typer.Option(None, "--threshold", help="Confidence threshold (threshold mode)."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a drafter directory "
+                                          "(default: the drafter shipped for the target, else lookup)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
+                                       "schedule with a confidence head and an SPS table, else threshold/fixed)."),
+    gamma: Optional[int] = typer.Option(None, "--gamma", help="Maximum draft tokens per round (default: the "
+                                        "drafter's block size, 7 for lookup)."),
+    threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: lookup)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = typer.Option(1.0, "--top-p"),
@@ -96,18 +84,21 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
 ) -> None:
     """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
-    from minispark.calibrate import drafter_calibration
-    from minispark.generate import DEFAULT_PROMPT, generate as run_generate, make_drafter
+    from minispark.generate import DEFAULT_PROMPT, generate as run_generate
     from minispark.sampling import SamplingConfig
+    from minispark.serving import build_serving
 
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     for path in image:
         if not path.is_file():
             raise MinisparkError(f"--image {path}: file not found")
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
-    _check_deepspec(drafter, loaded)
-    draft = make_drafter(drafter, loaded)
-    policy = _policy(mode, gamma, draft, threshold, sps, loaded, drafter_calibration(drafter) if Path(drafter).is_dir() else None)
+    if drafter is not None:
+        _check_deepspec(drafter, loaded)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps)
+    for hint in setup.hints:
+        err_console.print(f"[dim]{hint}[/dim]", highlight=False)
+    draft, policy = setup.drafter, setup.policy
     on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
     out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
                        policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text)
@@ -149,7 +140,8 @@ def chat(
     load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
 ) -> None:
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
-    from minispark.chat import ChatREPL, setup_chat
+    from minispark.chat import ChatREPL
+    from minispark.serving import build_serving
     from minispark.conversation import Conversation
     from minispark.sampling import SamplingConfig
 
@@ -160,7 +152,7 @@ def chat(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
-    setup = setup_chat(loaded, drafter, mode, gamma, threshold, sps)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
                       system=system, stop_strings=stop, seed=seed) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
@@ -170,7 +162,8 @@ def chat(
 @one_line_errors
 def bench(
     target: Optional[str] = TargetOpt,
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter for fixed/threshold/schedule (a checkpoint DIR)."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter DIR for fixed/threshold/schedule (default: "
+                                          "the drafter shipped for the target; none: no drafter)."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (its last N prompts); default: built-in set."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
     category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
@@ -199,13 +192,22 @@ def bench(
 
     if num_prompts is not None and num_prompts < 1:
         raise MinisparkError("--num-prompts must be >= 1")
+    loaded = _load(target, dtype, device)
+    if drafter is None:
+        from minispark.generate import default_drafter
+
+        shipped = default_drafter(loaded)
+        drafter = None if shipped is None else str(shipped)
+        if shipped is not None:
+            err_console.print(f"[dim]drafter: {shipped} (shipped for this target; --drafter none to leave it out)[/dim]")
+    elif drafter == "none":
+        drafter = None
     if modes is not None:
         names = [m.strip() for m in modes.split(",") if m.strip()]
     else:
         names = BASELINE_MODES + (["fixed", "threshold", "schedule"] if drafter else [])
     config = BenchConfig(modes=names, max_new_tokens=max_new_tokens, gamma=gamma, threshold=threshold,
                          sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p), repeats=repeats, seed=seed)
-    loaded = _load(target, dtype, device)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
     if category is not None and prompts is None:

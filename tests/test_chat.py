@@ -20,7 +20,8 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from minispark.chat import PROFILE_HINT, TRAIN_HINT, ChatREPL, estimate_speedup, setup_chat
+from minispark.chat import ChatREPL, estimate_speedup
+from minispark.serving import PROFILE_HINT, TRAIN_HINT, build_serving
 from minispark.conversation import Conversation
 from minispark.drafters.dspark import DSparkDrafter, save_drafter
 from minispark.engine import GenerationStats
@@ -65,7 +66,7 @@ def scripted(lines: list[str]):
 
 def repl(target: Target, lines: list[str], **conversation_kwargs) -> tuple[str, Conversation, object]:
     output = io.StringIO()
-    setup = setup_chat(target, "lookup")
+    setup = build_serving(target, "lookup")
     read_line, pending = scripted(lines)
     conversation = Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=12, **conversation_kwargs)
     with conversation:
@@ -101,7 +102,7 @@ def test_commands_errors_and_quit(tiny_llama: Target, tmp_path: Path) -> None:
 def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) -> None:
     target = load_target(str(vlm_with_drafter[0]))
     output = io.StringIO()
-    setup = setup_chat(target, "lookup")
+    setup = build_serving(target, "lookup")
     read_line, _ = scripted(["/image no-such.png", f"/image {test_image}", "What is this?", "And now?"])
     with Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=8) as conversation:
         ChatREPL(conversation, setup, Console(file=output, width=200), read_line).run()
@@ -110,13 +111,13 @@ def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) ->
 
 
 def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path) -> None:
-    setup = setup_chat(tiny_llama)  # no shipped drafter for a tiny model
+    setup = build_serving(tiny_llama)  # no shipped drafter for a tiny model
     assert setup.drafter_spec == "lookup" and setup.mode == "fixed"
     assert setup.hints == [TRAIN_HINT.format(target=tiny_llama.name),
                            PROFILE_HINT.format(target=tiny_llama.name, fallback="no speedup estimate")]
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))
-    setup = setup_chat(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
+    setup = build_serving(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
     assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "threshold" and setup.sps_table is None
     assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)")]
     assert setup.policy.max_tokens == setup.drafter.config.block_size

@@ -42,20 +42,25 @@ class Batch:
 
 
 class AnchorPlan:
-    """Which anchors step s trains on: an endless sample-major stream, reshuffled per epoch.
+    """Which anchors step s trains on: an endless stream of anchor groups, reshuffled per epoch.
 
-    Epoch e visits the samples in the order of a permutation seeded by (seed, e), each sample's
-    anchors together, and step s takes anchors [s·B, (s+1)·B) of the stream: a pure function of
-    (seed, s), so a resumed run sees exactly the batches it would have seen.
+    A group is a whole sample's anchors (``run == 0``) or a run of ``run`` consecutive anchors of
+    one sample. Epoch e visits the groups in the order of a permutation seeded by (seed, e), and
+    step s takes anchors [s·B, (s+1)·B) of the stream: a pure function of (seed, s), so a resumed
+    run sees exactly the batches it would have seen. With dense anchors (hundreds per sample) whole
+    samples make a step's B anchors neighbours in one answer — one highly correlated gradient after
+    another; short runs mix B/run samples per step while neighbours still share context rows.
     """
 
-    def __init__(self, reader: CacheReader, batch_anchors: int, seed: int) -> None:
-        groups: dict[int, list[int]] = {}
+    def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0) -> None:
+        samples: dict[int, list[int]] = {}
         for index, anchor in enumerate(reader):
-            groups.setdefault(anchor.sample_index, []).append(index)
-        if not groups:
+            samples.setdefault(anchor.sample_index, []).append(index)
+        if not samples:
             raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")
-        self.groups = [groups[k] for k in sorted(groups)]
+        self.groups = [samples[k] for k in sorted(samples)]
+        if run > 0:
+            self.groups = [g[i:i + run] for g in self.groups for i in range(0, len(g), run)]
         self.total = sum(len(g) for g in self.groups)
         self.batch_anchors, self.seed = batch_anchors, seed
         self._epoch: tuple[int, np.ndarray] | None = None

@@ -82,6 +82,7 @@ class TrainConfig:
     # [train]
     steps: int = 1000
     batch_anchors: int = 32
+    anchor_run: int = 0
     lr: float = 6e-4
     warmup_frac: float = 0.04
     weight_decay: float = 0.0
@@ -119,7 +120,7 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
-        for key in ("window", "max_prompt_tokens", "draft_vocab", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+        for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
             if getattr(self, key) < 0:
                 raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
@@ -171,7 +172,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
               "block_size", "confidence_head", "mask_token_id", "draft_vocab"),
-    "train": ("steps", "batch_anchors", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
+    "train": ("steps", "batch_anchors", "anchor_run", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "loss_decay_gamma"),

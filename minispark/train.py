@@ -189,7 +189,7 @@ class Trainer:
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
-        self.plan = AnchorPlan(reader, config.batch_anchors, config.seed)
+        self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run)
         self.cache_hash = config_hash(reader.config)
         self.step = 0
         self.heldout: HeldoutProxy | None = None

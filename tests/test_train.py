@@ -60,6 +60,20 @@ def test_plan_is_sample_major_and_covers_each_epoch(cache):
     assert AnchorPlan(reader, 8, 4).step_anchors(0) != plan.step_anchors(0)
 
 
+def test_plan_with_runs_mixes_samples_and_covers_each_epoch(cache):
+    reader = CacheReader(cache)
+    plan = AnchorPlan(reader, batch_anchors=8, seed=3, run=2)
+    stream = [i for s in range(plan.total // 8 + 1) for i in plan.step_anchors(s)]
+    assert sorted(stream[:plan.total]) == list(range(plan.total))  # one epoch = every anchor once
+    for k in range(0, plan.total - 1, 2):  # runs of 2 consecutive anchors of one sample (a shorter tail run aside)
+        a, b = reader[stream[k]], reader[stream[k + 1]]
+        if a.sample_index == b.sample_index:
+            assert stream[k + 1] == stream[k] + 1
+    whole = AnchorPlan(reader, batch_anchors=8, seed=3)
+    mixed = lambda p: len({reader[i].sample_index for i in p.step_anchors(0)})  # noqa: E731
+    assert mixed(plan) > mixed(whole)
+
+
 def test_packed_rows_equal_one_anchor_per_row(cache, target, tmp_path):
     """§10.2 packing: a row holding all anchors of a sample over the union of their windows gives
     each block the same hidden states as a row holding only that anchor and its own window."""

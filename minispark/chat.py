@@ -24,7 +24,6 @@ from minispark.engine import GenerationStats
 from minispark.errors import MinisparkError
 from minispark.serving import ServingSetup
 from minispark.sps import SPSTable, SPSTableError
-from minispark.target import Target
 
 COMMANDS = {
     "/image PATH": "attach an image to your next message",

@@ -16,7 +16,6 @@ from typing import Callable, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from minispark.errors import MinisparkError
 

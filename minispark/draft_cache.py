@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from minispark.draft_model import DraftConfig
+    from minispark.draft_config import DraftConfig
 
 
 class ContextCache:

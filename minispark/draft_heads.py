@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 if TYPE_CHECKING:
-    from minispark.draft_model import DraftConfig
+    from minispark.draft_config import DraftConfig
 
 
 class MarkovHead(nn.Module):

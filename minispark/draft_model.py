@@ -31,119 +31,20 @@ and :meth:`DraftModel.sample_block`. Both paths share the same mask and layer co
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, fields
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from minispark.draft_config import DraftConfig
 from minispark.draft_heads import HEADS
 from minispark.drafters.base import LengthPolicy, Proposal
 from minispark.sampling import SamplingConfig, probabilities, sample
 
 if TYPE_CHECKING:
     from minispark.draft_cache import ContextCache
-
-HeadType = Literal["none", "vanilla", "gated", "rnn"]
-HEAD_TYPES: tuple[str, ...] = ("none", "vanilla", "gated", "rnn")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-CONFIG_VERSION = 1
-
-
-@dataclass
-class DraftConfig:
-    """Everything needed to rebuild a draft model; saved as JSON beside its weights.
-
-    ``target`` identifies the target whose embedding/lm_head/features the drafter was trained on;
-    loading refuses a different target. ``window`` (W) bounds the context rows a block sees by
-    text position (``0`` = unlimited).
-    """
-
-    target: str
-    hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    feature_layers: tuple[int, ...]
-    mask_token_id: int
-    num_layers: int = 2
-    rms_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
-    block_size: int = 7
-    window: int = 0
-    head: HeadType = "vanilla"
-    markov_rank: int = 256
-    confidence_head: bool = True
-    confidence_with_markov: bool = True
-    draft_vocab: int = 0
-    qk_norm: bool = True
-    initializer_range: float = 0.02
-    dtype: str = "bfloat16"
-    version: int = CONFIG_VERSION
-
-    def __post_init__(self) -> None:
-        self.feature_layers = tuple(int(i) for i in self.feature_layers)
-        if not self.feature_layers:
-            raise ValueError("feature_layers must name at least one target layer")
-        if any(b <= a for a, b in zip(self.feature_layers, self.feature_layers[1:])):
-            raise ValueError(f"feature_layers must be strictly increasing, got {self.feature_layers}")
-        if self.head not in HEAD_TYPES:
-            raise ValueError(f"head must be one of {HEAD_TYPES}, got {self.head!r}")
-        if self.head != "none" and self.markov_rank <= 0:
-            raise ValueError(f"head {self.head!r} needs markov_rank > 0, got {self.markov_rank}")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
-        if self.block_size < 1 or self.window < 0:
-            raise ValueError(f"need block_size >= 1 and window >= 0, got {self.block_size}, {self.window}")
-        if not 0 <= self.mask_token_id < self.vocab_size:
-            raise ValueError(f"mask_token_id {self.mask_token_id} outside vocab of {self.vocab_size}")
-        if not 0 <= self.draft_vocab <= self.vocab_size:
-            raise ValueError(f"draft_vocab must be in [0, {self.vocab_size}], got {self.draft_vocab}")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {self.dtype!r}")
-        if self.version != CONFIG_VERSION:
-            raise ValueError(f"draft config version {self.version} is not supported (want {CONFIG_VERSION})")
-
-    @property
-    def feature_size(self) -> int:
-        """Width m·d of the concatenated target features."""
-        return len(self.feature_layers) * self.hidden_size
-
-    @property
-    def output_size(self) -> int:
-        """How many tokens the drafter scores: the draft vocabulary, or the whole target vocabulary."""
-        return self.draft_vocab or self.vocab_size
-
-    @property
-    def confidence_uses_markov(self) -> bool:
-        return self.confidence_head and self.confidence_with_markov and self.head != "none"
-
-    @property
-    def torch_dtype(self) -> torch.dtype:
-        return DTYPES[self.dtype]
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "DraftConfig":
-        unknown = set(data) - {f.name for f in fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown draft config keys: {sorted(unknown)}")
-        return cls(**data)
-
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json() + "\n")
-
-    @classmethod
-    def load(cls, path: str | Path) -> "DraftConfig":
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
 
 # --------------------------------------------------------------------------------------------
 # Backbone

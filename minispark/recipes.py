@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from minispark.draft_model import HEAD_TYPES, DraftConfig
+from minispark.draft_config import HEAD_TYPES, DraftConfig
 from minispark.errors import MinisparkError
 
 RECIPE_DIR = Path(__file__).resolve().parent.parent / "recipes"

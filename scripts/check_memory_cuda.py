@@ -21,7 +21,8 @@ from dataclasses import replace
 
 import torch
 
-from minispark.memory import BatchShape, build_synthetic, estimate_memory
+from minispark.memory import BatchShape, estimate_memory
+from minispark.memory_measure import build_synthetic
 from minispark.recipes import load_recipe
 from minispark.train import train_step
 

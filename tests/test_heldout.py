@@ -8,7 +8,6 @@ vocabulary) is exact in the loop (greedy parity vs target-only).
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

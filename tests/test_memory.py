@@ -12,7 +12,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from minispark.memory import BatchShape, estimate_memory, measure_cpu
+from minispark.memory import BatchShape, estimate_memory
+from minispark.memory_measure import measure_cpu
 from minispark.recipes import draft_config, load_recipe, recipe_dims
 from minispark.train import build_model
 

@@ -123,6 +123,51 @@ def generate(
 
 @app.command()
 @one_line_errors
+def chat(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter",
+                                          help="none | lookup | a DSpark checkpoint directory (default: the "
+                                               "shipped drafter for the target, else lookup)."),
+    image: list[Path] = typer.Option([], "--image", help="Image file(s) for the first message (/image PATH later)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
+                                                           "an SPS table, else threshold; fixed without confidences)."),
+    gamma: Optional[int] = typer.Option(None, "--gamma", help="Maximum draft tokens per round (default: the "
+                                                             "drafter's block size, else 7)."),
+    threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold (threshold mode)."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k"),
+    system: Optional[str] = typer.Option(None, "--system", help="System message."),
+    stats: bool = typer.Option(True, "--stats/--no-stats", help="A figures line after each answer."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Per answer."),
+    seed: Optional[int] = typer.Option(None, "--seed"),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string(s)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
+    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+) -> None:
+    """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
+    from minispark.chat import ChatREPL, setup_chat
+    from minispark.conversation import Conversation
+    from minispark.sampling import SamplingConfig
+
+    sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    for path in image:
+        if not path.is_file():
+            raise MinisparkError(f"--image {path}: file not found")
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    if image and not loaded.is_vlm:
+        raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
+    setup = setup_chat(loaded, drafter, mode, gamma, threshold, sps)
+    with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
+                      system=system, stop_strings=stop, seed=seed) as conversation:
+        ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
+
+
+@app.command()
+@one_line_errors
 def bench(
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter for fixed/threshold/schedule (a checkpoint DIR)."),

@@ -13,6 +13,10 @@ One round:
 The anchor is never in the target KV cache: the prefill covers the prompt minus its last token,
 which is the first round's anchor. So every round, prefill included, has the same shape.
 
+A session spans turns: after a stop the KV cache and the drafter's context hold exactly the kept
+output (minus its last token, the next anchor), so a later turn's prompt — the whole conversation
+so far plus the new user turn — only prefills what the cache does not already hold (``reuse``).
+
     minispark generate --drafter lookup --prompt "Say hello" --json
 """
 
@@ -38,6 +42,8 @@ class GenerationStats:
     accepted_lengths: list[int] = field(default_factory=list)
     proposed_lengths: list[int] = field(default_factory=list)
     new_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens forwarded by this generation's prefill
+    reused_tokens: int = 0  # prompt tokens already in the KV cache from earlier turns
     prefill_s: float = 0.0
     wall_s: float = 0.0
     # Seconds spent in each step, summed over rounds (bench's per-round breakdown, issue 10).
@@ -72,6 +78,8 @@ class GenerationStats:
             "acceptance_per_position": self.acceptance_per_position,
             "mean_proposed": sum(self.proposed_lengths) / self.rounds if self.rounds else 0.0,
             "new_tokens": self.new_tokens,
+            "prefill_tokens": self.prefill_tokens,
+            "reused_tokens": self.reused_tokens,
             "prefill_s": self.prefill_s,
             "wall_s": self.wall_s,
             "tokens_per_s": self.tokens_per_s,
@@ -84,7 +92,7 @@ class GenerationStats:
 @dataclass
 class GenerationResult:
     token_ids: list[int]
-    stop_reason: str  # "eos" | "stop" | "max_tokens"
+    stop_reason: str  # "eos" | "stop" | "max_tokens" | "interrupted"
     stats: GenerationStats
 
 
@@ -102,6 +110,24 @@ class DecodeState:
     @property
     def new_ids(self) -> list[int]:
         return self.ids[self.prompt_length:].tolist()
+
+
+def prefill(session: TargetSession, drafter: Drafter, prompt: PromptInputs, reuse: bool) -> int:
+    """Bring the KV cache and the drafter's context to ``prompt`` minus its last token (the anchor).
+
+    With ``reuse`` the longest cached prefix of ``prompt`` is kept (a later turn of a session) and
+    only the rest is forwarded; otherwise the session must be empty. Returns the tokens kept."""
+    keep = session.reusable(prompt) if reuse else 0
+    session.crop(keep)
+    out = session.prefill(prompt, prompt.length - 1, start=keep)
+    new_ids = prompt.input_ids[0, keep:-1].cpu()  # (P-1-keep,)
+    positions = prompt.text_positions[keep:-1]
+    if keep == 0:
+        drafter.reset(new_ids, out.features, positions)
+    else:
+        drafter.rollback(int(prompt.text_positions[keep]))
+        drafter.extend(new_ids, out.features, positions)
+    return keep
 
 
 def propose(drafter: Drafter, state: DecodeState, session: TargetSession, policy: LengthPolicy,
@@ -150,6 +176,16 @@ def _now(device: torch.device) -> float:
     return time.perf_counter()
 
 
+def settle(session: TargetSession, drafter: Drafter, state: DecodeState, kept: list[int]) -> None:
+    """After a stop: drop the committed tokens past the kept output (the rest of an accepted block
+    after an EOS or a stop string) from the sequence, the KV cache and the drafter's context."""
+    length = state.prompt_length + len(kept)
+    if length < state.ids.numel():
+        session.crop(length - 1)  # the last kept token is the next anchor: never cached
+        drafter.rollback(int(session.text_positions(length - 1, 1)[0]))
+        state.ids = state.ids[:length]
+
+
 def truncate(new_ids: list[int], eos_ids: set[int], max_new_tokens: int,
              stop: Callable[[list[int]], int | None] | None) -> tuple[list[int], str | None]:
     """Cut the generated ids at the first EOS (kept, as HF does), a stop string, or the token limit."""
@@ -175,25 +211,33 @@ def speculative_generate(
     stop: Callable[[list[int]], int | None] | None = None,
     on_tokens: Callable[[list[int]], None] | None = None,
     generator: torch.Generator | None = None,
+    reuse: bool = False,
+    interrupt: Callable[[], bool] | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``; lossless w.r.t. the target.
 
     ``stop(new_ids)`` returns how many generated ids to keep when a stop string appears;
     ``on_tokens`` receives each round's committed ids (already truncated) for streaming.
+    ``reuse`` continues a session whose cache holds a prefix of ``prompt`` (see :func:`prefill`);
+    ``interrupt()`` is asked before each round and ends the generation when true (Ctrl-C in chat),
+    so a stop always falls between rounds and leaves the session consistent.
     """
     policy = policy or FixedLength(0)
     generator = generator or make_generator(None, session.target.device)
     stats = GenerationStats()
     started = time.perf_counter()
-    prefilled = session.prefill(prompt, prompt.length - 1)
-    prompt_ids = prompt.input_ids[0].cpu()
-    drafter.reset(prompt_ids[:-1], prefilled.features, prompt.text_positions[:-1])
+    stats.reused_tokens = prefill(session, drafter, prompt, reuse)
+    stats.prefill_tokens = prompt.length - 1 - stats.reused_tokens
     stats.prefill_s = time.perf_counter() - started
-    state = DecodeState(ids=prompt_ids.clone(), prompt_length=prompt.length)
+    state = DecodeState(ids=prompt.input_ids[0].cpu().clone(), prompt_length=prompt.length)
     reason = None
     streamed = 0
     device = session.target.device
+    kept: list[int] = []
     while reason is None:
+        if interrupt is not None and interrupt():
+            reason = "interrupted"
+            break
         t_start = _now(device)
         proposal = propose(drafter, state, session, policy, sampling, generator)
         t_proposed = _now(device)
@@ -212,6 +256,7 @@ def speculative_generate(
         if on_tokens is not None and len(kept) > streamed:
             on_tokens(kept[streamed:])
         streamed = len(kept)
+    settle(session, drafter, state, kept)
     stats.new_tokens = len(kept)
     stats.wall_s = time.perf_counter() - started
     return GenerationResult(token_ids=kept, stop_reason=reason, stats=stats)

@@ -1,8 +1,8 @@
 """Text-level generation: prompt and images in, text and metrics out, through the speculative loop.
 
-This is the Python API behind ``minispark generate`` (and later ``chat``): it builds the drafter
-and length policy from names, applies the chat template, runs ``engine.speculative_generate`` and
-decodes the result.
+This is the Python API behind ``minispark generate`` (``conversation.py`` runs chat turns on it):
+it builds the drafter and length policy from names, applies the chat template, runs
+``engine.speculative_generate`` and decodes the result.
 
     python -c "from minispark.generate import generate; from minispark.target import load_target; \
 print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
@@ -10,6 +10,7 @@ print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -21,6 +22,8 @@ from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig, make_generator
 from minispark.target import Target
 
+#: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
+SHIPPED_DRAFTERS = Path(__file__).resolve().parent.parent / "drafters"
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
 
 
@@ -40,6 +43,26 @@ class GenerateOutput:
             "seed": self.seed,
             **self.result.stats.as_dict(),
         }
+
+
+def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path | None:
+    """The shipped drafter for ``target``: a directory under ``drafters/`` whose ``config.json``
+    names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
+    target name, which loading then checks), or None when nothing matches."""
+    from minispark.recipes import target_id
+
+    want = target_id(target.identity())
+    same_name = []
+    for config_path in sorted(directory.glob("*/config.json")):
+        try:
+            named = str(json.loads(config_path.read_text()).get("target", ""))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise MinisparkError(f"shipped drafter {config_path}: unreadable config ({exc})") from None
+        if named == want:
+            return config_path.parent
+        if named.split("@")[0] == target.name:
+            same_name.append(config_path.parent)
+    return same_name[0] if same_name else None
 
 
 def make_drafter(spec: str, target: Target) -> Drafter:
@@ -85,6 +108,22 @@ def stop_on_strings(target: Target, stop_strings: Sequence[str]) -> Callable[[li
     return stop
 
 
+def text_streamer(target: Target, on_text: Callable[[str], None]) -> Callable[[list[int]], None]:
+    """An ``on_tokens`` callback for the engine that passes newly committed *text* to ``on_text``."""
+    streamed: list[int] = []
+    printed = [""]
+
+    def on_tokens(ids: list[int]) -> None:
+        # Decode the whole reply each time: byte-level BPE can split a character across tokens.
+        streamed.extend(ids)
+        text = target.tokenizer.decode(streamed, skip_special_tokens=True)
+        if len(text) > len(printed[0]) and not text.endswith("\ufffd"):
+            on_text(text[len(printed[0]):])
+            printed[0] = text
+
+    return on_tokens
+
+
 def generate(
     target: Target,
     prompt: str | None = None,
@@ -108,19 +147,7 @@ def generate(
     inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
     generator = make_generator(seed, target.device)
     used_seed = generator.initial_seed()
-    on_tokens = None
-    if on_text is not None:
-        streamed: list[int] = []
-        printed = [""]
-
-        def on_tokens(ids: list[int]) -> None:
-            # Decode the whole reply each time: byte-level BPE can split a character across tokens.
-            streamed.extend(ids)
-            text = target.tokenizer.decode(streamed, skip_special_tokens=True)
-            if len(text) > len(printed[0]) and not text.endswith("\ufffd"):
-                on_text(text[len(printed[0]):])
-                printed[0] = text
-
+    on_tokens = text_streamer(target, on_text) if on_text is not None else None
     with target.session(drafter.feature_layers) as session:
         result = speculative_generate(
             session, inputs, drafter, sampling=sampling, policy=policy, max_new_tokens=max_new_tokens,

@@ -217,6 +217,8 @@ class TargetSession:
 
         self.target = target
         self.cache = DynamicCache(config=target.model.config)
+        # (cache_length,) on the target device (no sync per step): the tokens the KV cache holds
+        self.ids = torch.empty(0, dtype=torch.long, device=target.device)
         self.rope_delta = 0
         self._captured: dict[int, torch.Tensor] = {}
         self._final: list[torch.Tensor] = []
@@ -257,20 +259,46 @@ class TargetSession:
         return StepOutput(logits=logits[0].float(), features=features, final_hidden=final)
 
     @torch.no_grad()
-    def prefill(self, inputs: PromptInputs, length: int | None = None, all_logits: bool = False) -> StepOutput:
-        """Forward the first ``length`` prompt tokens (all by default) into an empty cache."""
-        if self.cache_length:
-            raise RuntimeError("prefill on a non-empty session")
+    def prefill(self, inputs: PromptInputs, length: int | None = None, all_logits: bool = False,
+                start: int = 0) -> StepOutput:
+        """Forward prompt tokens [start, length) (all by default) after the ``start`` cached ones.
+
+        ``start`` > 0 continues a session on a longer prompt (a new chat turn): the cache must hold
+        exactly ``inputs``' first ``start`` tokens. Positions, the rope delta and the images come
+        from the whole prompt, so the result equals a prefill of ``inputs`` from scratch.
+        """
         length = inputs.length if length is None else length
-        kwargs = dict(inputs.model_kwargs)
+        if start != self.cache_length:
+            raise RuntimeError(f"prefill from token {start} on a session holding {self.cache_length}")
+        if not torch.equal(inputs.input_ids[0, :start].cpu(), self.ids.cpu()):
+            raise RuntimeError("prefill: the cached tokens are not a prefix of the prompt")
+        if not start < length <= inputs.length:
+            raise RuntimeError(f"prefill: empty or out-of-range span [{start}, {length}) of {inputs.length}")
+        kwargs = _span_inputs(self.target, inputs, start, length)
         if inputs.position_ids is not None:
-            _, self.rope_delta = self.target.mrope_positions(inputs.input_ids, kwargs)
-            kwargs["position_ids"] = inputs.position_ids[:, :, :length]
-        if "mm_token_type_ids" in kwargs:
-            kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, :length]
-        out = self.target.model(input_ids=inputs.input_ids[:, :length], cache=self.cache, use_cache=True,
+            _, self.rope_delta = self.target.mrope_positions(inputs.input_ids, inputs.model_kwargs)
+            kwargs["position_ids"] = inputs.position_ids[:, :, start:length]
+        elif start:
+            kwargs["position_ids"] = torch.arange(start, length, device=self.target.device).view(1, -1)
+        tokens = inputs.input_ids[:, start:length]
+        out = self.target.model(input_ids=tokens, cache=self.cache, use_cache=True,
                                 logits_to_keep=0 if all_logits else 1, **kwargs)
+        self.ids = torch.cat([self.ids, tokens[0].to(self.ids.device)])
         return self._collect(out.logits)
+
+    def reusable(self, inputs: PromptInputs) -> int:
+        """How many cached tokens a prefill of ``inputs`` can keep: their common prefix with the
+        cache, never splitting an image's placeholder run, and leaving at least one token to forward
+        besides the anchor (so every prefill returns features)."""
+        prompt = inputs.input_ids[0].cpu()
+        n = min(self.cache_length, max(0, inputs.length - 2))
+        differs = (prompt[:n] != self.ids[:n].cpu()).nonzero()
+        keep = int(differs[0]) if differs.numel() else n
+        image_id = getattr(self.target.model.config, "image_token_id", None)
+        while 0 < keep < inputs.length and image_id is not None and prompt[keep] == image_id \
+                and prompt[keep - 1] == image_id:
+            keep -= 1
+        return keep
 
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> StepOutput:
@@ -284,6 +312,7 @@ class TargetSession:
             position_ids = positions.view(1, n)
         out = self.target.model(input_ids=tokens.view(1, n), position_ids=position_ids, cache=self.cache,
                                 use_cache=True)
+        self.ids = torch.cat([self.ids, tokens.reshape(-1).to(self.ids.device)])
         return self._collect(out.logits)
 
     def text_positions(self, start: int, n: int) -> torch.Tensor:
@@ -295,6 +324,38 @@ class TargetSession:
         excess = self.cache_length - length
         if excess > 0:
             self.cache.crop(-excess)  # transformers 5.x: a negative count drops the last tokens
+            self.ids = self.ids[:length]
+
+
+def _span_inputs(target: Target, inputs: PromptInputs, start: int, end: int) -> dict[str, Any]:
+    """The extra forward inputs for prompt tokens [start, end): the images whose placeholder runs lie
+    inside the span (pixel rows and grid rows of the others dropped) and the span's token types."""
+    kwargs = dict(inputs.model_kwargs)
+    if "mm_token_type_ids" in kwargs:
+        kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, start:end]
+    if start == 0 and end == inputs.length:
+        return kwargs
+    if kwargs.get("video_grid_thw") is not None:
+        raise MinisparkError("a prompt with video cannot be forwarded in parts (chat turns take images only)")
+    grid = kwargs.get("image_grid_thw")
+    if grid is None:
+        return kwargs
+    merge = target.model.config.vision_config.spatial_merge_size
+    is_image = (inputs.input_ids[0] == target.model.config.image_token_id).cpu()
+    before, inside = int(is_image[:start].sum()), int(is_image[start:end].sum())
+    rows = grid.prod(-1).cpu()  # (N,) pixel rows per image, in prompt order
+    token_ends = torch.cumsum(rows // merge**2, 0).tolist()  # placeholder tokens up to each image
+    bounds = [0] + token_ends
+    if before not in bounds or before + inside not in bounds:
+        raise RuntimeError(f"prompt span [{start}, {end}) splits an image's placeholder tokens")
+    first, last = bounds.index(before), bounds.index(before + inside)
+    row_bounds = [0] + torch.cumsum(rows, 0).tolist()
+    kwargs.pop("pixel_values")
+    kwargs.pop("image_grid_thw")
+    if last > first:
+        kwargs["pixel_values"] = inputs.model_kwargs["pixel_values"][row_bounds[first]:row_bounds[last]]
+        kwargs["image_grid_thw"] = grid[first:last]
+    return kwargs
 
 
 # ---------------------------------------------------------------------- loading

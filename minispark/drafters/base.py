@@ -75,7 +75,8 @@ class Drafter(ABC):
     """Proposes draft tokens; sees only token ids, target features and 1D text positions.
 
     Lifecycle per generation: ``reset`` once after the target prefill, then per round
-    ``propose`` → (engine verifies) → ``commit``.
+    ``propose`` → (engine verifies) → ``commit``; ``rollback`` after a stop. A later turn of the
+    same session calls ``rollback`` + ``extend`` instead of ``reset``.
     """
 
     name: str = "drafter"
@@ -117,6 +118,21 @@ class Drafter(ABC):
         """After verification: ``num_accepted`` draft tokens survived; ``new_cached_ids`` (n,) are
         the tokens newly written to the target KV cache (the anchor and the accepted drafts), with
         their target ``features`` (n, m·d) and ``text_positions`` (n,)."""
+
+    def extend(
+        self,
+        new_cached_ids: torch.Tensor,
+        features: torch.Tensor | None,
+        text_positions: torch.Tensor,
+    ) -> None:
+        """A later chat turn: ``new_cached_ids`` (n,) were prefilled into the target KV cache after
+        the ones the drafter already holds (after any :meth:`rollback`), with their target
+        ``features`` (n, m·d) and ``text_positions`` (n,). Context-free drafters ignore it (the
+        lookup drafter reads the whole conversation from ``ids`` in :meth:`propose`)."""
+
+    def rollback(self, text_position: int) -> None:
+        """The target KV cache was cropped: forget the context at text positions >= ``text_position``
+        (tokens past a stop, or a turn the chat template renders differently from what was cached)."""
 
 
 class NoDrafter(Drafter):

@@ -75,6 +75,14 @@ class DSparkDrafter(Drafter):
     ) -> None:
         self._append(features, text_positions)
 
+    @torch.no_grad()
+    def extend(self, new_cached_ids: torch.Tensor, features: torch.Tensor | None,
+               text_positions: torch.Tensor) -> None:
+        self._append(features, text_positions)
+
+    def rollback(self, text_position: int) -> None:
+        self.cache.crop(text_position)
+
     def _append(self, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
         if features is None:
             raise ValueError("the DSpark drafter needs target features for every cached token")

@@ -1,0 +1,266 @@
+"""``minispark chat``: a multi-turn REPL over a :class:`~minispark.conversation.Conversation`.
+
+Answers stream as the engine commits tokens; later turns reuse the KV cache of earlier ones.
+Images attach on the command line (first message) or with ``/image PATH`` (next message).
+Ctrl-C stops the current answer between two rounds and keeps the session (the partial answer is
+the reply, consistent with the KV cache); Ctrl-D (EOF) or ``/quit`` exits. After each answer: new
+tokens, tok/s, τ, drafts verified per round and the speedup the SPS table predicts for those rounds.
+
+    minispark chat --image examples/cat.png
+"""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+from rich.console import Console
+
+from minispark.atomic import write_json_atomic
+from minispark.conversation import Conversation, Turn
+from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.engine import GenerationStats
+from minispark.errors import MinisparkError
+from minispark.sps import SPSTable, SPSTableError
+from minispark.target import Target
+
+DEFAULT_THRESHOLD = 0.5
+TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
+              "`minispark cache` + `minispark train` and pass --drafter DIR")
+PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
+COMMANDS = {
+    "/image PATH": "attach an image to your next message",
+    "/reset": "forget the conversation (and the KV cache)",
+    "/stats": "figures for the whole session",
+    "/save FILE": "write the conversation as JSON",
+    "/help": "this list",
+    "/quit": "exit (Ctrl-D works too)",
+}
+
+
+@dataclass
+class ChatSetup:
+    """The drafter, its length policy and the SPS table chat runs with, and why (hints)."""
+
+    drafter: Drafter
+    drafter_spec: str
+    mode: str
+    policy: LengthPolicy
+    sps_table: SPSTable | None
+    hints: list[str] = field(default_factory=list)
+
+
+def matching_sps_table(target: Target, path: Path | None) -> SPSTable | None:
+    """``path`` if given, else the profiled table for this device, target and precision, else None."""
+    from minispark.profile import SHIPPED_TABLES, device_name, dtype_name, target_quantization
+    from minispark.sps import find_table
+
+    if path is not None:
+        return SPSTable.load(path)
+    try:
+        return find_table(SHIPPED_TABLES, device_name(target.device), target.name, dtype=dtype_name(target.dtype),
+                          quantization=target_quantization(target), strict=True)
+    except SPSTableError:
+        return None
+
+
+def setup_chat(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
+               threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None) -> ChatSetup:
+    """Resolve the defaults: the shipped drafter for the target (else ``lookup`` and a hint);
+    schedule mode with the device's SPS table (else threshold mode and a hint); fixed γ for
+    drafters without a confidence head."""
+    from minispark.calibrate import drafter_calibration
+    from minispark.generate import default_drafter, make_drafter
+    from minispark.schedule import make_length_policy
+
+    hints = []
+    draft = None
+    if drafter is None:
+        shipped = default_drafter(target)
+        if shipped is not None:
+            try:
+                draft, drafter = make_drafter(str(shipped), target), str(shipped)
+            except MinisparkError as exc:  # e.g. trained on another conversion of the target
+                hints.append(f"shipped drafter not usable ({exc})")
+        if draft is None:
+            drafter = "lookup"
+            hints.append(TRAIN_HINT.format(target=target.name))
+    draft = draft or make_drafter(drafter, target)
+    if gamma is None:
+        gamma = draft.config.block_size if hasattr(draft, "config") else 7
+    table = matching_sps_table(target, sps)
+    if mode is None:
+        mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
+        if draft.has_confidence and table is None:
+            hints.append(PROFILE_HINT.format(target=target.name, fallback=f"threshold mode ({threshold:g})"))
+    elif mode == "schedule" and table is None:
+        table = SPSTable.generic()
+        hints.append(PROFILE_HINT.format(target=target.name, fallback="schedule mode uses the generic cost model"))
+    if isinstance(draft, NoDrafter):
+        policy: LengthPolicy = FixedLength(0)
+    else:
+        calibration = drafter_calibration(drafter) if Path(drafter).is_dir() else None
+        policy = make_length_policy(mode, gamma, has_confidence=draft.has_confidence, threshold=threshold,
+                                    sps_table=table, calibration=calibration)
+    return ChatSetup(draft, drafter, mode, policy, table, hints)
+
+
+def estimate_speedup(stats: GenerationStats, table: SPSTable | None, context: int) -> float | None:
+    """Target-only time over speculative time for the same committed tokens, both priced by the SPS
+    table at ``context`` (verification forwards only: the drafter's own time is not in the table)."""
+    if table is None or not stats.rounds:
+        return None
+    try:
+        speculative = sum(table.step_seconds(n + 1, context) for n in stats.proposed_lengths)
+        alone = (sum(stats.accepted_lengths) + stats.rounds) * table.step_seconds(1, context)
+    except SPSTableError:
+        return None
+    return alone / speculative
+
+
+@contextmanager
+def ctrl_c_stops() -> Iterator[Callable[[], bool]]:
+    """While active, Ctrl-C sets a flag (polled by the engine between rounds) instead of raising,
+    so an answer never stops half-way through a forward."""
+    pressed = [False]
+
+    def handler(_signum: int, _frame: object) -> None:
+        pressed[0] = True
+
+    try:
+        previous = signal.signal(signal.SIGINT, handler)
+    except ValueError:  # not the main thread: no Ctrl-C handling
+        previous = None
+    try:
+        yield lambda: pressed[0]
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+
+
+class ChatREPL:
+    """Reads lines, runs slash commands, streams answers. ``read_line`` raises EOFError to exit."""
+
+    def __init__(self, conversation: Conversation, setup: ChatSetup, console: Console,
+                 read_line: Callable[[], str] | None = None, show_stats: bool = True) -> None:
+        self.conversation = conversation
+        self.setup = setup
+        self.console = console
+        self.read_line = read_line or (lambda: console.input("[bold cyan]you ›[/] "))
+        self.show_stats = show_stats
+        self.pending: list[str] = []
+
+    def run(self, images: Sequence[str | Path] = ()) -> None:
+        target = self.conversation.target
+        self.console.print(f"[bold]minispark chat[/] · {target.name} · drafter {self.setup.drafter_spec} · "
+                           f"mode {self.setup.mode} · /help for commands, Ctrl-D to exit", highlight=False)
+        for hint in self.setup.hints:
+            self.console.print(f"[yellow]hint:[/] {hint}", highlight=False)
+        for image in images:
+            self.attach(str(image))
+        while True:
+            try:
+                line = self.read_line()
+            except EOFError:
+                self.console.print()
+                return
+            except KeyboardInterrupt:
+                self.console.print("\n[dim](Ctrl-D or /quit to exit)[/]")
+                continue
+            if not self.handle(line.strip()):
+                return
+
+    def handle(self, line: str) -> bool:
+        """One input line; False to exit."""
+        if not line:
+            return True
+        if not line.startswith("/"):
+            self.answer(line)
+            return True
+        command, _, argument = line.partition(" ")
+        argument = argument.strip()
+        if command in ("/quit", "/exit"):
+            return False
+        actions = {"/image": self.attach, "/reset": self.reset, "/stats": self.stats, "/save": self.save,
+                   "/help": self.help}
+        if command not in actions:
+            self.error(f"unknown command {command} (try /help)")
+        elif command in ("/image", "/save") and not argument:
+            self.error(f"{command} needs a path")
+        else:
+            actions[command](argument) if command in ("/image", "/save") else actions[command]()
+        return True
+
+    def answer(self, text: str) -> None:
+        self.console.print("[bold green]assistant ›[/] ", end="")
+        on_text = lambda piece: self.console.print(piece, end="", highlight=False, markup=False)  # noqa: E731
+        try:
+            with ctrl_c_stops() as interrupted:
+                turn = self.conversation.say(text, self.pending, on_text=on_text, interrupt=interrupted)
+        except MinisparkError as exc:
+            self.console.print()
+            self.error(str(exc))
+            return
+        self.pending = []
+        self.console.print()
+        if turn.stop_reason == "interrupted":
+            self.console.print("[dim](interrupted: the partial answer is kept)[/]")
+        if turn.recomputed_tokens:
+            self.console.print(f"[dim](the chat template re-rendered {turn.recomputed_tokens} cached tokens "
+                               "differently: re-prefilled them)[/]")
+        if self.show_stats:
+            self.console.print(f"[dim]{self.turn_line(turn)}[/]", highlight=False)
+
+    def turn_line(self, turn: Turn) -> str:
+        stats = turn.stats
+        drafts = sum(stats.proposed_lengths) / stats.rounds if stats.rounds else 0.0
+        context = self.conversation.session.cache_length - stats.new_tokens // 2
+        speedup = estimate_speedup(stats, self.setup.sps_table, context)
+        estimate = f"≈{speedup:.2f}× est. (SPS table)" if speedup is not None else "no SPS estimate"
+        return (f"{stats.new_tokens} tokens · {stats.tokens_per_s:.1f} tok/s · τ {stats.tau:.2f} · "
+                f"{drafts:.1f} drafts/round · {estimate} · prompt {stats.prefill_tokens} prefilled, "
+                f"{stats.reused_tokens} reused")
+
+    def attach(self, path: str) -> None:
+        if not self.conversation.target.is_vlm:
+            self.error(f"target {self.conversation.target.name} is text-only: it cannot take images")
+        elif not Path(path).expanduser().is_file():
+            self.error(f"image not found: {path}")
+        else:
+            self.pending.append(str(Path(path).expanduser()))
+            self.console.print(f"[dim]attached {path} (sent with your next message)[/]", highlight=False)
+
+    def reset(self) -> None:
+        self.conversation.reset()
+        self.pending = []
+        self.console.print("[dim]conversation cleared[/]")
+
+    def stats(self) -> None:
+        totals = self.conversation.totals()
+        self.console.print(
+            f"{totals['turns']} turns · {totals['new_tokens']} tokens in {totals['wall_s']:.2f}s "
+            f"({totals['tokens_per_s']:.1f} tok/s) · τ {totals['tau']:.2f} · {totals['drafts_per_round']:.1f} "
+            f"drafts/round · drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n"
+            f"prompt tokens: {totals['prefill_tokens']} prefilled, {totals['reused_tokens']} reused from the KV "
+            f"cache ({totals['recomputed_tokens']} re-prefilled after a template mismatch); KV cache holds "
+            f"{totals['kv_cache_tokens']} tokens", highlight=False)
+
+    def save(self, path: str) -> None:
+        data = {**self.conversation.to_json(), "drafter_spec": self.setup.drafter_spec, "mode": self.setup.mode}
+        try:
+            written = write_json_atomic(Path(path).expanduser(), data)
+        except OSError as exc:
+            self.error(f"/save {path}: {exc.strerror or exc}")
+            return
+        self.console.print(f"[dim]saved {len(self.conversation.turns)} turns to {written}[/]", highlight=False)
+
+    def help(self) -> None:
+        for command, what in COMMANDS.items():
+            self.console.print(f"  {command:<12} {what}", highlight=False, markup=False)
+        self.console.print("  Ctrl-C stops the current answer and keeps the conversation.", highlight=False)
+
+    def error(self, message: str) -> None:
+        self.console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)

@@ -1,0 +1,243 @@
+"""`minispark chat`: the REPL's commands on a scripted input, its defaults, and — as a person would
+use it — the real command in a pseudo-terminal: two turns with an image in the second (`/image`),
+Ctrl-C during an answer, `/save`, Ctrl-D.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from minispark.chat import PROFILE_HINT, TRAIN_HINT, ChatREPL, estimate_speedup, setup_chat
+from minispark.conversation import Conversation
+from minispark.drafters.dspark import DSparkDrafter, save_drafter
+from minispark.engine import GenerationStats
+from minispark.generate import default_drafter
+from minispark.recipes import target_id
+from minispark.sps import SPSTable
+from minispark.target import Target, load_target
+from tests.test_conversation import random_dspark
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tiny_dir) -> Target:
+    return load_target(str(tiny_dir("llama")))
+
+
+@pytest.fixture(scope="module")
+def vlm_with_drafter(tiny_dir, tmp_path_factory) -> tuple[Path, Path]:
+    """(target dir, drafter dir): the tiny Qwen2.5-VL and an untrained DSpark drafter saved for it."""
+    target_dir = tiny_dir("qwen2_5_vl")
+    target = load_target(str(target_dir))
+    model = random_dspark(target).model
+    model.config.target = target_id(target.identity())
+    drafter_dir = tmp_path_factory.mktemp("chat-drafter") / "drafter"
+    save_drafter(model, drafter_dir)
+    return target_dir, drafter_dir
+
+
+def scripted(lines: list[str]):
+    """A ``read_line`` that returns ``lines`` one by one, then raises EOFError (Ctrl-D)."""
+    pending = iter(lines)
+
+    def read_line() -> str:
+        try:
+            return next(pending)
+        except StopIteration:
+            raise EOFError from None
+
+    return read_line, pending
+
+
+def repl(target: Target, lines: list[str], **conversation_kwargs) -> tuple[str, Conversation, object]:
+    output = io.StringIO()
+    setup = setup_chat(target, "lookup")
+    read_line, pending = scripted(lines)
+    conversation = Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=12, **conversation_kwargs)
+    with conversation:
+        ChatREPL(conversation, setup, Console(file=output, width=200), read_line).run()
+    return output.getvalue(), conversation, pending
+
+
+def test_save_reset_and_eof(tiny_llama: Target, tmp_path: Path) -> None:
+    first, second = tmp_path / "first.json", tmp_path / "sub" / "second.json"
+    out, conversation, _ = repl(tiny_llama, ["Hello there", "Tell me more", f"/save {first}", "/stats", "/reset",
+                                             "Hi again", f"/save {second}"], system="Be brief.")
+    saved = json.loads(first.read_text())
+    assert [m["role"] for m in saved["messages"]] == ["system", "user", "assistant", "user", "assistant"]
+    assert saved["messages"][1]["content"] == "Hello there"
+    assert [t["user"] for t in saved["turns"]] == ["Hello there", "Tell me more"]
+    assert saved["turns"][1]["reused_tokens"] > 0 and saved["totals"]["turns"] == 2
+    assert saved["messages"][2]["content"] == saved["turns"][0]["reply"]
+    assert not list(tmp_path.glob(".*.tmp"))  # written atomically: no temporary left behind
+    after = json.loads(second.read_text())
+    assert [t["user"] for t in after["turns"]] == ["Hi again"]
+    assert after["turns"][0]["reused_tokens"] == 0  # /reset emptied the KV cache
+    assert "2 turns" in out and "conversation cleared" in out and "tokens ·" in out and "τ" in out
+    assert [t.user for t in conversation.turns] == ["Hi again"]  # EOF ended the loop after the last line
+
+
+def test_commands_errors_and_quit(tiny_llama: Target, tmp_path: Path) -> None:
+    out, conversation, pending = repl(tiny_llama, ["/help", "/image cat.png", "/bogus", "/save", "/quit", "unread"])
+    assert "/image PATH" in out and "/save FILE" in out
+    assert "text-only" in out and "unknown command /bogus" in out and "/save needs a path" in out
+    assert next(pending) == "unread" and not conversation.turns
+
+
+def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) -> None:
+    target = load_target(str(vlm_with_drafter[0]))
+    output = io.StringIO()
+    setup = setup_chat(target, "lookup")
+    read_line, _ = scripted(["/image no-such.png", f"/image {test_image}", "What is this?", "And now?"])
+    with Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=8) as conversation:
+        ChatREPL(conversation, setup, Console(file=output, width=200), read_line).run()
+    assert "image not found: no-such.png" in output.getvalue()
+    assert [t.images for t in conversation.turns] == [[str(test_image)], []]
+
+
+def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path) -> None:
+    setup = setup_chat(tiny_llama)  # no shipped drafter for a tiny model
+    assert setup.drafter_spec == "lookup" and setup.mode == "fixed"
+    assert setup.hints == [TRAIN_HINT.format(target=tiny_llama.name)]
+    target_dir, drafter_dir = vlm_with_drafter
+    target = load_target(str(target_dir))
+    setup = setup_chat(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
+    assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "threshold" and setup.sps_table is None
+    assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)")]
+    assert setup.policy.max_tokens == setup.drafter.config.block_size
+    # default_drafter: a directory whose config names the target; None when none does
+    shipped = tmp_path / "drafters"
+    (shipped / "other").mkdir(parents=True)
+    (shipped / "other" / "config.json").write_text(json.dumps({"target": "someone-else@0"}))
+    assert default_drafter(target, shipped) is None
+    (shipped / "mine").mkdir()
+    (shipped / "mine" / "config.json").write_text((drafter_dir / "config.json").read_text())
+    assert default_drafter(target, shipped) == shipped / "mine"
+
+
+def test_estimate_speedup_prices_rounds_with_the_table() -> None:
+    stats = GenerationStats(rounds=2, accepted_lengths=[3, 1], proposed_lengths=[4, 4])
+    flat = SPSTable.from_inline([10.0] * 8)
+    assert estimate_speedup(stats, flat, 100) == pytest.approx(3.0)  # τ when verifying is free
+    steep = SPSTable.from_inline([10.0 / n for n in range(1, 9)])  # cost linear in tokens
+    assert estimate_speedup(stats, steep, 100) == pytest.approx(6 / 10)
+    assert estimate_speedup(stats, None, 100) is None
+
+
+# ---------------------------------------------------------------------- the real command in a pty
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+class Terminal:
+    """A child process on a pseudo-terminal (its controlling tty: Ctrl-C is a real SIGINT)."""
+
+    def __init__(self, argv: list[str]) -> None:
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TERM": "xterm-256color",
+               "PYTHONPATH": str(REPO), "COLUMNS": "200", "LINES": "50"}
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # child: become the command
+            os.chdir(REPO)
+            os.execvpe(argv[0], argv, env)
+        import fcntl
+        import termios
+
+        fcntl.ioctl(self.fd, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+        self.seen = ""
+        self.mark = 0
+
+    def read(self, timeout: float) -> None:
+        ready, _, _ = select.select([self.fd], [], [], timeout)
+        if ready:
+            try:
+                self.seen += ANSI.sub("", os.read(self.fd, 65536).decode(errors="replace"))
+            except OSError:  # the child closed the terminal
+                pass
+
+    def expect(self, pattern: str, timeout: float = 180.0) -> re.Match:
+        """Wait until ``pattern`` appears after the previous match; fail with the transcript."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if match := re.compile(pattern).search(self.seen, self.mark):
+                self.mark = match.end()
+                return match
+            self.read(0.2)
+        raise AssertionError(f"timed out waiting for {pattern!r}; transcript:\n{self.seen}")
+
+    def send(self, text: str) -> None:
+        os.write(self.fd, text.encode())
+
+    def wait(self, timeout: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.read(0.1)
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                return os.waitstatus_to_exitcode(status)
+        os.kill(self.pid, signal.SIGKILL)
+        raise AssertionError(f"chat did not exit; transcript:\n{self.seen}")
+
+
+PROMPT = r"you › "
+
+
+def test_chat_in_a_terminal(vlm_with_drafter, test_image, tmp_path: Path) -> None:
+    target_dir, drafter_dir = vlm_with_drafter
+    saved = tmp_path / "conversation.json"
+    term = Terminal([sys.executable, "-m", "minispark.cli", "chat", "--target", str(target_dir), "--drafter",
+                     str(drafter_dir), "--max-new-tokens", "16", "--device", "cpu"])
+    term.expect(r"minispark chat .*drafter .* mode threshold")
+    term.expect(r"hint: no SPS table")
+    term.expect(PROMPT)
+    term.send("Hello, who are you?\r")
+    term.expect(r"assistant › ")
+    term.expect(r"\d+ tokens · [\d.]+ tok/s · τ [\d.]+ · [\d.]+ drafts/round")
+    term.expect(PROMPT)
+    term.send(f"/image {test_image}\r")
+    term.expect(r"attached .*cat\.png")
+    term.expect(PROMPT)
+    term.send("What is in this picture?\r")
+    line = term.expect(r"prompt (\d+) prefilled, (\d+) reused")
+    assert int(line.group(2)) > 0  # the first turn stayed in the KV cache
+    term.expect(PROMPT)
+    term.send(f"/save {saved}\r")
+    term.expect(r"saved 2 turns")
+    term.expect(PROMPT)
+    term.send("\x04")  # Ctrl-D
+    assert term.wait() == 0
+    data = json.loads(saved.read_text())
+    assert [t["images"] for t in data["turns"]] == [[], [str(test_image)]]
+    assert data["drafter"] == "dspark" and data["turns"][1]["reused_tokens"] > 0
+    assert data["messages"][2]["content"][0] == {"type": "image", "image": str(test_image)}
+
+
+def test_ctrl_c_stops_the_answer_and_keeps_the_session(vlm_with_drafter, tmp_path: Path) -> None:
+    target_dir, _ = vlm_with_drafter
+    saved = tmp_path / "interrupted.json"
+    term = Terminal([sys.executable, "-m", "minispark.cli", "chat", "--target", str(target_dir), "--drafter",
+                     "lookup", "--max-new-tokens", "3000", "--no-stats", "--device", "cpu"])
+    term.expect(PROMPT)
+    term.send("Write a very long story.\r")
+    term.expect(r"assistant › [^\n]*\S")  # streaming has started
+    term.send("\x03")  # Ctrl-C
+    term.expect(r"interrupted: the partial answer is kept")
+    term.expect(PROMPT)
+    term.send(f"/save {saved}\r")
+    term.expect(r"saved 1 turns")
+    term.send("/quit\r")
+    assert term.wait() == 0
+    turn = json.loads(saved.read_text())["turns"][0]
+    assert turn["stop_reason"] == "interrupted" and 0 < turn["new_tokens"] < 3000

@@ -244,9 +244,8 @@ def demo(
         loaded = _load(target, None, None)
         with rich_progress(True, label="demo") as progress:
             result = run_demo(loaded, drafter=drafter, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
-                              progress=progress)
-        for notice in result.notices:
-            err_console.print(f"[yellow]{notice}[/yellow]", highlight=False)
+                              progress=progress, log=lambda line: err_console.print(f"[yellow]{line}[/yellow]",
+                                                                                      highlight=False))
         console.print(render_demo(result))
         return
     if drafter is not None:

@@ -101,8 +101,8 @@ def compare_modes(target: Target, drafter: str, modes: Sequence[str], samples: S
     ids: dict[str, dict[int, list[int]]] = {m.name: {} for m in runnable}
     recorded = [_recording(m, ids[m.name], index_of) for m in runnable]
     report = run_bench(target, recorded, prompts, config, progress, drafter=drafter, notices=notices)
-    decode = lambda tokens: target.tokenizer.decode(tokens, skip_special_tokens=True).strip()  # noqa: E731
-    answers = {name: [decode(by_prompt[i]) for i in range(len(prompts))] for name, by_prompt in ids.items()}
+    answers = {name: [target.tokenizer.decode(by_prompt[i], skip_special_tokens=True).strip()
+                      for i in range(len(prompts))] for name, by_prompt in ids.items()}
     return report, answers
 
 
@@ -111,30 +111,36 @@ def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list
     (fixed γ without a confidence head), else ``lookup`` with a one-line notice."""
     from minispark.generate import default_drafter, make_drafter
 
-    notices = []
-    if drafter is None:
-        shipped = default_drafter(target)
-        if shipped is None:
-            notices.append(f"no shipped drafter for {target.name} under drafters/: showing the lookup drafter "
-                           "(train one with `minispark demo --train`)")
-            return "lookup", "lookup", notices
-        drafter = str(shipped)
     if drafter in ("lookup", "none"):
-        return drafter, "lookup" if drafter == "lookup" else "target", notices
-    confident = make_drafter(drafter, target).has_confidence
-    return drafter, "schedule" if confident else "fixed", notices
+        return drafter, "lookup" if drafter == "lookup" else "target", []
+    if drafter is not None:
+        return drafter, "schedule" if make_drafter(drafter, target).has_confidence else "fixed", []
+    shipped = default_drafter(target)
+    if shipped is None:
+        why = f"no shipped drafter for {target.name} under drafters/"
+    else:
+        try:
+            return str(shipped), "schedule" if make_drafter(str(shipped), target).has_confidence else "fixed", []
+        except MinisparkError as exc:  # e.g. trained on another conversion of the target
+            why = f"shipped drafter not usable ({exc})"
+    return "lookup", "lookup", [f"{why}: showing the lookup drafter instead (train one: minispark demo --train)"]
 
 
 def run_demo(target: Target | None = None, *, drafter: str | None = None, num_prompts: int = 3,
-             max_new_tokens: int = 96, sps: str | Path | None = None,
-             progress: ProgressFn | None = None) -> DemoResult:
-    """Target-only vs the (shipped) drafter on the held-out tail, greedy, one repeat after a warmup."""
+             max_new_tokens: int = 96, sps: str | Path | None = None, progress: ProgressFn | None = None,
+             log: LogFn | None = None) -> DemoResult:
+    """Target-only vs the (shipped) drafter on the held-out tail, greedy, one repeat after a warmup.
+    ``log`` gets the one-line notices (e.g. the lookup fallback) before the run starts."""
     samples = demo_samples(num_prompts)
     target = target or load_target()
     spec, mode, notices = resolve_drafter(target, drafter)
+    for notice in notices if log is not None else ():
+        log(notice)
     modes = ["target"] if mode == "target" else ["target", mode]
     config = BenchConfig(modes=modes, max_new_tokens=max_new_tokens)
     report, answers = compare_modes(target, spec, modes, samples, config, sps, progress)
+    for notice in report["notices"] if log is not None else ():
+        log(notice)
     return DemoResult(report, spec, mode, [prompt_text(s) for s in samples], answers,
                       notices + list(report["notices"]))
 
@@ -200,11 +206,11 @@ class PipelineResult:
     chat_prompt: str
     chat_answer: str
     ran: list[str]  # stages run this time (the others were reused)
+    target: str | None = None  # --target as given (None: the embedded one)
 
     @property
     def chat_command(self) -> str:
-        target = self.bench.get("target_arg")
-        prefix = f"minispark chat --target {target} " if target else "minispark chat "
+        prefix = f"minispark chat --target {self.target} " if self.target else "minispark chat "
         return f"{prefix}--drafter {self.drafter} --sps {self.sps}"
 
 
@@ -322,7 +328,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
         with rich_progress(progress, label="bench") as bar:
             report, _ = compare_modes(t, str(drafter), config.modes, demo_samples(sizes.bench_prompts), config,
                                       sps, bar)
-        return {**report, "target_arg": target}
+        return report
 
     bench = stages.run("bench", {"prompts": sizes.bench_prompts, "tokens": sizes.bench_tokens,
                                  "modes": sizes.bench_modes}, bench_stage)
@@ -341,4 +347,4 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                 "tau": turn.stats.tau}
 
     chat = stages.run("chat", {"prompt": chat_prompt, "tokens": sizes.chat_tokens}, chat_stage)
-    return PipelineResult(out, drafter, sps, bench, chat_prompt, chat["answer"], stages.ran)
+    return PipelineResult(out, drafter, sps, bench, chat_prompt, chat["answer"], stages.ran, target)

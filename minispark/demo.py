@@ -180,7 +180,8 @@ def render_demo(result: DemoResult):
 # ---------------------------------------------------------------------- the pipeline
 @dataclass
 class PipelineSizes:
-    """The size of every stage of ``minispark demo --train`` (defaults: ≤ 20 min on 2 CPU cores)."""
+    """The size of every stage of ``minispark demo --train``. The defaults aim at ≤ 20 min on 2 idle CPU
+    cores (estimated ~10 min from the stages' measured rates; not yet timed end to end)."""
 
     recipe: str = "demo-smollm2"
     train_overrides: list[str] = field(default_factory=list)

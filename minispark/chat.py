@@ -76,6 +76,8 @@ def setup_chat(target: Target, drafter: str | None = None, mode: str | None = No
     from minispark.generate import default_drafter, make_drafter
     from minispark.schedule import make_length_policy
 
+    if mode not in (None, "fixed", "threshold", "schedule"):
+        raise MinisparkError(f"--mode {mode}: choose fixed, threshold or schedule")
     hints = []
     draft = None
     if drafter is None:
@@ -88,17 +90,21 @@ def setup_chat(target: Target, drafter: str | None = None, mode: str | None = No
         if draft is None:
             drafter = "lookup"
             hints.append(TRAIN_HINT.format(target=target.name))
-    draft = draft or make_drafter(drafter, target)
+    if draft is None:
+        draft = make_drafter(drafter, target)
     if gamma is None:
         gamma = draft.config.block_size if hasattr(draft, "config") else 7
     table = matching_sps_table(target, sps)
+    chosen = mode is None
     if mode is None:
         mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
-        if draft.has_confidence and table is None:
-            hints.append(PROFILE_HINT.format(target=target.name, fallback=f"threshold mode ({threshold:g})"))
-    elif mode == "schedule" and table is None:
-        table = SPSTable.generic()
-        hints.append(PROFILE_HINT.format(target=target.name, fallback="schedule mode uses the generic cost model"))
+    if table is None:
+        fallback = "no speedup estimate"
+        if mode == "schedule":
+            table, fallback = SPSTable.generic(), "schedule mode uses the generic cost model"
+        elif mode == "threshold" and chosen:
+            fallback = f"threshold mode ({threshold:g})"
+        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback))
     if isinstance(draft, NoDrafter):
         policy: LengthPolicy = FixedLength(0)
     else:
@@ -196,7 +202,9 @@ class ChatREPL:
 
     def answer(self, text: str) -> None:
         self.console.print("[bold green]assistant ›[/] ", end="")
-        on_text = lambda piece: self.console.print(piece, end="", highlight=False, markup=False)  # noqa: E731
+        # soft_wrap: the terminal wraps the streamed pieces, rich would break each one on its own
+        on_text = lambda piece: self.console.print(piece, end="", highlight=False, markup=False,  # noqa: E731
+                                                   soft_wrap=True)
         try:
             with ctrl_c_stops() as interrupted:
                 turn = self.conversation.say(text, self.pending, on_text=on_text, interrupt=interrupted)

@@ -118,7 +118,8 @@ def prefill(session: TargetSession, drafter: Drafter, prompt: PromptInputs, reus
     With ``reuse`` the longest cached prefix of ``prompt`` is kept (a later turn of a session) and
     only the rest is forwarded; otherwise the session must be empty. Returns the tokens kept."""
     keep = session.reusable(prompt) if reuse else 0
-    session.crop(keep)
+    if reuse:
+        session.crop(keep)
     out = session.prefill(prompt, prompt.length - 1, start=keep)
     new_ids = prompt.input_ids[0, keep:-1].cpu()  # (P-1-keep,)
     positions = prompt.text_positions[keep:-1]

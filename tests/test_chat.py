@@ -112,7 +112,8 @@ def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) ->
 def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path) -> None:
     setup = setup_chat(tiny_llama)  # no shipped drafter for a tiny model
     assert setup.drafter_spec == "lookup" and setup.mode == "fixed"
-    assert setup.hints == [TRAIN_HINT.format(target=tiny_llama.name)]
+    assert setup.hints == [TRAIN_HINT.format(target=tiny_llama.name),
+                           PROFILE_HINT.format(target=tiny_llama.name, fallback="no speedup estimate")]
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))
     setup = setup_chat(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
@@ -241,3 +242,19 @@ def test_ctrl_c_stops_the_answer_and_keeps_the_session(vlm_with_drafter, tmp_pat
     assert term.wait() == 0
     turn = json.loads(saved.read_text())["turns"][0]
     assert turn["stop_reason"] == "interrupted" and 0 < turn["new_tokens"] < 3000
+
+
+def test_cli_bad_inputs_are_one_line_errors(tiny_dir, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from minispark.cli import app
+
+    runner = CliRunner()
+    missing = runner.invoke(app, ["chat", "--image", str(tmp_path / "missing.png")])
+    assert missing.exit_code == 2 and "--image" in missing.output and "not found" in missing.output
+    image = tmp_path / "cat.png"
+    image.write_bytes((REPO / "examples" / "cat.png").read_bytes())
+    text_only = runner.invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--image", str(image)])
+    assert text_only.exit_code == 2 and "text-only" in text_only.output
+    bad_mode = runner.invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--mode", "fastest"])
+    assert bad_mode.exit_code == 2 and "--mode fastest" in bad_mode.output

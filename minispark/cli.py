@@ -241,11 +241,13 @@ def demo(
     from minispark.profile import rich_progress
 
     if not train:
+        def notice(line: str) -> None:
+            err_console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+
         loaded = _load(target, None, None)
         with rich_progress(True, label="demo") as progress:
             result = run_demo(loaded, drafter=drafter, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
-                              progress=progress, log=lambda line: err_console.print(f"[yellow]{line}[/yellow]",
-                                                                                      highlight=False))
+                              progress=progress, log=notice)
         console.print(render_demo(result))
         return
     if drafter is not None:

@@ -77,3 +77,17 @@ def test_pipeline_reuses_finished_stages(tiny_dir, tmp_path, monkeypatch):
     with pytest.raises(MinisparkError, match="cache stage was made with other settings"):
         run_pipeline(tmp_path / "demo", tiny_sizes(cache_samples=5), target=target, progress=False,
                      log=lambda _: None)
+
+
+def test_cli_demo_prints_answers_and_speedup(tiny_dir):
+    from typer.testing import CliRunner
+
+    from minispark.cli import app
+
+    result = CliRunner().invoke(app, ["demo", "--target", str(tiny_dir("llama")), "--num-prompts", "1",
+                                      "--max-new-tokens", "4"])
+    assert result.exit_code == 0, result.output
+    assert "measured speedup of lookup over target-only" in result.output
+    assert demo_samples(1)[0].prompt.split()[0] in result.output  # rich wraps the rest at the runner's width
+    bad = CliRunner().invoke(app, ["demo", "--train", "--drafter", "lookup"])
+    assert bad.exit_code == 2 and "--drafter: not with --train" in bad.output

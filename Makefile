@@ -1,5 +1,5 @@
 # One-command entry points for a fresh machine (see README.md).
-#   make demo   create .venv, install everything, run the main job on the embedded target
+#   make demo   create .venv, install everything, show the speedup on held-out prompts (minispark demo)
 #   make test   create .venv, install everything, run the test suite
 PYTHON ?= python3.11
 VENV ?= .venv
@@ -21,7 +21,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	touch $@
 
 demo: setup
-	$(VENV)/bin/minispark generate
+	$(VENV)/bin/minispark demo
 
 test: setup
 	$(PY) -m pytest -q

@@ -230,6 +230,43 @@ def bench(
 
 @app.command()
 @one_line_errors
+def demo(
+    train: bool = typer.Option(False, "--train", help="Run the whole pipeline at small scale (cache → train → "
+                               "calibrate → profile → bench → chat), reusing finished stages."),
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Pipeline directory (with --train)."),
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a checkpoint DIR (default: the "
+                                                                  "shipped drafter, else lookup; not with --train)."),
+    num_prompts: int = typer.Option(3, "--num-prompts", help="Held-out chat/code prompts (the file's tail)."),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Tokens per answer."),
+) -> None:
+    """Show the speedup: target-only vs the shipped drafter on held-out prompts (--train: build your own)."""
+    from minispark.bench import render_bench
+    from minispark.demo import PipelineSizes, render_demo, run_demo, run_pipeline
+    from minispark.profile import rich_progress
+
+    if not train:
+        def notice(line: str) -> None:
+            err_console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+
+        loaded = _load(target, None, None)
+        with rich_progress(True, label="demo") as progress:
+            result = run_demo(loaded, drafter=drafter, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+                              progress=progress, log=notice)
+        console.print(render_demo(result))
+        return
+    if drafter is not None:
+        raise MinisparkError("--drafter: not with --train (the pipeline trains its own)")
+    sizes = PipelineSizes(bench_prompts=num_prompts, bench_tokens=max_new_tokens)
+    result = run_pipeline(out, sizes, target=target, log=lambda line: err_console.print(line, highlight=False))
+    console.print(f"\n[bold]chat[/bold] ▶ {result.chat_prompt}", highlight=False)
+    console.print(result.chat_answer, highlight=False, markup=False)
+    console.print(render_bench(result.bench))
+    console.print(f"continue with: {result.chat_command}", highlight=False, soft_wrap=True)
+
+
+@app.command()
+@one_line_errors
 def cache(
     target: Optional[str] = TargetOpt,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),

@@ -1,0 +1,351 @@
+"""``minispark demo``: the speedup shown on held-out prompts, and the whole pipeline at small scale.
+
+``run_demo`` runs a few held-out chat and code prompts (the tail of ``heldout.jsonl``) on the target
+in target-only mode and with the shipped drafter in schedule mode, side by side through
+``bench.run_bench``, and keeps the answers. Without a shipped drafter it falls back to ``lookup``.
+
+``run_pipeline`` (``minispark demo --train``) runs cache → train → calibrate → profile → bench →
+chat on the shipped corpus with small sizes (``PipelineSizes``, recipe ``demo-smollm2``). Every
+finished stage leaves a marker ``<out>/stages/<stage>.json`` with its settings and result; a rerun
+reuses a stage whose marker matches, as long as no stage before it had to run again. The cache and
+the training run resume by themselves when interrupted mid-stage.
+
+    minispark demo && minispark demo --train --out runs/demo
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from minispark.atomic import write_text_atomic
+from minispark.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
+from minispark.errors import MinisparkError
+from minispark.prompts import PromptSample, load_prompts
+from minispark.target import Target, load_target
+
+HELDOUT_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "heldout.jsonl"
+DEMO_CATEGORIES = ("chat", "code")
+STAGES = ("cache", "train", "calibrate", "profile", "bench", "chat")
+#: Stages whose directory cannot be redone in place with other settings.
+RESUMING_STAGES = ("cache", "train")
+LogFn = Callable[[str], None]
+
+
+# ---------------------------------------------------------------------- prompts
+def demo_samples(count: int, path: str | Path = HELDOUT_PROMPTS, skip: int = 0) -> list[PromptSample]:
+    """The last ``count`` chat/code prompts of the held-out file (after dropping the last ``skip``
+    of them), in file order. Held-out prompts never enter a training cache."""
+    if count < 1:
+        raise MinisparkError(f"--num-prompts must be >= 1, got {count}")
+    chosen = [s for s in load_prompts(path) if s.category in DEMO_CATEGORIES and not s.images]
+    chosen = chosen[: len(chosen) - skip]
+    if len(chosen) < count:
+        raise MinisparkError(f"{path}: only {len(chosen)} chat/code prompts, --num-prompts asks for {count}")
+    return chosen[-count:]
+
+
+def bench_prompts(target: Target, samples: Sequence[PromptSample]) -> list[BenchPrompt]:
+    return [BenchPrompt(target.encode(**s.encode_kwargs()), s.id or s.category or f"line {s.line}") for s in samples]
+
+
+def prompt_text(sample: PromptSample) -> str:
+    """The last user message of a prompt sample, for printing."""
+    kwargs = sample.encode_kwargs()
+    if kwargs.get("prompt"):
+        return str(kwargs["prompt"])
+    content = kwargs["messages"][-1]["content"]
+    return content if isinstance(content, str) else " ".join(c.get("text", "") for c in content)
+
+
+# ---------------------------------------------------------------------- the quick demo
+@dataclass
+class DemoResult:
+    """The bench report of the demo modes, and every mode's answer per prompt."""
+
+    report: dict
+    drafter: str
+    drafting_mode: str
+    prompts: list[str]
+    answers: dict[str, list[str]]  # mode → decoded answer per prompt
+    notices: list[str] = field(default_factory=list)
+
+    @property
+    def speedup(self) -> float:
+        return self.report["summary"][self.drafting_mode]["speedup_vs_target"]
+
+
+def _recording(mode: Mode, answers: dict[int, list[int]], index_of: dict[int, int]) -> Mode:
+    """``mode`` whose runs on the demo prompts also store the generated ids (warmup runs are not kept)."""
+
+    def run(inputs, max_new_tokens: int, seed: int):
+        ids, stats = mode.run(inputs, max_new_tokens, seed)
+        if id(inputs) in index_of:
+            answers[index_of[id(inputs)]] = ids
+        return ids, stats
+
+    return Mode(mode.name, run, mode.drafting)
+
+
+def compare_modes(target: Target, drafter: str, modes: Sequence[str], samples: Sequence[PromptSample],
+                  config: BenchConfig, sps: str | Path | None = None,
+                  progress: ProgressFn | None = None) -> tuple[dict, dict[str, list[str]]]:
+    """``bench.run_bench`` on ``samples`` in ``modes``, plus every mode's decoded answers."""
+    config = replace(config, modes=list(modes))
+    prompts = bench_prompts(target, samples)
+    runnable, notices = build_modes(target, config, drafter, sps)
+    index_of = {id(p.inputs): i for i, p in enumerate(prompts)}
+    ids: dict[str, dict[int, list[int]]] = {m.name: {} for m in runnable}
+    recorded = [_recording(m, ids[m.name], index_of) for m in runnable]
+    report = run_bench(target, recorded, prompts, config, progress, drafter=drafter, notices=notices)
+    answers = {name: [target.tokenizer.decode(by_prompt[i], skip_special_tokens=True).strip()
+                      for i in range(len(prompts))] for name, by_prompt in ids.items()}
+    return report, answers
+
+
+def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list[str]]:
+    """(drafter spec, the drafting mode to show, notices): the shipped drafter in schedule mode
+    (fixed γ without a confidence head), else ``lookup`` with a one-line notice."""
+    from minispark.generate import default_drafter, make_drafter
+
+    if drafter in ("lookup", "none"):
+        return drafter, "lookup" if drafter == "lookup" else "target", []
+    if drafter is not None:
+        return drafter, "schedule" if make_drafter(drafter, target).has_confidence else "fixed", []
+    shipped = default_drafter(target)
+    if shipped is None:
+        why = f"no shipped drafter for {target.name} under drafters/"
+    else:
+        try:
+            return str(shipped), "schedule" if make_drafter(str(shipped), target).has_confidence else "fixed", []
+        except MinisparkError as exc:  # e.g. trained on another conversion of the target
+            why = f"shipped drafter not usable ({exc})"
+    return "lookup", "lookup", [f"{why}: showing the lookup drafter instead (train one: minispark demo --train)"]
+
+
+def run_demo(target: Target | None = None, *, drafter: str | None = None, num_prompts: int = 3,
+             max_new_tokens: int = 96, sps: str | Path | None = None, progress: ProgressFn | None = None,
+             log: LogFn | None = None) -> DemoResult:
+    """Target-only vs the (shipped) drafter on the held-out tail, greedy, one repeat after a warmup.
+    ``log`` gets the one-line notices (e.g. the lookup fallback) before the run starts."""
+    samples = demo_samples(num_prompts)
+    target = target or load_target()
+    spec, mode, notices = resolve_drafter(target, drafter)
+    for notice in notices if log is not None else ():
+        log(notice)
+    modes = ["target"] if mode == "target" else ["target", mode]
+    config = BenchConfig(modes=modes, max_new_tokens=max_new_tokens)
+    report, answers = compare_modes(target, spec, modes, samples, config, sps, progress)
+    for notice in report["notices"] if log is not None else ():
+        log(notice)
+    return DemoResult(report, spec, mode, [prompt_text(s) for s in samples], answers,
+                      notices + list(report["notices"]))
+
+
+def render_demo(result: DemoResult):
+    """Answers (printed once when both modes wrote the same text) and a compact comparison table."""
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    parts: list[Any] = []
+    mode = result.drafting_mode
+    for i, prompt in enumerate(result.prompts):
+        parts.append(Text(f"\n▶ {prompt}", style="bold"))
+        theirs, ours = result.answers["target"][i], result.answers.get(mode, result.answers["target"])[i]
+        if theirs == ours:
+            parts.append(Text(ours))
+            parts.append(Text(f"(target-only and {mode} wrote this same text)", style="dim"))
+        else:
+            parts += [Text("target-only:", style="dim"), Text(theirs), Text(f"{mode}:", style="dim"), Text(ours)]
+    summary = result.report["summary"]
+    table = Table(title=f"{result.report['target']} · drafter {result.drafter} · {len(result.prompts)} held-out "
+                        f"prompts × {result.report['settings']['max_new_tokens']} tokens · "
+                        f"{result.report['hardware']['device']}")
+    for column in ("mode", "tok/s", "τ", "× target", "same output"):
+        table.add_column(column, justify="left" if column == "mode" else "right")
+    for name, row in summary.items():
+        tau = row.get("tau")
+        table.add_row(name, f"{row['tokens_per_s']:.1f}", "–" if tau is None else f"{tau:.2f}",
+                      f"{row['speedup_vs_target']:.2f}", "yes" if row.get("parity") else "[red]no[/red]")
+    parts += [Text(""), table]
+    if mode in summary and mode != "target":
+        parts.append(Text(f"measured speedup of {mode} over target-only: {result.speedup:.2f}×", style="bold"))
+    return Group(*parts)
+
+
+# ---------------------------------------------------------------------- the pipeline
+@dataclass
+class PipelineSizes:
+    """The size of every stage of ``minispark demo --train``. The defaults aim at ≤ 20 min on 2 idle CPU
+    cores (estimated ~10 min from the stages' measured rates; not yet timed end to end)."""
+
+    recipe: str = "demo-smollm2"
+    train_overrides: list[str] = field(default_factory=list)
+    cache_samples: int = 48
+    cache_tokens: int = 96
+    cache_batch: int = 16
+    calibrate_prompts: int = 4
+    calibrate_tokens: int = 64
+    profile_contexts: list[int] = field(default_factory=lambda: [256])
+    profile_rounds: int = 3
+    bench_prompts: int = 3
+    bench_tokens: int = 96
+    bench_modes: list[str] = field(default_factory=lambda: ["target", "lookup", "fixed", "schedule"])
+    chat_tokens: int = 96
+
+
+@dataclass
+class PipelineResult:
+    out: Path
+    drafter: Path
+    sps: Path
+    bench: dict
+    chat_prompt: str
+    chat_answer: str
+    ran: list[str]  # stages run this time (the others were reused)
+    target: str | None = None  # --target as given (None: the embedded one)
+
+    @property
+    def chat_command(self) -> str:
+        prefix = f"minispark chat --target {self.target} " if self.target else "minispark chat "
+        return f"{prefix}--drafter {self.drafter} --sps {self.sps}"
+
+
+class _Stages:
+    """Stage markers under ``<out>/stages``: a stage is reused when its marker has the same settings
+    and no earlier stage ran in this invocation."""
+
+    def __init__(self, out: Path, log: LogFn) -> None:
+        self.dir = out / "stages"
+        self.log = log
+        self.ran: list[str] = []
+
+    def marker(self, stage: str) -> dict | None:
+        path = self.dir / f"{stage}.json"
+        return json.loads(path.read_text()) if path.is_file() else None
+
+    def run(self, stage: str, settings: dict, work: Callable[[], dict]) -> dict:
+        number = f"[{STAGES.index(stage) + 1}/{len(STAGES)}] {stage}"
+        marker = self.marker(stage)
+        if marker is not None and marker["settings"] != settings and stage in RESUMING_STAGES:
+            raise MinisparkError(f"--out {self.dir.parent}: its {stage} stage was made with other settings; "
+                                 "choose another --out (or delete that one)")
+        if marker is not None and marker["settings"] == settings and not self.ran:
+            self.log(f"{number}: reused (finished in an earlier run; {marker['seconds']:.0f} s then)")
+            return marker["result"]
+        self.log(f"{number}: running")
+        started = time.perf_counter()
+        result = work()
+        seconds = time.perf_counter() - started
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(self.dir / f"{stage}.json", json.dumps(
+            {"stage": stage, "settings": settings, "seconds": seconds, "result": result}, indent=2, default=float))
+        self.ran.append(stage)
+        self.log(f"{number}: done in {seconds:.0f} s")
+        return result
+
+
+def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
+                 progress: bool = True, log: LogFn = print) -> PipelineResult:
+    """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
+    from minispark.cache import CacheConfig, build_cache, default_prompts
+    from minispark.recipes import load_recipe
+
+    out, sizes = Path(out), sizes or PipelineSizes()
+    recipe = load_recipe(sizes.recipe, sizes.train_overrides)
+    stages = _Stages(out, log)
+    loaded: list[Target] = []
+
+    def get_target() -> Target:  # loaded once, and only when a stage has to run
+        if not loaded:
+            loaded.append(load_target(target))
+        return loaded[0]
+
+    cache_dir, train_dir, sps_dir = out / "cache", out / "draft", out / "sps_tables"
+    drafter = train_dir / "drafter"
+
+    def cache_stage() -> dict:
+        t = get_target()
+        config = CacheConfig(prompts=default_prompts(t.is_vlm), out=cache_dir, target=target,
+                             num_samples=sizes.cache_samples, max_new_tokens=sizes.cache_tokens,
+                             layers=recipe.feature_layers or "auto", window=recipe.window, block=recipe.block_size,
+                             anchors_per_sample=recipe.anchors_per_sample, dtype=recipe.cache_dtype,
+                             batch_size=sizes.cache_batch)
+        report = build_cache(config, target=t, progress=progress, log=log)
+        return {"samples": report.samples, "anchors": report.anchors, "bytes": report.total_bytes}
+
+    stages.run("cache", {"target": target, "samples": sizes.cache_samples, "tokens": sizes.cache_tokens,
+                         "recipe": sizes.recipe}, cache_stage)
+
+    def train_stage() -> dict:
+        from minispark.train import LATEST_FILE, train
+
+        resume = (train_dir / LATEST_FILE).exists()
+        report = train(recipe, cache_dir, train_dir, resume=resume, progress=progress, target=get_target(),
+                       log=log)
+        last = report.metrics[-1] if report.metrics else {}
+        return {"drafter": str(report.drafter), "steps": report.last_step, "loss": last.get("loss"),
+                "tau_proxy": last.get("tau")}
+
+    stages.run("train", {"recipe": sizes.recipe, "overrides": sizes.train_overrides}, train_stage)
+
+    def calibrate_stage() -> dict:
+        from minispark.rollouts import calibrate_drafter
+        from minispark.sampling import SamplingConfig
+
+        t = get_target()
+        inputs = [p.inputs for p in bench_prompts(t, demo_samples(sizes.calibrate_prompts, skip=sizes.bench_prompts))]
+        report = calibrate_drafter(t, drafter, inputs, recipe.block_size, SamplingConfig(1.0),
+                                   sizes.calibrate_tokens, seed=0)
+        return {"rounds": report["rounds"], "temperatures": list(report["temperatures"])}
+
+    stages.run("calibrate", {"prompts": sizes.calibrate_prompts, "tokens": sizes.calibrate_tokens},
+               calibrate_stage)
+
+    def profile_stage() -> dict:
+        from minispark.profile import ProfileConfig, profile_target, rich_progress
+
+        # A shared or busy machine is the common case for a demo: the table is written and flagged.
+        config = ProfileConfig(contexts=sizes.profile_contexts, max_tokens=recipe.block_size + 1,
+                               rounds=sizes.profile_rounds, warmup=1, cooldown_s=0.0, allow_busy=True,
+                               note="minispark demo --train (short profile)")
+        t = get_target()
+        with rich_progress(progress) as bar:
+            table = profile_target(t, config, bar)
+        return {"path": str(table.save(table.path_in(sps_dir)))}
+
+    sps = Path(stages.run("profile", {"contexts": sizes.profile_contexts, "rounds": sizes.profile_rounds},
+                          profile_stage)["path"])
+
+    def bench_stage() -> dict:
+        from minispark.profile import rich_progress
+
+        t = get_target()
+        config = BenchConfig(modes=sizes.bench_modes, max_new_tokens=sizes.bench_tokens, gamma=recipe.block_size)
+        with rich_progress(progress, label="bench") as bar:
+            report, _ = compare_modes(t, str(drafter), config.modes, demo_samples(sizes.bench_prompts), config,
+                                      sps, bar)
+        return report
+
+    bench = stages.run("bench", {"prompts": sizes.bench_prompts, "tokens": sizes.bench_tokens,
+                                 "modes": sizes.bench_modes}, bench_stage)
+    chat_prompt = prompt_text(demo_samples(1, skip=sizes.bench_prompts + sizes.calibrate_prompts)[0])
+
+    def chat_stage() -> dict:
+        from minispark.chat import setup_chat
+        from minispark.conversation import Conversation
+
+        t = get_target()
+        setup = setup_chat(t, str(drafter), "schedule", recipe.block_size, sps=sps)
+        with Conversation(t, setup.drafter, policy=setup.policy, max_new_tokens=sizes.chat_tokens,
+                          seed=0) as conversation:
+            turn = conversation.say(chat_prompt)
+        return {"answer": turn.reply, "tokens": turn.stats.new_tokens, "tokens_per_s": turn.stats.tokens_per_s,
+                "tau": turn.stats.tau}
+
+    chat = stages.run("chat", {"prompt": chat_prompt, "tokens": sizes.chat_tokens}, chat_stage)
+    return PipelineResult(out, drafter, sps, bench, chat_prompt, chat["answer"], stages.ran, target)

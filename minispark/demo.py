@@ -336,11 +336,11 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
     chat_prompt = prompt_text(demo_samples(1, skip=sizes.bench_prompts + sizes.calibrate_prompts)[0])
 
     def chat_stage() -> dict:
-        from minispark.chat import setup_chat
+        from minispark.serving import build_serving
         from minispark.conversation import Conversation
 
         t = get_target()
-        setup = setup_chat(t, str(drafter), "schedule", recipe.block_size, sps=sps)
+        setup = build_serving(t, str(drafter), "schedule", recipe.block_size, sps=sps)
         with Conversation(t, setup.drafter, policy=setup.policy, max_new_tokens=sizes.chat_tokens,
                           seed=0) as conversation:
             turn = conversation.say(chat_prompt)

@@ -52,7 +52,8 @@ class FakeSession:
     def cache_length(self) -> int:
         return len(self.tokens)
 
-    def prefill(self, prompt: PromptInputs, length: int) -> StepOutput:
+    def prefill(self, prompt: PromptInputs, length: int, start: int = 0) -> StepOutput:
+        assert start == len(self.tokens) == 0  # a fresh session: the engine prefills from the start
         self.tokens = prompt.input_ids[0, :length].tolist()
         return StepOutput(logits=torch.zeros(1, VOCAB))  # the engine never reads prefill logits
 

@@ -56,6 +56,12 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
         return load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
 
 
+def _check_images(images: list[Path]) -> None:
+    for path in images:
+        if not path.is_file():
+            raise MinisparkError(f"--image {path}: file not found")
+
+
 @app.command()
 @one_line_errors
 def generate(
@@ -88,9 +94,7 @@ def generate(
     from minispark.serving import build_serving
 
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
-    for path in image:
-        if not path.is_file():
-            raise MinisparkError(f"--image {path}: file not found")
+    _check_images(image)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
@@ -140,14 +144,12 @@ def chat(
 ) -> None:
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
     from minispark.chat import ChatREPL
-    from minispark.serving import build_serving
     from minispark.conversation import Conversation
     from minispark.sampling import SamplingConfig
+    from minispark.serving import build_serving
 
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
-    for path in image:
-        if not path.is_file():
-            raise MinisparkError(f"--image {path}: file not found")
+    _check_images(image)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")

@@ -52,13 +52,22 @@ class AnchorPlan:
     another; short runs mix B/run samples per step while neighbours still share context rows.
     """
 
-    def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0) -> None:
+    def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0, *,
+                 max_samples: int = 0, anchors_per_sample: int = 0) -> None:
         samples: dict[int, list[int]] = {}
         for index, anchor in enumerate(reader):
-            samples.setdefault(anchor.sample_index, []).append(index)
+            if max_samples <= 0 or anchor.sample_index < max_samples:
+                samples.setdefault(anchor.sample_index, []).append(index)
         if not samples:
             raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")
         self.groups = [samples[k] for k in sorted(samples)]
+        if anchors_per_sample > 0:
+            # A sparser cache at the same generation cost: a seeded random subset per sample (as a
+            # cache built with fewer --anchors-per-sample would have kept), in position order.
+            rng = np.random.default_rng([seed, 1])
+            self.groups = [sorted(rng.choice(g, anchors_per_sample, replace=False).tolist())
+                           if len(g) > anchors_per_sample else g for g in self.groups]
+        self.samples = len(self.groups)
         if run > 0:
             self.groups = [g[i:i + run] for g in self.groups for i in range(0, len(g), run)]
         self.total = sum(len(g) for g in self.groups)

@@ -20,11 +20,19 @@ import torch
 from minispark.cache_format import CacheReader
 
 
-def answer_token_counts(reader: CacheReader, vocab_size: int) -> torch.Tensor:
-    """(V,) int64: how often each token occurs in the cache's answers (each stored token row once)."""
+def answer_token_counts(reader: CacheReader, vocab_size: int, max_samples: int = 0) -> torch.Tensor:
+    """(V,) int64: how often each token occurs in the cache's answers (each stored token row once),
+    counting only samples with ``sample_index < max_samples`` when it is positive."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     for shard in reader.shards:
-        ids = shard["input_ids"].long()[shard["loss_mask"].bool()]
+        keep = shard["loss_mask"].bool()
+        if max_samples > 0:
+            # token row r belongs to the shard-local sample whose [offset, next offset) holds it
+            offsets = shard["sample_tok_offset"].long()  # (S+1,)
+            rows = torch.arange(keep.numel())
+            local = torch.searchsorted(offsets, rows, right=True) - 1  # (R_tok,)
+            keep &= shard["sample_index"].long()[local] < max_samples
+        ids = shard["input_ids"].long()[keep]
         counts += torch.bincount(ids, minlength=vocab_size)[:vocab_size]
     return counts
 

@@ -52,6 +52,10 @@ class TrainConfig:
         memory estimate.
     draft: DraftConfig overrides; attention sizes and MLP width default to the target's.
     train: optimisation, precision, logging. ``chunk_anchors`` anchors' γ×V logits at a time.
+        Data ablations without rebuilding the cache: ``max_samples`` trains on the first N samples
+        only, ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
+        sparser cache at the same generation cost), ``feature_noise`` adds EAGLE-style Gaussian
+        noise of that many RMS units to the target features (0 = off for all three).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma).
     """
 
@@ -83,6 +87,9 @@ class TrainConfig:
     steps: int = 1000
     batch_anchors: int = 32
     anchor_run: int = 0
+    max_samples: int = 0
+    max_anchors_per_sample: int = 0
+    feature_noise: float = 0.0
     lr: float = 6e-4
     warmup_frac: float = 0.04
     weight_decay: float = 0.0
@@ -120,7 +127,8 @@ class TrainConfig:
         for key in positive:
             if getattr(self, key) <= 0:
                 raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
-        for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+        for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
+                    "max_anchors_per_sample", "feature_noise", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
             if getattr(self, key) < 0:
                 raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
@@ -172,7 +180,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
               "block_size", "confidence_head", "mask_token_id", "draft_vocab"),
-    "train": ("steps", "batch_anchors", "anchor_run", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
+    "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "loss_decay_gamma"),

@@ -119,10 +119,23 @@ def loss_weights(config: TrainConfig) -> LossWeights:
     return LossWeights(config.alpha_ce, config.alpha_tv, config.alpha_conf, config.loss_decay_gamma)
 
 
-def train_step(model: DraftModel, optimizer, scheduler, batch: Batch, config: TrainConfig) -> tuple[LossStats, float]:
+def noisy_features(features: torch.Tensor, num_layers: int, scale: float, generator: torch.Generator) -> torch.Tensor:
+    """``features`` (R, N, m·d) plus Gaussian noise of ``scale`` times each layer's row RMS: the
+    drafter learns to tolerate the small feature errors it meets at inference (EAGLE's trick)."""
+    x = features.float().unflatten(-1, (num_layers, -1))  # (R, N, m, d)
+    rms = x.pow(2).mean(-1, keepdim=True).sqrt()
+    noise = torch.randn(x.shape, generator=generator, dtype=x.dtype, device=x.device)
+    return (x + scale * rms * noise).flatten(-2).to(features.dtype)
+
+
+def train_step(model: DraftModel, optimizer, scheduler, batch: Batch, config: TrainConfig,
+               generator: torch.Generator | None = None) -> tuple[LossStats, float]:
     """Forward, chunked losses and backward, clip, step; returns the loss stats and the grad norm."""
+    features = batch.features
+    if config.feature_noise > 0:
+        features = noisy_features(features, len(model.config.feature_layers), config.feature_noise, generator)
     with autocast(config):
-        fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
+        fwd = model.forward_train(features, batch.context_positions, batch.block_tokens,
                                   batch.anchor_positions, batch.context_valid)
     stats = chunked_backward(model, fwd, batch.target_hidden, batch.valid, loss_weights(config),
                              config.chunk_anchors, autocast(config))
@@ -184,12 +197,13 @@ class Trainer:
         embed = target.model.get_input_embeddings().weight.detach()
         vocab_ids = None
         if config.draft_vocab:  # the most frequent answer tokens of the training cache, EOS always in
-            counts = answer_token_counts(reader, dims.vocab_size)
+            counts = answer_token_counts(reader, dims.vocab_size, config.max_samples)
             vocab_ids = top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids))
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
-        self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run)
+        self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
+                               max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample)
         self.cache_hash = config_hash(reader.config)
         self.step = 0
         self.heldout: HeldoutProxy | None = None
@@ -227,7 +241,9 @@ class Trainer:
         """Run step ``self.step + 1``; returns its stats, grad norm and anchor count."""
         indices = self.plan.step_anchors(self.step)
         batch = make_batch([self.reader[i] for i in indices], self.config.block_size).to(self.config.resolved_device)
-        stats, norm = train_step(self.model, self.optimizer, self.scheduler, batch, self.config)
+        # noise seeded by (seed, step): a resumed run draws what it would have drawn
+        generator = torch.Generator(self.config.resolved_device).manual_seed(self.config.seed * 1_000_003 + self.step)
+        stats, norm = train_step(self.model, self.optimizer, self.scheduler, batch, self.config, generator)
         self.step += 1
         return stats, norm, len(indices)
 
@@ -323,7 +339,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         if config.draft_vocab:
             log(f"draft vocabulary: the {config.draft_vocab} most frequent answer tokens cover "
                 f"{trainer.vocab_coverage:.2%} of the training answers")
-        log(f"{trainer.plan.total} anchors from {reader.num_samples} samples; predicted peak memory "
+        log(f"{trainer.plan.total} anchors from {trainer.plan.samples} samples; predicted peak memory "
             f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
             f"{config.optimizer_name})")
     metrics_path = out / METRICS_FILE

@@ -22,6 +22,7 @@ from minispark.recipes import load_recipe, target_id
 from minispark.target import load_target
 from minispark.tiny_models import build_tiny
 from minispark.anchor_batches import AnchorPlan, make_batch
+from minispark.draft_vocab import answer_token_counts
 from minispark.train import LATEST_FILE, Trainer, train
 
 
@@ -72,6 +73,30 @@ def test_plan_with_runs_mixes_samples_and_covers_each_epoch(cache):
     whole = AnchorPlan(reader, batch_anchors=8, seed=3)
     mixed = lambda p: len({reader[i].sample_index for i in p.step_anchors(0)})  # noqa: E731
     assert mixed(plan) > mixed(whole)
+
+
+def test_plan_subsets_samples_and_anchors(cache):
+    """max_samples keeps the first N samples; anchors_per_sample a seeded subset of each sample's."""
+    reader = CacheReader(cache)
+    full = AnchorPlan(reader, 8, 3)
+    first = AnchorPlan(reader, 8, 3, max_samples=4)
+    assert first.samples == 4 and {reader[i].sample_index for g in first.groups for i in g} == {0, 1, 2, 3}
+    sparse = AnchorPlan(reader, 8, 3, anchors_per_sample=2)
+    assert sparse.samples == full.samples and all(len(g) <= 2 for g in sparse.groups)
+    assert all(set(s) <= set(f) and s == sorted(s) for s, f in zip(sparse.groups, full.groups))
+    assert sparse.groups == AnchorPlan(reader, 8, 3, anchors_per_sample=2).groups  # seeded
+    vocab = int(reader.config["target_model"]["vocab_size"])
+    counts = answer_token_counts(reader, vocab, max_samples=4)
+    assert 0 < int(counts.sum()) < int(answer_token_counts(reader, vocab).sum())
+
+
+def test_feature_noise_trains_and_resumes_exactly(cache, target, tmp_path):
+    config = recipe("steps=4", "checkpoint_every=2", "feature_noise=0.1", "max_samples=8")
+    run = train(config, cache, tmp_path / "n", target=target, log=None).losses
+    clean = train(recipe("steps=4", "max_samples=8"), cache, tmp_path / "c", target=target, log=None).losses
+    assert run[1] != clean[1] and all(torch.isfinite(torch.tensor(v)) for v in run.values())
+    (tmp_path / "n" / LATEST_FILE).write_text("checkpoint-000002\n")
+    assert train(config, cache, tmp_path / "n", resume=True, target=target, log=None).losses == {3: run[3], 4: run[4]}
 
 
 def test_packed_rows_equal_one_anchor_per_row(cache, target, tmp_path):

@@ -243,13 +243,16 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
     grows by asking for more samples with the same flags (new shards are appended).
     """
     quantization = "4bit" if config.load_in_4bit else "8bit" if config.load_in_8bit else None
+    # Regenerated answers are the original format: caches from before --source existed stay resumable
+    # and growable, so "source" is recorded only for teacher-forced text.
+    source = {} if config.source == "regenerate" else {"source": config.source}
     return {
         "target": target.identity(),
         "target_model": {"model_type": target.model_type, "num_layers": target.num_layers,
                          "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
                          "uses_mrope": target.uses_mrope, "compute_dtype": str(target.dtype).removeprefix("torch."),
                          "quantization": quantization},
-        "split": config.split, "source": config.source, "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
+        "split": config.split, **source, "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
         "seed": config.seed, "anchors_per_sample": config.anchors_per_sample, "anchor_run": config.anchor_run,
         "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
         "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,

@@ -149,6 +149,7 @@ def test_image_windows_equal_full_capture(qwen_vl, prompts, tmp_path, monkeypatc
                            anchor.text_positions[:anchor.context_len])
         assert int(anchor.text_positions[-1]) < anchor.position + len(anchor.labels)
     assert reader.config["target_model"]["uses_mrope"] is True
+    assert "source" not in reader.config  # regenerated answers: the original, pre---source identity
 
 
 def test_loss_mask_is_exactly_the_answer(llama, prompts, tmp_path, monkeypatch):

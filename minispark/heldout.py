@@ -10,9 +10,13 @@ built from ``examples/prompts/heldout.jsonl``) and scores the drafter on it with
 
 which is the expected accepted length of a γ-token round at T = 1 started from a real context of the
 target's own answers — what the real loop measures on the same prompts (``minispark bench --temperature 1``).
-The trainer evaluates every ``eval_every`` steps and keeps the checkpoint with the best τ_proxy.
+The greedy proxy (T = 0) counts the leading positions where the drafter's argmax equals the target's;
+it conditions the Markov head on the cached (sampled) answer, not on the greedy continuation, so it
+is an estimate of the T = 0 loop, not an identity. The trainer evaluates every ``eval_every`` steps
+and keeps the checkpoint with the best T = 1 τ_proxy; ``main`` scores finished drafters:
 
     minispark train --recipe cpu-smollm2 --cache runs/cache --heldout-cache runs/cache-heldout --out runs/draft
+    .venv/bin/python -m minispark.heldout runs/cache-heldout runs/draft/drafter drafters/smollm2-135m-dspark
 """
 
 from __future__ import annotations
@@ -36,10 +40,13 @@ class HeldoutScore:
     tau: float
     acceptance: list[float]
     blocks: int
+    tau_greedy: float = float("nan")
+    acceptance_greedy: list[float] | None = None
 
     def to_json(self) -> dict:
         # Unrounded: the best checkpoint is chosen by comparing these values.
-        return {"heldout_tau": self.tau, "heldout_acceptance": self.acceptance, "heldout_blocks": self.blocks}
+        return {"heldout_tau": self.tau, "heldout_acceptance": self.acceptance, "heldout_blocks": self.blocks,
+                "heldout_tau_greedy": self.tau_greedy, "heldout_acceptance_greedy": self.acceptance_greedy}
 
 
 class HeldoutProxy:
@@ -63,8 +70,9 @@ class HeldoutProxy:
         was_training = model.training
         model.eval()
         acc_sum = torch.zeros(self.gamma, dtype=torch.float64)
+        greedy_sum = torch.zeros(self.gamma, dtype=torch.float64)
         counts = torch.zeros(self.gamma, dtype=torch.float64)
-        tau_sum, blocks = 0.0, 0
+        tau_sum, greedy_tau_sum, blocks = 0.0, 0.0, 0
         for batch in self.batches:
             with autocast or contextlib.nullcontext():
                 fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
@@ -82,14 +90,49 @@ class HeldoutProxy:
                     l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
                 else:
                     l1 = (p_d - p_t).abs().sum(-1)
+            draft_top = p_d.argmax(-1)  # (B, A, γ) in draft-vocabulary ids when there is one
+            if model.config.draft_vocab:
+                draft_top = model.vocab_ids[draft_top]
+            match = (draft_top == p_t.argmax(-1)).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
             accept = (1.0 - 0.5 * l1).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
             mask = prefix_mask(batch.valid).reshape(-1, self.gamma).cpu()
             live = mask[:, 0]
-            accept, mask = accept[live], mask[live].double()
+            accept, match, mask = accept[live], match[live], mask[live].double()
             acc_sum += (accept * mask).sum(0)
+            greedy_sum += (match * mask).sum(0)
             counts += mask.sum(0)
             tau_sum += float((1.0 + (torch.cumprod(accept, -1) * mask).sum(-1)).sum())
+            greedy_tau_sum += float((1.0 + (torch.cumprod(match, -1) * mask).sum(-1)).sum())
             blocks += int(live.sum())
         model.train(was_training)
-        acceptance = [float(s / c) if c else float("nan") for s, c in zip(acc_sum, counts)]
-        return HeldoutScore(tau=tau_sum / max(blocks, 1), acceptance=acceptance, blocks=blocks)
+        per = lambda sums: [float(s / c) if c else float("nan") for s, c in zip(sums, counts)]  # noqa: E731
+        return HeldoutScore(tau=tau_sum / max(blocks, 1), acceptance=per(acc_sum), blocks=blocks,
+                            tau_greedy=greedy_tau_sum / max(blocks, 1), acceptance_greedy=per(greedy_sum))
+
+
+def main(argv: list[str]) -> None:
+    """Score drafter directories on a held-out cache (the trainer's slice); one JSON line each."""
+    import json
+    import sys
+
+    from minispark.drafters.dspark import load_draft_model
+    from minispark.target import load_target
+
+    if len(argv) < 2:
+        sys.exit("usage: python -m minispark.heldout HELDOUT_CACHE DRAFTER_DIR [DRAFTER_DIR ...]")
+    reader = CacheReader(argv[0], verify=False)
+    target = load_target("embedded" if reader.config["target"]["name"] == "SmolLM2-135M-Instruct"
+                         else reader.config["target"]["name"], device="cpu")
+    embed, head = target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach()
+    proxies: dict[int, HeldoutProxy] = {}
+    for path in argv[1:]:
+        model = load_draft_model(path, embed, head, "cpu").float()
+        gamma = model.config.block_size
+        proxy = proxies.setdefault(gamma, HeldoutProxy(reader, gamma, full_lm_head=head))
+        print(json.dumps({"drafter": path} | proxy.score(model).to_json()), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -400,7 +400,8 @@ def _export(checkpoint: Path, drafter: Path) -> None:
 # ---------------------------------------------------------------------- progress and metrics
 def format_evaluation(row: dict[str, Any]) -> str:
     acc = " ".join(f"{a:.2f}" for a in row["heldout_acceptance"])
-    return (f"step {row['step']} held-out τ≈{row['heldout_tau']:.3f} acc [{acc}] on {row['heldout_blocks']} blocks "
+    return (f"step {row['step']} held-out τ≈{row['heldout_tau']:.3f} (T=0 {row['heldout_tau_greedy']:.3f}) acc [{acc}] "
+            f"on {row['heldout_blocks']} blocks "
             f"(best {row['best_heldout_tau']:.3f} at step {row['best_step']})")
 
 

@@ -93,3 +93,35 @@ def test_draft_vocabulary_drafter_keeps_greedy_parity(run):
         out = generate(target, prompt, drafter=drafter, policy=FixedLength(drafter.config.block_size),
                        max_new_tokens=32)
         assert_parity(target, inputs, out.result.token_ids, hf_greedy(target, inputs, 32))
+
+
+def test_greedy_proxy_equals_an_anchor_by_anchor_reference(run):
+    """T = 0 proxy: leading positions where the drafter's argmax is the target's, bonus included."""
+    from minispark.anchor_batches import make_batch
+    from minispark.cache_format import CacheReader
+    from minispark.drafters.dspark import load_draft_model
+    from minispark.heldout import HeldoutProxy
+
+    target, root, report = run
+    head = target.lm_head.weight.detach()
+    model = load_draft_model(report.drafter, target.model.get_input_embeddings().weight.detach(), head, "cpu")
+    reader = CacheReader(root / "held")
+    score = HeldoutProxy(reader, 4, max_anchors=12, full_lm_head=head).score(model)
+    taus = []
+    with torch.no_grad():
+        for i in sorted({int(round(x)) for x in torch.linspace(0, len(reader) - 1, 12).tolist()}):
+            batch = make_batch([reader[i]], 4)
+            fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
+                                      batch.anchor_positions, batch.context_valid)
+            draft = model.vocab_ids[model.head_logits(fwd.hidden, fwd.prev_tokens)[0, 0].argmax(-1)]  # (γ,)
+            wanted = (batch.target_hidden[0, 0] @ head.T).argmax(-1)  # (γ,)
+            valid = batch.valid[0, 0]
+            if not valid[0]:
+                continue
+            run_length = 0
+            while run_length < 4 and valid[run_length] and draft[run_length] == wanted[run_length]:
+                run_length += 1
+            taus.append(1 + run_length)
+    assert score.blocks == len(taus)
+    assert score.tau_greedy == pytest.approx(sum(taus) / len(taus))
+    assert 1.0 <= score.tau_greedy <= 5.0 and all(0 <= a <= 1 for a in score.acceptance_greedy)

@@ -55,7 +55,8 @@ class TrainConfig:
         Data ablations without rebuilding the cache: ``max_samples`` trains on the first N samples
         only, ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
         sparser cache at the same generation cost), ``feature_noise`` adds EAGLE-style Gaussian
-        noise of that many RMS units to the target features (0 = off for all three).
+        noise of that many RMS units to the target features (0 = off for all three). ``patience``
+        stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma).
     """
 
@@ -109,6 +110,7 @@ class TrainConfig:
     heldout_cache: str | None = None
     eval_every: int = 0
     eval_anchors: int = 512
+    patience: int = 0
     # [loss]
     alpha_ce: float = 0.1
     alpha_tv: float = 0.9
@@ -128,7 +130,7 @@ class TrainConfig:
             if getattr(self, key) <= 0:
                 raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
-                    "max_anchors_per_sample", "feature_noise", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+                    "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
             if getattr(self, key) < 0:
                 raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
@@ -182,7 +184,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
               "block_size", "confidence_head", "mask_token_id", "draft_vocab"),
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
-              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors"),
+              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "loss_decay_gamma"),
 }
 FILE_KEYS = {key for keys in SECTIONS.values() for key in keys}

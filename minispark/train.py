@@ -62,7 +62,7 @@ TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 #: Fields that may change on ``--resume`` without changing the math of the next steps.
 RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache",
-                     "eval_every", "eval_anchors")
+                     "eval_every", "eval_anchors", "patience")
 BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
 CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6}")
 
@@ -372,8 +372,17 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                 report.evaluations.append(evaluation)
                 if log:
                     log(format_evaluation(evaluation))
-            if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps:
+            # Early stopping: the drafter is the best held-out checkpoint anyway, so steps past the
+            # point where held-out τ stopped improving are spent on memorising the training answers.
+            stop = (config.patience > 0 and trainer.best is not None
+                    and trainer.step - trainer.best["step"] >= config.patience)
+            if trainer.step % config.checkpoint_every == 0 or trainer.step == config.steps or stop:
                 trainer.save()
+            if stop:
+                if log:
+                    log(f"held-out τ has not improved for {config.patience} steps (best at step "
+                        f"{trainer.best['step']}); stopping")
+                break
     # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
     best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
     _export(best, report.drafter)

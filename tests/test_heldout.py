@@ -125,3 +125,15 @@ def test_greedy_proxy_equals_an_anchor_by_anchor_reference(run):
     assert score.blocks == len(taus)
     assert score.tau_greedy == pytest.approx(sum(taus) / len(taus))
     assert 1.0 <= score.tau_greedy <= 5.0 and all(0 <= a <= 1 for a in score.acceptance_greedy)
+
+
+def test_patience_stops_when_held_out_tau_stops_improving(run, tmp_path):
+    """A learning rate too small to move fp32 weights: held-out τ never improves after the first
+    evaluation, so the run stops ``patience`` steps later and still exports the best checkpoint."""
+    target, root, _ = run
+    recipe = load_recipe("tiny", ["steps=40", "eval_every=2", "eval_anchors=16", "patience=4", "lr=1e-12",
+                                  "checkpoint_every=100", f"heldout_cache={root / 'held'}"])
+    report = train(recipe, root / "cache", tmp_path / "out", target=target, log=None)
+    assert report.last_step == 6 and [row["step"] for row in report.evaluations] == [2, 4, 6]
+    assert json.loads((tmp_path / "out" / BEST_DIR / SCORE_FILE).read_text())["step"] == 2
+    assert (tmp_path / "out" / "checkpoint-000006").is_dir() and (report.drafter / "model.safetensors").is_file()

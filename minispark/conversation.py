@@ -21,10 +21,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.drafters.base import Drafter, NoDrafter
 from minispark.engine import GenerationStats, speculative_generate
 from minispark.generate import stop_on_strings, text_streamer
 from minispark.sampling import SamplingConfig, make_generator
+from minispark.schedule import FixedLength, LengthPolicy
 from minispark.target import Target
 
 

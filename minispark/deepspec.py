@@ -323,7 +323,7 @@ def load_deepspec_model(
 def check_against_target(path: str | Path, target: Any, window: int | None = None) -> DraftConfig:
     """Validate a DeepSpec directory against a loaded :class:`~minispark.target.Target` without
     reading the weights (config fields, then weight names/shapes from the safetensors headers)."""
-    from minispark.recipes import target_id
+    from minispark.identity import target_id
 
     path = Path(path)
     raw = read_config(path)

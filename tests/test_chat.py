@@ -21,12 +21,13 @@ import pytest
 from rich.console import Console
 
 from minispark.chat import ChatREPL, estimate_speedup
-from minispark.serving import PROFILE_HINT, TRAIN_HINT, build_serving
+from minispark.checkpoint import save_drafter
 from minispark.conversation import Conversation
-from minispark.drafters.dspark import DSparkDrafter, save_drafter
+from minispark.drafters.dspark import DSparkDrafter
 from minispark.engine import GenerationStats
 from minispark.generate import default_drafter
-from minispark.recipes import target_id
+from minispark.identity import target_id
+from minispark.serving import PROFILE_HINT, TRAIN_HINT, build_serving
 from minispark.sps import SPSTable
 from minispark.target import Target, load_target
 from tests.test_conversation import random_dspark
@@ -120,7 +121,7 @@ def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path
     setup = build_serving(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
     assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "threshold" and setup.sps_table is None
     assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)")]
-    assert setup.policy.max_tokens == setup.drafter.config.block_size
+    assert setup.policy.gamma == setup.drafter.config.block_size
     # default_drafter: a directory whose config names the target; None when none does
     shipped = tmp_path / "drafters"
     (shipped / "other").mkdir(parents=True)

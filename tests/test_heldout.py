@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 from minispark.cache import CacheConfig, build_cache
 from minispark.errors import MinisparkError
 from minispark.generate import generate, make_drafter
-from minispark.drafters.base import FixedLength
 from minispark.prompts import HELDOUT_FILE, PromptFileError
 from minispark.recipes import load_recipe
+from minispark.schedule import FixedLength
 from minispark.target import load_target
 from minispark.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
 from tests.test_engine import assert_parity, hf_greedy

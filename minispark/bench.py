@@ -33,7 +33,7 @@ import transformers
 
 import minispark
 from minispark.defaults import DEFAULT_THRESHOLD
-from minispark.drafters.base import Drafter, NoDrafter
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.engine import GenerationStats, speculative_generate
 from minispark.errors import MinisparkError
 from minispark.generate import make_drafter
@@ -171,7 +171,7 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
     """The runnable modes of ``config.modes`` and one-line notices for those skipped (and the
     builder's hints). ``config.gamma`` is resolved here (the drafter's block size by default), so
     the report records the γ that ran."""
-    from minispark.serving import build_serving, resolve_gamma
+    from minispark.serving import build_serving
 
     sampling = config.sampling
     notices: list[str] = []

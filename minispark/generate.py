@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from minispark.drafters.base import Drafter, NoDrafter
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.drafters.lookup import LookupDrafter
 from minispark.engine import GenerationResult, speculative_generate
 from minispark.errors import MinisparkError
@@ -134,7 +134,7 @@ def generate(
     drafter: Drafter | str = "none",
     sampling: SamplingConfig = SamplingConfig(),
     policy: LengthPolicy | None = None,
-    gamma: int = 7,
+    gamma: int | None = None,
     max_new_tokens: int = 256,
     stop_strings: Sequence[str] = (),
     seed: int | None = None,
@@ -144,7 +144,7 @@ def generate(
     if isinstance(drafter, str):
         drafter = make_drafter(drafter, target)
     if policy is None:
-        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else gamma)
+        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, gamma))
     inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
     generator = make_generator(seed, target.device)
     used_seed = generator.initial_seed()

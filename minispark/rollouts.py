@@ -41,6 +41,7 @@ class RecordingDrafter(Drafter):
         self.feature_layers = inner.feature_layers
         self.confidences: list[list[float]] = []
         self.accepted: list[int] = []
+        self._block: DraftBlock | None = None  # this round's block (its confidences grow as it is scheduled)
 
     def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
         self.inner.reset(cached_ids, features, text_positions)

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minispark.calibrate import Calibration
-from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
-from minispark.drafters.base import Drafter, NoDrafter
+from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_id, target_quantization
 from minispark.sampling import SamplingConfig
@@ -58,16 +58,6 @@ class ServingSetup:
         return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
                                   threshold=self.threshold, sps_table=self.sps_table or SPSTable.generic(),
                                   calibration=self.calibration, envelope=envelope)
-
-
-def resolve_gamma(drafter: Drafter, spec: str, gamma: int | None) -> int:
-    """γ: the drafter's block size by default; more than it can draft is a one-line error."""
-    if gamma is None:
-        return drafter.max_gamma if drafter.max_gamma is not None else DEFAULT_GAMMA
-    if drafter.max_gamma is not None and gamma > drafter.max_gamma:
-        raise MinisparkError(f"--gamma {gamma}: drafter {spec} drafts at most {drafter.max_gamma} tokens per "
-                             f"round (its block size); use --gamma {drafter.max_gamma} or less")
-    return gamma
 
 
 def matching_sps_table(target: Target, path: Path | None, strict: bool = False) -> tuple[SPSTable | None, str | None]:

@@ -15,7 +15,9 @@ from abc import ABC, abstractmethod
 
 import torch
 
+from minispark.defaults import DEFAULT_GAMMA
 from minispark.draft_block import DraftBlock
+from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig
 
 
@@ -97,3 +99,14 @@ class NoDrafter(Drafter):
         generator: torch.Generator,
     ) -> DraftBlock:
         return DraftBlock(0, ids.device)
+
+
+def resolve_gamma(drafter: Drafter, spec: str, gamma: int | None) -> int:
+    """γ: the drafter's block size by default (``DEFAULT_GAMMA`` without one); more than the
+    drafter can draft is a one-line error naming ``spec``."""
+    if gamma is None:
+        return drafter.max_gamma if drafter.max_gamma is not None else DEFAULT_GAMMA
+    if drafter.max_gamma is not None and gamma > drafter.max_gamma:
+        raise MinisparkError(f"--gamma {gamma}: drafter {spec} drafts at most {drafter.max_gamma} tokens per "
+                             f"round (its block size); use --gamma {drafter.max_gamma} or less")
+    return gamma

@@ -1,4 +1,4 @@
-"""Atomic file writes: a reader (or a resumed run after a kill) sees the old file or the new one,
+"""Atomic file and directory writes: a reader (or a resumed run after a kill) sees the old file or the new one,
 never half of one. Every artifact minispark writes in place goes through here.
 
     python -c "from minispark.atomic import write_json_atomic; print(write_json_atomic('/tmp/x.json', {'a': 1}))"
@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
@@ -41,3 +42,24 @@ def write_text_atomic(path: str | Path, text: str) -> Path:
 
 def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2) + "\n")
+
+
+def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
+    """Build a directory with ``fill(tmp)`` in a temporary sibling, then rename it over ``path``:
+    a reader sees the old directory or the complete new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        fill(tmp)
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)  # a directory cannot be renamed over a non-empty one
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return path

@@ -32,11 +32,13 @@ import torch
 import transformers
 
 import minispark
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.engine import GenerationStats, speculative_generate
 from minispark.errors import MinisparkError
 from minispark.generate import make_drafter
 from minispark.sampling import SamplingConfig, make_generator
+from minispark.schedule import FixedLength, LengthPolicy
 from minispark.target import PromptInputs, Target
 
 if TYPE_CHECKING:
@@ -70,8 +72,8 @@ class BenchConfig:
     modes: list[str] = field(default_factory=lambda: list(BASELINE_MODES))
     max_new_tokens: int = 128
     sampling: SamplingConfig = SamplingConfig()
-    gamma: int = 7
-    threshold: float = 0.5
+    gamma: int | None = None  # None: the drafter's block size (build_modes resolves it)
+    threshold: float = DEFAULT_THRESHOLD
     repeats: int = 1
     seed: int = 0
     warmup: bool = True
@@ -82,7 +84,7 @@ class BenchConfig:
             raise MinisparkError(f"--modes: unknown mode {unknown[0]!r} (choose from {', '.join(MODES)})")
         self.modes = ["target"] + [m for m in dict.fromkeys(self.modes) if m != "target"]
         for ok, message in ((self.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
-                            (self.gamma >= 1, "--gamma must be >= 1"),
+                            (self.gamma is None or self.gamma >= 1, "--gamma must be >= 1"),
                             (self.repeats >= 1, "--repeats must be >= 1"),
                             (0.0 <= self.threshold <= 1.0, "--threshold must be in [0, 1]")):
             if not ok:
@@ -165,18 +167,23 @@ def hf_mode(name: str, target: Target, sampling: SamplingConfig, lookup: int | N
 
 
 def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = None,
-                sps_path: str | Path | None = None) -> tuple[list[Mode], list[str]]:
-    """The runnable modes of ``config.modes`` and one-line notices for those skipped."""
-    from minispark.schedule import ScheduledLength, ThresholdLength
+                sps_path: str | Path | None = None, strict: bool = False) -> tuple[list[Mode], list[str]]:
+    """The runnable modes of ``config.modes`` and one-line notices for those skipped (and the
+    builder's hints). ``config.gamma`` is resolved here (the drafter's block size by default), so
+    the report records the γ that ran."""
+    from minispark.serving import build_serving
 
-    sampling, gamma = config.sampling, config.gamma
+    sampling = config.sampling
     notices: list[str] = []
-    drafter = calibration = table = None
+    setup = None
     if drafter_spec is not None and any(m in DRAFTER_MODES for m in config.modes):
-        from minispark.calibrate import drafter_calibration
-
-        drafter = make_drafter(drafter_spec, target)
-        calibration = drafter_calibration(drafter_spec) if Path(drafter_spec).is_dir() else None
+        setup = build_serving(target, drafter_spec, None, config.gamma, config.threshold,
+                              Path(sps_path) if sps_path is not None else None, sampling, strict)
+        notices += setup.hints
+        config.gamma = setup.gamma
+    lookup = make_drafter("lookup", target)
+    config.gamma = resolve_gamma(lookup, "lookup", config.gamma)
+    gamma = config.gamma
     modes = []
     for name in config.modes:
         if name == "target":
@@ -184,27 +191,17 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
         elif name in ("hf", "hf-lookup"):
             modes.append(hf_mode(name, target, sampling, gamma if name == "hf-lookup" else None))
         elif name == "lookup":
-            modes.append(minispark_mode(name, target, make_drafter("lookup", target), lambda: FixedLength(gamma),
-                                        sampling))
-        elif drafter is None:
+            modes.append(minispark_mode(name, target, lookup, lambda: FixedLength(gamma), sampling))
+        elif setup is None:
             notices.append(f"skipping {name}: it needs a trained drafter (--drafter DIR)")
-        elif name in CONFIDENCE_MODES and not drafter.has_confidence:
+        elif name in CONFIDENCE_MODES and not setup.drafter.has_confidence:
             notices.append(f"skipping {name}: drafter {drafter_spec} has no confidence head")
-        elif name == "fixed":
-            modes.append(minispark_mode(name, target, drafter, lambda: FixedLength(gamma), sampling))
-        elif name == "threshold":
-            modes.append(minispark_mode(name, target, drafter, lambda: ThresholdLength(config.threshold, gamma),
-                                        sampling))
         else:
-            if table is None:
-                from minispark.profile import serving_table
-
-                table = serving_table(target, sps_path)
-            ScheduledLength(table, gamma, calibration)  # refuses a table too short for γ, before any run
-            envelope = name == "schedule"
-            modes.append(minispark_mode(name, target, drafter,
-                                        lambda e=envelope: ScheduledLength(table, gamma, calibration, envelope=e),
-                                        sampling))
+            mode = "schedule" if name.startswith("schedule") else name
+            envelope = name != "schedule-raw"
+            setup.policy_for(mode, envelope)  # refuses a table too short for γ, before any run
+            modes.append(minispark_mode(name, target, setup.drafter,
+                                        lambda m=mode, e=envelope: setup.policy_for(m, e), sampling))
     return modes, notices
 
 
@@ -341,7 +338,7 @@ def _load_average() -> float | None:
 
 
 def _hardware(target: Target, load_before: float | None) -> dict:
-    from minispark.profile import device_name
+    from minispark.identity import device_name
 
     return {"device": device_name(target.device), "torch_device": str(target.device),
             "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),

@@ -40,8 +40,6 @@ DEFAULT_GRID = np.unique(np.concatenate([np.geomspace(0.1, 10.0, 193), [1.0]]))
 #: Per-position logit shifts searched with the temperatures (0 included: plain temperature scaling).
 DEFAULT_SHIFTS = np.linspace(-4.0, 4.0, 33)
 CALIBRATION_VERSION = 1
-#: STS temperatures are stored beside the drafter checkpoint under this name.
-CALIBRATION_FILE = "calibration.json"
 
 
 class CalibrationError(MinisparkError):
@@ -56,7 +54,9 @@ class Calibration:
     scores sit on the wrong side of 0.5 (e.g. trained where acceptance was high, served where it is
     low); the shift can. Both keep each position's ranking (the map is increasing in c_k).
 
-    ``drafter``/``target`` identify what the temperatures were fitted for; ``rounds`` and
+    ``drafter``/``target`` name what the temperatures were fitted for (for people);
+    ``target_identity`` and ``sampling`` (temperature, top_p, top_k) are what loading checks
+    (``checkpoint.load_calibration``; empty in files written before they existed). ``rounds`` and
     ``n_bins`` describe the fit and ``metrics`` holds ECE/AUC/Brier before and after.
     """
 
@@ -64,6 +64,8 @@ class Calibration:
     shifts: list[float] = field(default_factory=list)
     drafter: str = ""
     target: str = ""
+    target_identity: str = ""
+    sampling: dict[str, float] = field(default_factory=dict)
     rounds: int = 0
     n_bins: int = DEFAULT_BINS
     metrics: dict[str, Any] = field(default_factory=dict)
@@ -497,7 +499,3 @@ if __name__ == "__main__":
     )
 
 
-def drafter_calibration(drafter_dir: str | Path) -> Calibration | None:
-    """The STS calibration stored with a drafter checkpoint, or None if it was never calibrated."""
-    path = Path(drafter_dir) / CALIBRATION_FILE
-    return Calibration.load(path) if path.is_file() else None

@@ -17,6 +17,7 @@ from typing import Callable, Optional
 import typer
 from rich.console import Console
 
+from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -46,6 +47,10 @@ def _print_json(data: dict) -> None:
 TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
 DtypeOpt = typer.Option(None, "--dtype", help="fp32 | bf16 | fp16 (default: bf16 on CUDA, fp32 on CPU).")
 DeviceOpt = typer.Option(None, "--device", help="cpu | cuda | cuda:N (default: CUDA if present).")
+GammaOpt = typer.Option(None, "--gamma", help=f"Maximum draft tokens per round (default: the drafter's block size, "
+                        f"else {DEFAULT_GAMMA}); more than the block size is an error.")
+StrictOpt = typer.Option(False, "--strict", help="Refuse an --sps table profiled for another device, target or dtype "
+                         "(default: warn).")
 
 
 def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
@@ -72,10 +77,11 @@ def generate(
                                           "(default: the drafter shipped for the target, else lookup)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
                                        "schedule with a confidence head and an SPS table, else threshold/fixed)."),
-    gamma: Optional[int] = typer.Option(None, "--gamma", help="Maximum draft tokens per round (default: the "
-                                        "drafter's block size, 7 for lookup)."),
-    threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold (threshold mode)."),
-    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: lookup)."),
+    gamma: Optional[int] = GammaOpt,
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold (threshold mode)."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: the one for this "
+                                       "device, target and dtype)."),
+    strict: bool = StrictOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = typer.Option(1.0, "--top-p"),
     top_k: int = typer.Option(0, "--top-k"),
@@ -98,7 +104,7 @@ def generate(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict)
     for hint in setup.hints:
         err_console.print(f"[dim]{hint}[/dim]", highlight=False)
     draft, policy = setup.drafter, setup.policy
@@ -125,10 +131,10 @@ def chat(
     image: list[Path] = typer.Option([], "--image", help="Image file(s) for the first message (/image PATH later)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
                                                            "an SPS table, else threshold; fixed without confidences)."),
-    gamma: Optional[int] = typer.Option(None, "--gamma", help="Maximum draft tokens per round (default: the "
-                                                             "drafter's block size, else 7)."),
-    threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold (threshold mode)."),
+    gamma: Optional[int] = GammaOpt,
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
+    strict: bool = StrictOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = typer.Option(1.0, "--top-p"),
     top_k: int = typer.Option(0, "--top-k"),
@@ -153,7 +159,7 @@ def chat(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
                       system=system, stop_strings=stop, seed=seed) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
@@ -175,9 +181,11 @@ def bench(
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),
     top_p: float = typer.Option(1.0, "--top-p"),
     top_k: int = typer.Option(0, "--top-k"),
-    gamma: int = typer.Option(7, "--gamma", help="Maximum draft tokens per round."),
-    threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold of the threshold mode."),
-    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for the schedule modes (default: lookup)."),
+    gamma: Optional[int] = GammaOpt,
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold of the threshold mode."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for the schedule modes (default: the one for "
+                                       "this device, target and dtype)."),
+    strict: bool = StrictOpt,
     repeats: int = typer.Option(1, "--repeats", help="Passes over all prompts and modes."),
     seed: int = typer.Option(0, "--seed"),
     dtype: Optional[str] = DtypeOpt,
@@ -188,7 +196,7 @@ def bench(
     """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
     from minispark.bench import (BASELINE_MODES, BenchConfig, build_modes, builtin_prompts, file_prompts,
                                  plot_bench, render_bench, run_bench)
-    from minispark.profile import rich_progress
+    from minispark.profiler import rich_progress
     from minispark.sampling import SamplingConfig
 
     if num_prompts is not None and num_prompts < 1:
@@ -215,7 +223,7 @@ def bench(
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
     chosen = (file_prompts(loaded, prompts, num_prompts or 16, category) if prompts
               else builtin_prompts(loaded, num_prompts))
-    runnable, notices = build_modes(loaded, config, drafter, sps)
+    runnable, notices = build_modes(loaded, config, drafter, sps, strict)
     for notice in notices:
         err_console.print(f"[yellow]{notice}[/yellow]", highlight=False)
     with rich_progress(True, label="bench") as progress:
@@ -245,7 +253,7 @@ def demo(
     """Show the speedup: target-only vs the shipped drafter on held-out prompts (--train: build your own)."""
     from minispark.bench import render_bench
     from minispark.demo import PipelineSizes, render_demo, run_demo, run_pipeline
-    from minispark.profile import rich_progress
+    from minispark.profiler import rich_progress
 
     if not train:
         def notice(line: str) -> None:
@@ -372,7 +380,8 @@ def profile(
     """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
     from dataclasses import asdict
 
-    from minispark.profile import SHIPPED_TABLES, ProfileConfig, format_table, run_profile
+    from minispark.profiler import ProfileConfig, format_table, run_profile
+    from minispark.sps import SHIPPED_TABLES
 
     config = ProfileConfig(contexts=[int(c) for c in _floats(contexts, "--contexts")], max_tokens=max_tokens,
                            rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
@@ -394,8 +403,10 @@ def calibrate(
     prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts JSONL (its last N prompts are used)."),
     num_prompts: int = typer.Option(16, "--num-prompts"),
     target: Optional[str] = TargetOpt,
-    gamma: int = typer.Option(7, "--gamma"),
+    gamma: Optional[int] = GammaOpt,
     temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use."),
+    top_p: float = typer.Option(1.0, "--top-p"),
+    top_k: int = typer.Option(0, "--top-k"),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     seed: int = typer.Option(0, "--seed"),
     dtype: Optional[str] = DtypeOpt,
@@ -410,11 +421,14 @@ def calibrate(
     from minispark.prompts import load_prompt_inputs
     from minispark.rollouts import calibrate_drafter
     from minispark.sampling import SamplingConfig
+    from minispark.serving import build_serving
 
     loaded = _load(target, dtype, device)
+    sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    setup = build_serving(loaded, drafter, "fixed", gamma, sampling=sampling)  # fixed: every position rolled out
     inputs = load_prompt_inputs(loaded, prompts, num_prompts)
     with err_console.status("rolling out...") as status:
-        report = calibrate_drafter(loaded, drafter, inputs, gamma, SamplingConfig(temperature), max_new_tokens,
+        report = calibrate_drafter(loaded, setup.drafter, drafter, inputs, setup.gamma, sampling, max_new_tokens,
                                    seed, progress=lambda i: status.update(f"rolled out {i}/{len(inputs)} prompts"))
     rollouts, calibration = report.pop("rollouts"), report.pop("calibration")
     if plot is not None:

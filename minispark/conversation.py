@@ -21,10 +21,11 @@ from typing import Callable, Sequence
 
 import torch
 
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.engine import GenerationStats, speculative_generate
 from minispark.generate import stop_on_strings, text_streamer
 from minispark.sampling import SamplingConfig, make_generator
+from minispark.schedule import FixedLength, LengthPolicy
 from minispark.target import Target
 
 
@@ -60,7 +61,8 @@ class Conversation:
                  system: str | None = None, stop_strings: Sequence[str] = (), seed: int | None = None) -> None:
         self.target = target
         self.drafter = drafter
-        self.policy = policy or FixedLength(0 if isinstance(drafter, NoDrafter) else 7)
+        gamma = 0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, None)
+        self.policy = policy or FixedLength(gamma)
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
         self.system = system

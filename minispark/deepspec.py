@@ -50,6 +50,7 @@ from safetensors import safe_open
 
 from minispark.draft_model import DraftConfig, DraftModel
 from minispark.errors import MinisparkError
+from minispark.identity import DTYPES
 
 ARCHITECTURE = "Qwen3DSparkModel"
 CONFIG_FILE = "config.json"
@@ -61,7 +62,6 @@ WINDOW_KEY = "minispark_window"
 OPTIONAL_KEYS = ("embed_tokens.weight", "lm_head.weight")
 #: minispark module prefix → DeepSpec module prefix; every other name is the same in both.
 _PREFIXES = (("markov.", "markov_head."), ("confidence_proj.", "confidence_head.proj."))
-_DTYPES = {"bfloat16": "bfloat16", "float16": "float16", "float32": "float32"}
 
 
 def to_deepspec_key(name: str) -> str:
@@ -191,7 +191,7 @@ def draft_config_from_deepspec(
             block_size=int(_field(raw, "block_size", where)),
             window=recorded_window if window is None else window, head=head, markov_rank=rank,
             confidence_head=confidence, confidence_with_markov=with_markov, qk_norm=True,
-            initializer_range=float(raw.get("initializer_range", 0.02)), dtype=_DTYPES.get(dtype, "bfloat16"))
+            initializer_range=float(raw.get("initializer_range", 0.02)), dtype=dtype if dtype in DTYPES else "bfloat16")
     except ValueError as exc:
         raise MinisparkError(f"{where}: config.json {exc}") from None
 
@@ -323,7 +323,7 @@ def load_deepspec_model(
 def check_against_target(path: str | Path, target: Any, window: int | None = None) -> DraftConfig:
     """Validate a DeepSpec directory against a loaded :class:`~minispark.target.Target` without
     reading the weights (config fields, then weight names/shapes from the safetensors headers)."""
-    from minispark.recipes import target_id
+    from minispark.identity import target_id
 
     path = Path(path)
     raw = read_config(path)

@@ -16,6 +16,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from minispark.atomic import write_dir_atomic
+from minispark.checkpoint import load_draft_model, save_drafter
 from minispark.deepspec import (
     CONFIG_FILE,
     OPTIONAL_KEYS,
@@ -27,10 +29,10 @@ from minispark.deepspec import (
     read_weights,
     to_deepspec_key,
 )
-from minispark.draft_model import DraftConfig, DraftModel
-from minispark.drafters.dspark import load_draft_model, save_drafter, write_dir_atomic
+from minispark.draft_config import DraftConfig
+from minispark.draft_model import DraftModel
 from minispark.errors import MinisparkError
-from minispark.recipes import target_id
+from minispark.identity import target_id
 from minispark.target import Target
 
 README_FILE = "README.md"

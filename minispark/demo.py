@@ -296,10 +296,13 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
     def calibrate_stage() -> dict:
         from minispark.rollouts import calibrate_drafter
         from minispark.sampling import SamplingConfig
+        from minispark.serving import build_serving
 
         t = get_target()
+        sampling = SamplingConfig(1.0)
+        setup = build_serving(t, str(drafter), "fixed", sampling=sampling)
         inputs = [p.inputs for p in bench_prompts(t, demo_samples(sizes.calibrate_prompts, skip=sizes.bench_prompts))]
-        report = calibrate_drafter(t, drafter, inputs, recipe.block_size, SamplingConfig(1.0),
+        report = calibrate_drafter(t, setup.drafter, drafter, inputs, setup.gamma, sampling,
                                    sizes.calibrate_tokens, seed=0)
         return {"rounds": report["rounds"], "temperatures": list(report["temperatures"])}
 
@@ -307,7 +310,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                calibrate_stage)
 
     def profile_stage() -> dict:
-        from minispark.profile import ProfileConfig, profile_target, rich_progress
+        from minispark.profiler import ProfileConfig, profile_target, rich_progress
 
         # A shared or busy machine is the common case for a demo: the table is written and flagged.
         config = ProfileConfig(contexts=sizes.profile_contexts, max_tokens=recipe.block_size + 1,
@@ -322,10 +325,10 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                           profile_stage)["path"])
 
     def bench_stage() -> dict:
-        from minispark.profile import rich_progress
+        from minispark.profiler import rich_progress
 
         t = get_target()
-        config = BenchConfig(modes=sizes.bench_modes, max_new_tokens=sizes.bench_tokens, gamma=recipe.block_size)
+        config = BenchConfig(modes=sizes.bench_modes, max_new_tokens=sizes.bench_tokens)
         with rich_progress(progress, label="bench") as bar:
             report, _ = compare_modes(t, str(drafter), config.modes, demo_samples(sizes.bench_prompts), config,
                                       sps, bar)
@@ -336,11 +339,11 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
     chat_prompt = prompt_text(demo_samples(1, skip=sizes.bench_prompts + sizes.calibrate_prompts)[0])
 
     def chat_stage() -> dict:
-        from minispark.serving import build_serving
         from minispark.conversation import Conversation
+        from minispark.serving import build_serving
 
         t = get_target()
-        setup = build_serving(t, str(drafter), "schedule", recipe.block_size, sps=sps)
+        setup = build_serving(t, str(drafter), "schedule", sps=sps)
         with Conversation(t, setup.drafter, policy=setup.policy, max_new_tokens=sizes.chat_tokens,
                           seed=0) as conversation:
             turn = conversation.say(chat_prompt)

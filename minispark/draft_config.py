@@ -16,9 +16,10 @@ from typing import Literal
 
 import torch
 
+from minispark.identity import DTYPES
+
 HeadType = Literal["none", "vanilla", "gated", "rnn"]
 HEAD_TYPES: tuple[str, ...] = ("none", "vanilla", "gated", "rnn")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 CONFIG_VERSION = 1
 
 

@@ -24,7 +24,7 @@ Design notes §5–§7 and §10–§11 (logic follows DeepSpec's Qwen3 DSpark mo
 Training uses :meth:`DraftModel.forward_train` (anchor-packed rows, §10.2) followed by
 :meth:`DraftModel.head_logits` / :meth:`DraftModel.confidence_logits` on chunks of anchors.
 Inference uses a :class:`ContextCache` of per-layer context K/V (§11.2), :meth:`DraftModel.forward_block`
-and :meth:`DraftModel.sample_block`. Both paths share the same mask and layer code.
+and :meth:`DraftModel.draft_block`. Both paths share the same mask and layer code.
 
     .venv/bin/python -m pytest -q tests/test_draft_model.py
 """
@@ -40,7 +40,7 @@ from torch import nn
 
 from minispark.draft_config import DraftConfig
 from minispark.draft_heads import HEADS
-from minispark.drafters.base import LengthPolicy, Proposal
+from minispark.draft_block import DraftBlock
 from minispark.sampling import SamplingConfig, probabilities, sample
 
 if TYPE_CHECKING:
@@ -265,11 +265,6 @@ class DraftModel(nn.Module):
         model.lm_head.requires_grad_(False)
         return model
 
-    def trainable_state_dict(self) -> dict[str, torch.Tensor]:
-        """Weights a checkpoint stores: everything but the frozen embedding and lm_head."""
-        frozen = ("embed_tokens.", "lm_head.")
-        return {k: v for k, v in self.state_dict().items() if not k.startswith(frozen)}
-
     # ---- backbone -------------------------------------------------------------------------
 
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -387,54 +382,55 @@ class DraftModel(nn.Module):
         mask = block_attention_mask(cache.positions[None], anchor_positions, self.config.block_size, self.config.window)
         return self.backbone(ids, positions, cache.layer_kv(), mask)[0]
 
-    @torch.no_grad()
-    def sample_block(
-        self,
-        hidden: torch.Tensor,
-        anchor_token: torch.Tensor,
-        policy: LengthPolicy,
-        sampling: SamplingConfig,
-        generator: torch.Generator | None,
-    ) -> Proposal:
-        """The sequential stage (§6.4): left→right, ask ``policy.admit(k, c_k)`` before drawing x_k,
-        then draw x_k from p_k = probabilities(U_k + B_k(x_{k−1}, …)). ``hidden`` is (γ, d)."""
-        prev = anchor_token.reshape(()).to(hidden.device)
-        state = self.markov.initial_state(hidden[0]) if self.markov is not None else None
-        # The parallel pass's base logits U_k for every position in one GEMM: the lm_head weights are
-        # read once per block, not once per position (they dominate the sequential loop's memory traffic).
-        base = self.lm_head(hidden)  # (γ, N)
-        tokens, probs, confidences = [], [], []
-        for k in range(1, hidden.shape[0] + 1):
-            h = hidden[k - 1]  # (d,)
-            prev_emb = self.markov.prev_embedding(self.draft_index(prev)) if self.markov is not None else None  # (r,)
-            c = None
-            if self.confidence_proj is not None:
-                # c_k uses h_k and x_{k−1} only: it is known before x_k is drawn (non-anticipation).
-                c = torch.sigmoid(self._confidence_logits(h, prev_emb))
-            if not policy.admit(k, None if c is None else float(c)):
-                break
-            if c is not None:
-                confidences.append(c)
-            logits = base[k - 1]  # (N,)
-            if self.markov is not None:
-                state, bias = self.markov.step(state, prev_emb, h)
-                logits = logits + bias
-            if sampling.greedy:
-                prev = self.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: probs=None says so
-            else:
-                p = probabilities(logits.float(), sampling)  # (N,)
-                prev = self.target_ids(sample(p, generator))
-                probs.append(p)
-            tokens.append(prev)
-        if not tokens:
-            return Proposal.empty(hidden.device)
-        p_d = torch.stack(probs) if probs else None  # (ℓ, N)
-        if p_d is not None and self.config.draft_vocab:
+    def draft_block(self, hidden: torch.Tensor, anchor_token: torch.Tensor, sampling: SamplingConfig,
+                    generator: torch.Generator | None) -> "SequentialBlock":
+        """The sequential stage (§6.4) over the block whose backbone output is ``hidden`` (γ, d),
+        drawn lazily as the engine's scheduler asks (see :mod:`minispark.draft_block`)."""
+        return SequentialBlock(self, hidden, anchor_token, sampling, generator)
+
+
+class SequentialBlock(DraftBlock):
+    """x_k ~ p_k = probabilities(U_k + B_k(x_{k−1}, …)) left to right; c_k from h_k and x_{k−1}.
+
+    The base logits U_k of all positions come from one GEMM up front: the lm_head weights are read
+    once per block, not once per position (they dominate the sequential loop's memory traffic)."""
+
+    def __init__(self, model: DraftModel, hidden: torch.Tensor, anchor_token: torch.Tensor,
+                 sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        super().__init__(hidden.shape[0], hidden.device)
+        self.model, self.hidden, self.sampling, self.generator = model, hidden, sampling, generator
+        self.prev = anchor_token.reshape(()).to(hidden.device)  # x_{k−1}, as a target id
+        self.state = model.markov.initial_state(hidden[0]) if model.markov is not None else None
+        self.base = model.lm_head(hidden)  # (γ, N)
+        self._prev_emb: torch.Tensor | None = None  # (r,) Markov embedding of x_{k−1}, for c_k and B_k
+        self._prev_emb_for = 0  # the k it was computed for
+
+    def _previous_embedding(self, k: int) -> torch.Tensor | None:
+        if self.model.markov is None:
+            return None
+        if self._prev_emb_for != k:
+            self._prev_emb = self.model.markov.prev_embedding(self.model.draft_index(self.prev))
+            self._prev_emb_for = k
+        return self._prev_emb
+
+    def _confidence(self, k: int) -> torch.Tensor | None:
+        if self.model.confidence_proj is None:
+            return None
+        # c_k uses h_k and x_{k−1} only: it is known before x_k is drawn (non-anticipation).
+        return torch.sigmoid(self.model._confidence_logits(self.hidden[k - 1], self._previous_embedding(k)))
+
+    def _draw(self, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        model = self.model
+        logits = self.base[k - 1]  # (N,)
+        if model.markov is not None:
+            self.state, bias = model.markov.step(self.state, self._previous_embedding(k), self.hidden[k - 1])
+            logits = logits + bias
+        if self.sampling.greedy:
+            self.prev = model.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: None says so
+            return self.prev, None
+        p = probabilities(logits.float(), self.sampling)  # (N,)
+        self.prev = model.target_ids(sample(p, self.generator))
+        if model.config.draft_vocab:
             # p_d over the whole target vocabulary, exactly zero outside the draft vocabulary.
-            full = p_d.new_zeros(p_d.shape[0], self.config.vocab_size)  # (ℓ, V)
-            p_d = full.index_copy_(1, self.vocab_ids, p_d)
-        return Proposal(
-            tokens=torch.stack(tokens),  # (ℓ,)
-            probs=p_d,  # (ℓ, V); None = one-hot (greedy)
-            confidences=torch.stack(confidences) if confidences else None,  # (ℓ,)
-        )
+            p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,)
+        return self.prev, p

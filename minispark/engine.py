@@ -1,13 +1,15 @@
-"""The speculative decoding loop: propose → verify → accept → commit.
+"""The speculative decoding loop: propose → schedule → verify → accept → commit.
 
 The engine sees token ids and tensors only (prompts, templates and images stay in ``target``).
 One round:
 
-1. propose: the drafter proposes x_1..x_ℓ after the anchor (the last committed token), asking the
-   length policy before each token; ℓ = 0 is a plain decode step.
-2. verify:  ONE target forward over [anchor, x_1..x_ℓ] on the KV cache.
-3. accept:  greedy or rejection sampling (``accept.py``) → n accepted drafts and one next token.
-4. commit:  crop the target KV cache to the committed length (no re-prefill) and hand the drafter
+1. propose:  the drafter returns a draft block after the anchor (the last committed token):
+   up to γ positions with p_d and confidences, drawn lazily (``draft_block.DraftBlock``).
+2. schedule: the length policy admits positions in order, each from c_k before x_k is drawn
+   (``schedule.scheduled_length``) → the proposal x_1..x_ℓ; ℓ = 0 is a plain decode step.
+3. verify:   ONE target forward over [anchor, x_1..x_ℓ] on the KV cache.
+4. accept:   greedy or rejection sampling (``accept.py``) → n accepted drafts and one next token.
+5. commit:   crop the target KV cache to the committed length (no re-prefill) and hand the drafter
    the features of the newly cached tokens.
 
 The anchor is never in the target KV cache: the prefill covers the prompt minus its last token,
@@ -29,8 +31,10 @@ from typing import Callable
 import torch
 
 from minispark.accept import accept as accept_rule
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, Proposal
+from minispark.draft_block import DraftBlock, Proposal
+from minispark.drafters.base import Drafter
 from minispark.sampling import SamplingConfig, make_generator
+from minispark.schedule import FixedLength, LengthPolicy, scheduled_length
 from minispark.target import PromptInputs, StepOutput, TargetSession
 
 
@@ -47,6 +51,7 @@ class GenerationStats:
     prefill_s: float = 0.0
     wall_s: float = 0.0
     # Seconds spent in each step, summed over rounds (bench's per-round breakdown, issue 10).
+    # propose_s is the drafter's time: the block's forward and the draws the schedule step makes.
     propose_s: float = 0.0
     verify_s: float = 0.0
     accept_commit_s: float = 0.0
@@ -131,19 +136,20 @@ def prefill(session: TargetSession, drafter: Drafter, prompt: PromptInputs, reus
     return keep
 
 
-def propose(drafter: Drafter, state: DecodeState, session: TargetSession, policy: LengthPolicy,
-            sampling: SamplingConfig, generator: torch.Generator) -> Proposal:
-    """Step 1: draft tokens after the anchor, the policy consulted before each one."""
-    policy.start_round(state.ids.numel())
+def propose(drafter: Drafter, state: DecodeState, session: TargetSession, sampling: SamplingConfig,
+            generator: torch.Generator) -> DraftBlock:
+    """Step 1: the drafter's block after the anchor (nothing drawn past what the schedule asks)."""
     anchor_position = int(session.text_positions(session.cache_length, 1)[0])
-    proposal = drafter.propose(state.ids, anchor_position, policy, sampling, generator)
-    if len(proposal) > policy.max_tokens:
-        raise RuntimeError(f"drafter {drafter.name} proposed {len(proposal)} > {policy.max_tokens} tokens")
-    return proposal
+    return drafter.propose(state.ids, anchor_position, sampling, generator)
+
+
+def schedule(block: DraftBlock, policy: LengthPolicy, state: DecodeState) -> Proposal:
+    """Step 2: the prefix of the block to verify, admitted position by position before each draw."""
+    return block.proposal(scheduled_length(policy, block.confidence, block.size, state.ids.numel()))
 
 
 def verify(session: TargetSession, state: DecodeState, proposal: Proposal) -> StepOutput:
-    """Step 2: one target forward over [anchor, x_1..x_ℓ] → (ℓ+1, V) logits."""
+    """Step 3: one target forward over [anchor, x_1..x_ℓ] → (ℓ+1, V) logits."""
     device = session.target.device
     block = torch.cat([state.anchor, proposal.tokens.cpu()]).to(device)  # (ℓ+1,)
     return session.step(block)
@@ -151,7 +157,7 @@ def verify(session: TargetSession, state: DecodeState, proposal: Proposal) -> St
 
 def accept(proposal: Proposal, verified: StepOutput, sampling: SamplingConfig,
            generator: torch.Generator) -> tuple[int, int]:
-    """Step 3: how many drafts survive, and the token the target emits after them."""
+    """Step 4: how many drafts survive, and the token the target emits after them."""
     device = verified.logits.device
     draft_probs = proposal.probs.to(device) if proposal.probs is not None else None
     return accept_rule(proposal.tokens.to(device), draft_probs, verified.logits, sampling, generator)
@@ -159,7 +165,7 @@ def accept(proposal: Proposal, verified: StepOutput, sampling: SamplingConfig,
 
 def commit(session: TargetSession, drafter: Drafter, state: DecodeState, proposal: Proposal,
            accepted: int, next_token: int, verified: StepOutput) -> list[int]:
-    """Step 4: keep [anchor, x_1..x_n] in the KV cache, append [x_1..x_n, next] to the sequence."""
+    """Step 5: keep [anchor, x_1..x_n] in the KV cache, append [x_1..x_n, next] to the sequence."""
     start = session.cache_length - len(proposal) - 1  # cache length before this round's verify
     session.crop(start + accepted + 1)
     cached = torch.cat([state.anchor, proposal.tokens[:accepted].cpu()])  # (n+1,)
@@ -240,7 +246,8 @@ def speculative_generate(
             reason = "interrupted"
             break
         t_start = _now(device)
-        proposal = propose(drafter, state, session, policy, sampling, generator)
+        block = propose(drafter, state, session, sampling, generator)
+        proposal = schedule(block, policy, state)
         t_proposed = _now(device)
         verified = verify(session, state, proposal)
         t_verified = _now(device)

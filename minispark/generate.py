@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.drafters.lookup import LookupDrafter
 from minispark.engine import GenerationResult, speculative_generate
 from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig, make_generator
+from minispark.schedule import FixedLength, LengthPolicy
 from minispark.target import Target
 
 #: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
@@ -49,7 +50,7 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     """The shipped drafter for ``target``: a directory under ``drafters/`` whose ``config.json``
     names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
     target name, which loading then checks), or None when nothing matches."""
-    from minispark.recipes import target_id
+    from minispark.identity import target_id
 
     want = target_id(target.identity())
     same_name = []
@@ -73,12 +74,12 @@ def make_drafter(spec: str, target: Target) -> Drafter:
         return LookupDrafter()
     if Path(spec).is_dir():
         from minispark.drafters.dspark import load_drafter
-        from minispark.recipes import target_id
+        from minispark.identity import target_id
 
         try:
             drafter = load_drafter(Path(spec), target.model.get_input_embeddings().weight, target.lm_head.weight,
                                    target.device, target_identity=target_id(target.identity()))
-        except ValueError as exc:
+        except (ValueError, MinisparkError) as exc:
             raise MinisparkError(f"--drafter {spec}: {exc}") from None
         target.check_layers(drafter.feature_layers)
         return drafter
@@ -133,7 +134,7 @@ def generate(
     drafter: Drafter | str = "none",
     sampling: SamplingConfig = SamplingConfig(),
     policy: LengthPolicy | None = None,
-    gamma: int = 7,
+    gamma: int | None = None,
     max_new_tokens: int = 256,
     stop_strings: Sequence[str] = (),
     seed: int | None = None,
@@ -143,7 +144,7 @@ def generate(
     if isinstance(drafter, str):
         drafter = make_drafter(drafter, target)
     if policy is None:
-        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else gamma)
+        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, gamma))
     inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
     generator = make_generator(seed, target.device)
     used_seed = generator.initial_seed()

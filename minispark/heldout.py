@@ -115,7 +115,7 @@ def main(argv: list[str]) -> None:
     import json
     import sys
 
-    from minispark.drafters.dspark import load_draft_model
+    from minispark.checkpoint import load_draft_model
     from minispark.target import load_target
 
     if len(argv) < 2:

@@ -401,11 +401,6 @@ def target_dims(target: Any) -> TargetDims:
                       tie_embeddings=bool(getattr(target.model.config, "tie_word_embeddings", False)))
 
 
-def target_id(identity: dict[str, str]) -> str:
-    """The string a drafter records as its target (``DraftConfig.target``): name@weights-hash."""
-    return f"{identity['name']}@{identity['weights_hash']}"
-
-
 def mask_token(config: TrainConfig, target: Any) -> int:
     """The recipe's mask id (checked), else the first id past the tokenizer (an id no text can produce)."""
     if config.mask_token_id is not None:

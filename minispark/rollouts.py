@@ -17,11 +17,15 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from minispark.calibrate import CALIBRATION_FILE, Calibration, fit_sts, position_metrics
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, Proposal
+from minispark.calibrate import Calibration, fit_sts, position_metrics
+from minispark.checkpoint import CALIBRATION_FILE, sampling_record
+from minispark.draft_block import DraftBlock
+from minispark.drafters.base import Drafter
 from minispark.engine import speculative_generate
 from minispark.errors import MinisparkError
+from minispark.identity import target_id
 from minispark.sampling import SamplingConfig, make_generator
+from minispark.schedule import FixedLength
 from minispark.target import PromptInputs, Target
 
 
@@ -37,19 +41,21 @@ class RecordingDrafter(Drafter):
         self.feature_layers = inner.feature_layers
         self.confidences: list[list[float]] = []
         self.accepted: list[int] = []
+        self._block: DraftBlock | None = None  # this round's block (its confidences grow as it is scheduled)
 
     def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
         self.inner.reset(cached_ids, features, text_positions)
 
-    def propose(self, ids: torch.Tensor, anchor_position: int, policy: LengthPolicy, sampling: SamplingConfig,
-                generator: torch.Generator) -> Proposal:
-        proposal = self.inner.propose(ids, anchor_position, policy, sampling, generator)
-        confidences = proposal.confidences.tolist() if proposal.confidences is not None else []
-        self.confidences.append(confidences)
-        return proposal
+    def propose(self, ids: torch.Tensor, anchor_position: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> DraftBlock:
+        # The block's confidences list grows as the engine schedules it; read at commit, it holds
+        # every position the round drew.
+        self._block = self.inner.propose(ids, anchor_position, sampling, generator)
+        return self._block
 
     def commit(self, num_accepted: int, new_cached_ids: torch.Tensor, features: torch.Tensor | None,
                text_positions: torch.Tensor) -> None:
+        self.confidences.append([float(c) for c in self._block.confidences[: len(self._block.tokens)]])
         self.accepted.append(num_accepted)
         self.inner.commit(num_accepted, new_cached_ids, features, text_positions)
 
@@ -80,18 +86,19 @@ def collect_rollouts(target: Target, drafter: Drafter, prompts: Sequence[PromptI
     return Rollouts(confidences=table, accepted=np.asarray(recorder.accepted, dtype=np.int64))
 
 
-def calibrate_drafter(target: Target, drafter_dir: str | Path, prompts: Sequence[PromptInputs], gamma: int,
-                      sampling: SamplingConfig, max_new_tokens: int = 128, seed: int = 0,
+def calibrate_drafter(target: Target, drafter: Drafter, drafter_dir: str | Path, prompts: Sequence[PromptInputs],
+                      gamma: int, sampling: SamplingConfig, max_new_tokens: int = 128, seed: int = 0,
                       progress: Callable[[int], None] | None = None) -> dict:
-    """Roll out, fit STS, save it as ``calibration.json`` in the drafter directory, report before/after."""
-    from minispark.generate import make_drafter
-
-    drafter = make_drafter(str(drafter_dir), target)
+    """Roll out ``drafter`` (loaded from ``drafter_dir``, e.g. by ``serving.build_serving``), fit
+    STS, save it as ``calibration.json`` in the drafter directory, report before/after."""
     rollouts = collect_rollouts(target, drafter, prompts, gamma, sampling, max_new_tokens, seed, progress)
     if len(rollouts.accepted) == 0:
         raise MinisparkError("calibration: no rounds were recorded (empty prompts?)")
     calibration: Calibration = fit_sts(rollouts.confidences, rollouts.accepted, drafter=str(drafter_dir),
                                        target=target.name)
+    # What loading checks (checkpoint.load_calibration): the target and the sampling fitted for.
+    calibration.target_identity = target_id(target.identity())
+    calibration.sampling = sampling_record(sampling)
     path = calibration.save(Path(drafter_dir) / CALIBRATION_FILE)
     before = position_metrics(rollouts.confidences, rollouts.accepted)
     after = position_metrics(rollouts.confidences, rollouts.accepted, calibration)

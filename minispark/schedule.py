@@ -8,11 +8,14 @@ positions in order of decreasing survival while expected throughput Θ = τ · S
 depends on the realised x_k, so looking past a drop would let x_k's own value decide whether x_k
 is verified, which biases the output away from the target distribution.
 
+* :func:`scheduled_length` — the engine's schedule step: the one admit loop, asking a
+  :class:`LengthPolicy` about position k with c_k before x_k is drawn.
 * :func:`algorithm1` — the batched form, R requests at once (Algorithm 1, verbatim).
 * :class:`ScheduledLength` — the batch-1 form (§8.1) as an incremental :class:`LengthPolicy`: each
   ``admit(k, c_k)`` costs a few float operations and never needs c_{k+1}.
 * :class:`ThresholdLength` — the repo's offline mode (§11): stop at the first c_k < threshold.
-* :func:`make_length_policy` — builds any of them (plus ``FixedLength``) from a :class:`LengthMode`.
+* :class:`FixedLength` — always γ tokens (the classic fixed-length speculative decoding).
+* :func:`make_length_policy` — builds any of them from a :class:`LengthMode`.
 
 Jagged SPS curves (§12.5) break Θ's unimodality, so the break can stop before the global maximum;
 that is the price of using same-round confidences. The part of the jaggedness that comes from the
@@ -29,10 +32,10 @@ from __future__ import annotations
 import enum
 import random
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from minispark.drafters.base import FixedLength, LengthPolicy
 from minispark.errors import MinisparkError
 from minispark.sps import SPSTable, monotone_envelope
 
@@ -50,6 +53,49 @@ def _check_confidence(c: float, where: str) -> float:
     if not 0.0 <= c <= 1.0:  # also rejects NaN
         raise ValueError(f"{where}: confidence must be in [0, 1], got {c}")
     return c
+
+
+class LengthPolicy(ABC):
+    """Decides, position by position, whether to extend this round's proposal (up to ``gamma``)."""
+
+    gamma: int
+
+    @abstractmethod
+    def start_round(self, context_length: int) -> None:
+        """Reset per-round state; ``context_length`` is the committed length (SPS depends on it)."""
+
+    @abstractmethod
+    def admit(self, position: int, confidence: float | None) -> bool:
+        """Admit draft position ``position`` (1-based) given its confidence c_k (None if unknown)."""
+
+
+class FixedLength(LengthPolicy):
+    """Always propose γ tokens (the classic fixed-length speculative decoding)."""
+
+    def __init__(self, gamma: int) -> None:
+        if gamma < 0:
+            raise MinisparkError(f"--gamma must be >= 0, got {gamma}")
+        self.gamma = gamma
+
+    def start_round(self, context_length: int) -> None:
+        pass
+
+    def admit(self, position: int, confidence: float | None) -> bool:
+        return position <= self.gamma
+
+
+def scheduled_length(policy: LengthPolicy, confidence: Callable[[int], float | None], available: int,
+                     context_length: int) -> int:
+    """The admit loop (batch-1 schedule step): how many of ``available`` draft positions to verify.
+
+    ``confidence(k)`` is c_k, known before x_k is drawn (``DraftBlock.confidence``); the loop asks
+    the policy in order and stops at its first refusal, so x_k's value never decides x_k's fate."""
+    policy.start_round(context_length)
+    limit = min(available, policy.gamma)
+    length = 0
+    while length < limit and policy.admit(length + 1, confidence(length + 1)):
+        length += 1
+    return length
 
 
 def algorithm1(confidences: Sequence[Sequence[float]], sps: Callable[[int], float]) -> list[int]:
@@ -117,24 +163,24 @@ class ScheduledLength(LengthPolicy):
     def __init__(
         self,
         sps_table: SPSTable,
-        max_tokens: int,
+        gamma: int,
         calibration: Calibration | None = None,
         envelope: bool = True,
     ) -> None:
-        if max_tokens < 0:
-            raise ValueError(f"--gamma must be >= 0, got {max_tokens}")
-        if sps_table.max_tokens < max_tokens + 1:
+        if gamma < 0:
+            raise ValueError(f"--gamma must be >= 0, got {gamma}")
+        if sps_table.max_tokens < gamma + 1:
             raise MinisparkError(
                 f"SPS table {sps_table.device}/{sps_table.target} covers up to "
-                f"{sps_table.max_tokens} tokens, but γ={max_tokens} needs {max_tokens + 1} "
+                f"{sps_table.max_tokens} tokens, but γ={gamma} needs {gamma + 1} "
                 f"(anchor + drafts); re-profile with more tokens or lower --gamma"
             )
-        if calibration is not None and len(calibration.temperatures) < max_tokens:
+        if calibration is not None and len(calibration.temperatures) < gamma:
             raise MinisparkError(
-                f"calibration has {len(calibration.temperatures)} temperatures but γ={max_tokens}; "
+                f"calibration has {len(calibration.temperatures)} temperatures but γ={gamma}; "
                 f"re-run calibration with this γ"
             )
-        self.max_tokens = max_tokens
+        self.gamma = gamma
         self.sps_table = sps_table
         self.calibration = calibration
         self.envelope = envelope
@@ -143,7 +189,7 @@ class ScheduledLength(LengthPolicy):
 
     def start_round(self, context_length: int) -> None:
         if context_length != self._context:  # the curve only changes with the context length
-            curve = self.sps_table.curve(self.max_tokens + 1, context_length)
+            curve = self.sps_table.curve(self.gamma + 1, context_length)
             # _curve[k] = SPS(1 + k); _source[k] = drafts whose verify achieves it (k when raw)
             self._curve, self._source = (
                 monotone_envelope(curve) if self.envelope else (curve, list(range(len(curve))))
@@ -166,7 +212,7 @@ class ScheduledLength(LengthPolicy):
         self._next += 1
         if position <= self._pad_until:
             return True  # padding, fixed when the rule stopped: c_position is not read
-        if not self._open or position > self.max_tokens:
+        if not self._open or position > self.gamma:
             self._open = False
             return False
         if confidence is None:
@@ -189,20 +235,20 @@ class ScheduledLength(LengthPolicy):
 class ThresholdLength(LengthPolicy):
     """Admit positions while the raw c_k >= ``threshold`` (the repo's offline mode, §11)."""
 
-    def __init__(self, threshold: float, max_tokens: int) -> None:
+    def __init__(self, threshold: float, gamma: int) -> None:
         if not 0.0 <= threshold <= 1.0:
             raise ValueError(f"--threshold must be in [0, 1], got {threshold}")
-        if max_tokens < 0:
-            raise ValueError(f"--gamma must be >= 0, got {max_tokens}")
+        if gamma < 0:
+            raise ValueError(f"--gamma must be >= 0, got {gamma}")
         self.threshold = threshold
-        self.max_tokens = max_tokens
+        self.gamma = gamma
         self._open = True
 
     def start_round(self, context_length: int) -> None:
         self._open = True
 
     def admit(self, position: int, confidence: float | None) -> bool:
-        if not self._open or position > self.max_tokens:
+        if not self._open or position > self.gamma:
             self._open = False
             return False
         if confidence is None:
@@ -223,7 +269,7 @@ class LengthMode(enum.StrEnum):
 
 def make_length_policy(
     mode: LengthMode | str,
-    max_tokens: int,
+    gamma: int,
     *,
     has_confidence: bool,
     threshold: float | None = None,
@@ -238,16 +284,16 @@ def make_length_policy(
     """
     mode = LengthMode(mode)
     if mode is LengthMode.FIXED:
-        return FixedLength(max_tokens)
+        return FixedLength(gamma)
     if not has_confidence:
         raise MinisparkError(NO_CONFIDENCE.format(mode=mode.value))
     if mode is LengthMode.THRESHOLD:
         if threshold is None:
             raise MinisparkError("length policy 'threshold' needs a threshold (e.g. 0.5)")
-        return ThresholdLength(threshold, max_tokens)
+        return ThresholdLength(threshold, gamma)
     if sps_table is None:
         raise MinisparkError("length policy 'schedule' needs an SPS table (see minispark.sps)")
-    return ScheduledLength(sps_table, max_tokens, calibration, envelope)
+    return ScheduledLength(sps_table, gamma, calibration, envelope)
 
 
 def scheduler_cost_us(
@@ -266,13 +312,16 @@ def scheduler_cost_us(
     rows = [[rng.uniform(0.7, 1.0) for _ in range(gamma)] for _ in range(256)]
 
     calls = 0
+
+    def confidence(k: int) -> float:
+        nonlocal calls
+        calls += 1
+        return row[k - 1]
+
     start = time.perf_counter()
     for i in range(rounds):
-        policy.start_round(0)
-        for k, c in enumerate(rows[i % len(rows)], start=1):
-            calls += 1
-            if not policy.admit(k, c):
-                break
+        row = rows[i % len(rows)]
+        scheduled_length(policy, confidence, gamma, 0)
     elapsed = time.perf_counter() - start
 
     batches = [rows[i : i + requests] for i in range(0, len(rows) - requests + 1, requests)]

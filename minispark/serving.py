@@ -1,11 +1,17 @@
-"""What a serving command runs with: one place that resolves the drafter, the length policy and the SPS table.
+"""What a decoding command runs with: one builder resolves the drafter, γ, the SPS table, the
+calibration and the length policy for ``generate``, ``chat``, ``demo``, ``bench`` and ``calibrate``.
 
-``build_serving(target, drafter, mode, gamma, threshold, sps)`` applies the defaults every command
-shares (``generate``, ``chat``, ``demo``): the drafter shipped for the target under ``drafters/``
-(else the n-gram ``lookup`` drafter, with a hint on how to train one); ``schedule`` mode when the
-drafter has a confidence head and an SPS table matches this device and target (else ``threshold``
-mode, with a hint to run ``minispark profile``); γ from the drafter's checkpoint. An explicit
-``--drafter`` wins, and ``none`` means target-only decoding.
+``build_serving(target, drafter, mode, gamma, threshold, sps, sampling)`` applies the defaults every
+command shares (the constants are in :mod:`minispark.defaults`):
+
+* drafter: the one shipped for the target under ``drafters/`` (else the n-gram ``lookup`` drafter,
+  with a hint on how to train one); an explicit ``--drafter`` wins, ``none`` is target-only decoding;
+* γ: the drafter's block size (``DEFAULT_GAMMA`` for drafters without one); a larger γ is an error;
+* SPS table: the profiled table for this device, target, dtype and quantization; an explicit
+  ``--sps`` table profiled for something else gets a one-line warning (an error with ``strict``);
+* mode: ``schedule`` when the drafter has a confidence head and a table exists (else ``threshold``,
+  with a hint to run ``minispark profile``); ``fixed`` without a confidence head;
+* calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
 
     .venv/bin/python -m pytest -q tests/test_chat.py -k defaults
 """
@@ -15,53 +21,69 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
+from minispark.calibrate import Calibration
+from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.errors import MinisparkError
-from minispark.sps import SPSTable, SPSTableError
+from minispark.identity import device_name, dtype_name, target_id, target_quantization
+from minispark.sampling import SamplingConfig
+from minispark.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
+from minispark.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch
 from minispark.target import Target
 
-DEFAULT_THRESHOLD = 0.5
 TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
               "`minispark cache` + `minispark train` and pass --drafter DIR")
 PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
 
+
 @dataclass
 class ServingSetup:
-    """The drafter, its length policy and the SPS table a command runs with, and why (hints)."""
+    """The drafter, γ, length policy, SPS table and calibration a command runs with, and why (hints)."""
 
     drafter: Drafter
     drafter_spec: str
     mode: str
+    gamma: int
     policy: LengthPolicy
     sps_table: SPSTable | None
+    calibration: Calibration | None = None
+    threshold: float = DEFAULT_THRESHOLD
     hints: list[str] = field(default_factory=list)
 
+    def policy_for(self, mode: str, envelope: bool = True) -> LengthPolicy:
+        """A fresh policy of another mode with the same drafter, γ, table and calibration (bench
+        runs several side by side); schedule mode without a table uses the generic curve."""
+        if isinstance(self.drafter, NoDrafter):
+            return FixedLength(0)
+        return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
+                                  threshold=self.threshold, sps_table=self.sps_table or SPSTable.generic(),
+                                  calibration=self.calibration, envelope=envelope)
 
-def matching_sps_table(target: Target, path: Path | None) -> SPSTable | None:
-    """``path`` if given, else the profiled table for this device, target and precision, else None."""
-    from minispark.profile import SHIPPED_TABLES, device_name, dtype_name, target_quantization
-    from minispark.sps import find_table
 
+def matching_sps_table(target: Target, path: Path | None, strict: bool = False) -> tuple[SPSTable | None, str | None]:
+    """``path`` if given (with a one-line warning when it was profiled for another device, target,
+    dtype or quantization; ``strict`` refuses it), else the profiled table for this run, else None."""
+    device, dtype, quantization = device_name(target.device), dtype_name(target.dtype), target_quantization(target)
     if path is not None:
-        return SPSTable.load(path)
+        table = SPSTable.load(path)
+        return table, table_mismatch(table, path, device=device, target=target.name, dtype=dtype,
+                                     quantization=quantization, strict=strict)
     try:
-        return find_table(SHIPPED_TABLES, device_name(target.device), target.name, dtype=dtype_name(target.dtype),
-                          quantization=target_quantization(target), strict=True)
+        return find_table(SHIPPED_TABLES, device, target.name, dtype=dtype, quantization=quantization,
+                          strict=True), None
     except SPSTableError:
-        return None
+        return None, None
 
 
 def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
-                  threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None) -> ServingSetup:
-    """Resolve the defaults: the shipped drafter for the target (else ``lookup`` and a hint);
-    schedule mode with the device's SPS table (else threshold mode and a hint); fixed γ for
-    drafters without a confidence head."""
-    from minispark.calibrate import drafter_calibration
+                  threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None,
+                  sampling: SamplingConfig | None = None, strict: bool = False) -> ServingSetup:
+    """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`."""
+    from minispark.checkpoint import load_calibration
     from minispark.generate import default_drafter, make_drafter
-    from minispark.schedule import make_length_policy
 
-    if mode not in (None, "fixed", "threshold", "schedule"):
-        raise MinisparkError(f"--mode {mode}: choose fixed, threshold or schedule")
+    if mode is not None and mode not in LengthMode.__members__.values():
+        raise MinisparkError(f"--mode {mode}: choose {', '.join(m.value for m in LengthMode)}")
     hints = []
     draft = None
     if drafter is None:
@@ -76,9 +98,10 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
             hints.append(TRAIN_HINT.format(target=target.name))
     if draft is None:
         draft = make_drafter(drafter, target)
-    if gamma is None:
-        gamma = draft.config.block_size if hasattr(draft, "config") else 7
-    table = matching_sps_table(target, sps)
+    gamma = resolve_gamma(draft, drafter, gamma)
+    table, mismatch = matching_sps_table(target, sps, strict)
+    if mismatch:
+        hints.append(mismatch)
     chosen = mode is None
     if mode is None:
         mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
@@ -89,10 +112,11 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         elif mode == "threshold" and chosen:
             fallback = f"threshold mode ({threshold:g})"
         hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback))
-    if isinstance(draft, NoDrafter):
-        policy: LengthPolicy = FixedLength(0)
-    else:
-        calibration = drafter_calibration(drafter) if Path(drafter).is_dir() else None
-        policy = make_length_policy(mode, gamma, has_confidence=draft.has_confidence, threshold=threshold,
-                                    sps_table=table, calibration=calibration)
-    return ServingSetup(draft, drafter, mode, policy, table, hints)
+    calibration = None
+    if draft.has_confidence and mode != "fixed":  # calibrate (fixed mode) refits it instead
+        calibration, warning = load_calibration(drafter, target_id(target.identity()), sampling)
+        if warning:
+            hints.append(warning)
+    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints)
+    setup.policy = setup.policy_for(mode)
+    return setup

@@ -35,8 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from minispark.drafters.base import FixedLength, LengthPolicy
-from minispark.schedule import ScheduledLength
+from minispark.schedule import FixedLength, LengthPolicy, ScheduledLength, scheduled_length
 from minispark.sps import SPSTable, monotone_envelope
 
 if TYPE_CHECKING:
@@ -78,15 +77,11 @@ def peeking_length(confidences: Sequence[float], sps_curve: Sequence[float]) -> 
 def causal_length(
     policy: LengthPolicy, confidence_after: Callable[[int], float | None], context_length: int = 0
 ) -> int:
-    """Run one round of ``policy`` the way a drafter does: ask about position k, then draw x_k.
+    """Run one round of ``policy`` the way the engine does: ask about position k, then draw x_k.
 
     ``confidence_after(k)`` gives c_k (computed from x_1..x_{k-1}); returns the admitted length.
     """
-    policy.start_round(context_length)
-    length = 0
-    while policy.admit(length + 1, confidence_after(length + 1)):
-        length += 1
-    return length
+    return scheduled_length(policy, confidence_after, policy.gamma, context_length)
 
 
 def theta_table(

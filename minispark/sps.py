@@ -10,7 +10,9 @@ are refused (the scheduler checks coverage when it is built, so a too-small tabl
 
 Tables live in ``sps_tables/<device>__<target>.json`` (names sanitised by :func:`sanitize_name`).
 :func:`find_table` picks the one for a device and target, and falls back, with a warning, to a
-deliberately pessimistic generic cost model when none matches.
+deliberately pessimistic generic cost model when none matches. A table given explicitly is checked
+against the run by :func:`table_mismatch` (a warning, or an error when strict). This module is the
+serving side; measuring is :mod:`minispark.profiler`'s.
 
     python -m minispark.sps sps_tables    # list and validate every table in a directory
 """
@@ -29,6 +31,10 @@ from typing import Any
 
 from minispark.atomic import write_json_atomic
 from minispark.errors import MinisparkError
+from minispark.identity import dtype_name, quantization_name
+
+#: The tables shipped with minispark (the repository's sps_tables/ next to the package).
+SHIPPED_TABLES = Path(__file__).resolve().parent.parent / "sps_tables"
 
 SCHEMA_VERSION = 1
 #: Fallback cost model: each verified token beyond the first adds this fraction of a one-token
@@ -324,6 +330,40 @@ def find_table(
     )
     return SPSTable.generic()
 
+
+
+def _stored_dtype(name: str) -> str:
+    """A table's dtype in the one vocabulary (a name outside it is compared as written)."""
+    try:
+        return dtype_name(name)
+    except MinisparkError:
+        return name
+
+
+def _device_matches(table_device: str, device: str) -> bool:
+    """As :func:`find_table` matches: the table's sanitised device name within the run's."""
+    return f"-{sanitize_name(table_device)}-" in f"-{sanitize_name(device)}-"
+
+
+def table_mismatch(table: SPSTable, source: str | Path, *, device: str, target: str, dtype: str,
+                   quantization: str, strict: bool = False) -> str | None:
+    """One line naming what an explicitly chosen table was profiled for that this run is not
+    (device, target, dtype, quantization), or None when it fits; ``strict`` raises instead."""
+    differ = []
+    if not _device_matches(table.device, device):
+        differ.append(f"device {table.device!r} (this run: {device!r})")
+    if sanitize_name(table.target) != sanitize_name(target):
+        differ.append(f"target {table.target!r} (this run: {target!r})")
+    if _stored_dtype(table.dtype) != dtype_name(dtype):
+        differ.append(f"dtype {table.dtype!r} (this run: {dtype_name(dtype)!r})")
+    if quantization_name(table.quantization) != quantization_name(quantization):
+        differ.append(f"quantization {table.quantization!r} (this run: {quantization_name(quantization)!r})")
+    if not differ:
+        return None
+    message = f"--sps {source}: profiled for another setup: {'; '.join(differ)}"
+    if strict:
+        raise SPSTableError(message)
+    return message + "; its speed estimates may not hold (--strict refuses)"
 
 if __name__ == "__main__":
     tables_dir = sys.argv[1] if len(sys.argv) > 1 else "sps_tables"

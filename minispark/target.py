@@ -21,11 +21,10 @@ import torch
 from minispark.atomic import write_json_atomic
 from minispark.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
+from minispark.identity import torch_dtype
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
-_DTYPES = {"fp32": torch.float32, "float32": torch.float32, "bf16": torch.bfloat16,
-           "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16}
 
 
 @dataclass
@@ -365,9 +364,10 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
         if device.type == "cuda":
             return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
         return torch.float32
-    if dtype not in _DTYPES:
-        raise MinisparkError(f"--dtype: unknown dtype {dtype!r} (choose from fp32, bf16, fp16)")
-    return _DTYPES[dtype]
+    try:
+        return torch_dtype(dtype)
+    except MinisparkError as exc:
+        raise MinisparkError(f"--dtype: {exc}") from None
 
 
 def resolve_device(device: str | None) -> torch.device:

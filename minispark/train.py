@@ -32,10 +32,8 @@ import contextlib
 import functools
 import json
 import math
-import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -44,19 +42,20 @@ from typing import Any
 
 import torch
 import torch.utils.checkpoint
-from safetensors.torch import load_file
 
-from minispark.atomic import write_text_atomic
 from minispark.anchor_batches import AnchorPlan, Batch, make_batch
+from minispark.atomic import write_text_atomic
 from minispark.cache_format import CacheReader, config_hash
-from minispark.draft_model import DraftConfig, DraftModel
-from minispark.drafters.dspark import CONFIG_FILE, WEIGHTS_FILE, save_drafter
+from minispark.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter
+from minispark.draft_config import DraftConfig
+from minispark.draft_model import DraftModel
 from minispark.draft_vocab import answer_token_counts, coverage, top_tokens
 from minispark.errors import MinisparkError
 from minispark.heldout import HeldoutProxy, HeldoutScore
+from minispark.identity import target_id
 from minispark.losses import LossStats, LossWeights, chunked_backward
 from minispark.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
-                               target_dims, target_id)
+                               target_dims)
 
 TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
@@ -226,15 +225,8 @@ class Trainer:
         row = {"step": self.step} | score.to_json()
         if self.best is None or score.tau > self.best["heldout_tau"]:
             self.best = row
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.out))
-            try:
-                save_drafter(self.model, tmp / BEST_DIR)
-                (tmp / BEST_DIR / CONFIG_FILE).write_text(self.draft_config.to_json() + "\n")
-                (tmp / BEST_DIR / HELDOUT_FILE).write_text(json.dumps(row) + "\n")
-                shutil.rmtree(self.out / BEST_DIR, ignore_errors=True)
-                os.replace(tmp / BEST_DIR, self.out / BEST_DIR)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
+            save_drafter(self.model, self.out / BEST_DIR, self.draft_config,
+                         extra=lambda tmp: (tmp / HELDOUT_FILE).write_text(json.dumps(row) + "\n"))
         return row | {"best_step": self.best["step"], "best_heldout_tau": self.best["heldout_tau"]}
 
     def train_one(self) -> tuple[LossStats, float, int]:
@@ -250,20 +242,17 @@ class Trainer:
     def save(self) -> Path:
         """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, prune old ones."""
         name = f"checkpoint-{self.step:06d}"
-        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.out))
-        try:
-            save_drafter(self.model, tmp / name)
-            (tmp / name / CONFIG_FILE).write_text(self.draft_config.to_json() + "\n")  # the inference dtype
-            (tmp / name / TRAIN_CONFIG_FILE).write_text(self.config.to_json() + "\n")
-            state = {"step": self.step, "optimizer": self.optimizer.state_dict(),
-                     "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(),
-                     "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-                     "cache_hash": self.cache_hash, "train_config": self.config.to_dict()}
-            torch.save(state, tmp / name / TRAINER_FILE)
-            shutil.rmtree(self.out / name, ignore_errors=True)
-            os.replace(tmp / name, self.out / name)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+        state = {"step": self.step, "optimizer": self.optimizer.state_dict(),
+                 "scheduler": self.scheduler.state_dict(), "rng": torch.get_rng_state(),
+                 "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+                 "cache_hash": self.cache_hash, "train_config": self.config.to_dict()}
+
+        def trainer_files(tmp: Path) -> None:
+            (tmp / TRAIN_CONFIG_FILE).write_text(self.config.to_json() + "\n")
+            torch.save(state, tmp / TRAINER_FILE)
+
+        # draft_config, not the model's: it records the inference dtype.
+        save_drafter(self.model, self.out / name, self.draft_config, extra=trainer_files)
         write_text_atomic(self.out / LATEST_FILE, name + "\n")
         # Only our own checkpoints (our name pattern, our trainer state) are ever pruned.
         kept = sorted(p for p in self.out.glob("checkpoint-*")
@@ -287,11 +276,10 @@ class Trainer:
                                  f"{getattr(self.config, key)!r}); it would change the next steps")
         if state["cache_hash"] != self.cache_hash:
             raise MinisparkError(f"--resume: {path} was trained on a different cache than {self.reader.directory}")
-        weights = load_file(str(path / WEIGHTS_FILE), device=str(self.config.resolved_device))
-        missing, unexpected = self.model.load_state_dict(weights, strict=False)
-        missing = [k for k in missing if not k.startswith(("embed_tokens.", "lm_head."))]
-        if missing or unexpected:
-            raise MinisparkError(f"--resume: {path / WEIGHTS_FILE} does not match the model ({missing or unexpected})")
+        try:
+            apply_weights(self.model, read_weights(path, self.config.resolved_device), path)
+        except MinisparkError as exc:
+            raise MinisparkError(f"--resume: {exc}") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
@@ -385,25 +373,13 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                 break
     # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
     best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
-    _export(best, report.drafter)
+    copy_drafter(best, report.drafter)
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started
     return report
 
 
 def _read_lines(path: Path) -> list[str]:
     return path.read_text().splitlines(keepends=True) if path.is_file() else []
-
-
-def _export(checkpoint: Path, drafter: Path) -> None:
-    """Copy a checkpoint's drafter files (config.json + model.safetensors) to ``drafter`` atomically."""
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=drafter.parent))
-    try:
-        for name in (CONFIG_FILE, WEIGHTS_FILE):
-            shutil.copy2(checkpoint / name, tmp / name)
-        shutil.rmtree(drafter, ignore_errors=True)
-        os.replace(tmp, drafter)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------- progress and metrics

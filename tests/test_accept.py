@@ -17,10 +17,11 @@ from scipy.stats import chisquare
 
 from minispark import accept as accept_module
 from minispark.accept import accept_greedy, accept_sampling, leading_true
-from minispark.drafters.base import Drafter, FixedLength, Proposal
+from minispark.draft_block import DraftBlock
+from minispark.drafters.base import Drafter
 from minispark.engine import speculative_generate
 from minispark.sampling import SamplingConfig, probabilities, sample
-from minispark.schedule import ScheduledLength
+from minispark.schedule import FixedLength, ScheduledLength
 from minispark.sps import SPSTable
 from minispark.target import PromptInputs, StepOutput
 
@@ -71,23 +72,47 @@ class FakeSession:
         return torch.arange(start, start + n)
 
 
+class TableBlock(DraftBlock):
+    """Draws x_k from DRAFT_TABLE given the two tokens before it. ``confidence(prev)`` gives c_k
+    from x_{k-1} (like the Markov confidence head); ``support`` restricts the draws to a draft
+    vocabulary, and ``honest=False`` then reports the unrestricted softmax (a wrong p_d)."""
+
+    def __init__(self, context: list[int], generator: torch.Generator, confidence=None, support=None,
+                 honest: bool = True) -> None:
+        super().__init__(BLOCK)
+        self.context, self.generator, self.confidence_of = context, generator, confidence
+        self.support, self.honest = support, honest
+
+    def _prefix(self) -> list[int]:
+        return self.context + [int(token) for token in self.tokens]
+
+    def _confidence(self, k: int) -> torch.Tensor | None:
+        return None if self.confidence_of is None else torch.tensor(self.confidence_of(self._prefix()[-1]))
+
+    def _draw(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        prefix = self._prefix()
+        logits = DRAFT_TABLE[prefix[-2], prefix[-1]]
+        reported = probabilities(logits, SamplingConfig(1.0))
+        if self.support is not None:
+            outside = torch.ones(VOCAB, dtype=torch.bool)
+            outside[list(self.support)] = False
+            p = probabilities(logits.masked_fill(outside, float("-inf")), SamplingConfig(1.0))
+            reported = p if self.honest else reported
+        else:
+            p = reported
+        return sample(p, self.generator), reported
+
+
+BLOCK = 4  # draft positions per block (≥ every γ below)
+
+
 class FakeDrafter(Drafter):
     """Samples each draft token from its own context-dependent distribution and reports it."""
 
     name = "fake"
 
-    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
-        context = ids.tolist()
-        tokens, probs = [], []
-        k = 1
-        while policy.admit(k, None):
-            p = probabilities(DRAFT_TABLE[context[-2], context[-1]], SamplingConfig(1.0))
-            token = int(sample(p, generator))
-            tokens.append(token)
-            probs.append(p)
-            context.append(token)
-            k += 1
-        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs))
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        return TableBlock(ids.tolist(), generator)
 
 
 class DraftVocabFakeDrafter(Drafter):
@@ -101,21 +126,8 @@ class DraftVocabFakeDrafter(Drafter):
     def __init__(self, honest: bool = True) -> None:
         self.honest = honest
 
-    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
-        context = ids.tolist()
-        outside = torch.ones(VOCAB, dtype=torch.bool)
-        outside[list(self.SUPPORT)] = False
-        tokens, probs = [], []
-        k = 1
-        while policy.admit(k, None):
-            logits = DRAFT_TABLE[context[-2], context[-1]]
-            p = probabilities(logits.masked_fill(outside, float("-inf")), SamplingConfig(1.0))
-            token = int(sample(p, generator))
-            tokens.append(token)
-            probs.append(p if self.honest else probabilities(logits, SamplingConfig(1.0)))
-            context.append(token)
-            k += 1
-        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs))
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        return TableBlock(ids.tolist(), generator, support=self.SUPPORT, honest=self.honest)
 
 
 class ConfidentFakeDrafter(FakeDrafter):
@@ -124,25 +136,8 @@ class ConfidentFakeDrafter(FakeDrafter):
 
     has_confidence = True
 
-    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
-        context = ids.tolist()
-        tokens, probs, confidences = [], [], []
-        k = 1
-        while k <= policy.max_tokens:
-            confidence = self.confidence(context[-1])
-            if not policy.admit(k, confidence):
-                break
-            p = probabilities(DRAFT_TABLE[context[-2], context[-1]], SamplingConfig(1.0))
-            token = int(sample(p, generator))
-            tokens.append(token)
-            probs.append(p)
-            confidences.append(confidence)
-            context.append(token)
-            k += 1
-        if not tokens:
-            return Proposal.empty()
-        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long), probs=torch.stack(probs),
-                        confidences=torch.tensor(confidences))
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        return TableBlock(ids.tolist(), generator, confidence=self.confidence)
 
     def confidence(self, prev: int) -> float:
         return 0.95 if prev % 2 == 0 else 0.35

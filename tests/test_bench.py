@@ -24,9 +24,11 @@ from minispark.bench import (
     run_bench,
 )
 from minispark.cli import app
-from minispark.drafters.base import Drafter, FixedLength, Proposal
+from minispark.draft_block import FixedBlock
+from minispark.drafters.base import Drafter
 from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig
+from minispark.schedule import FixedLength
 from minispark.sps import SPSTable
 from minispark.target import load_target
 
@@ -52,11 +54,8 @@ class JunkDrafter(Drafter):
     def __init__(self, vocab: int) -> None:
         self.vocab = vocab
 
-    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
-        length = 0
-        while length < policy.max_tokens and policy.admit(length + 1, None):
-            length += 1
-        return Proposal(tokens=torch.full((length,), (int(ids[-1]) + 1) % self.vocab, dtype=torch.long))
+    def propose(self, ids, anchor_position, sampling, generator) -> FixedBlock:
+        return FixedBlock(torch.full((GAMMA,), (int(ids[-1]) + 1) % self.vocab, dtype=torch.long))
 
 
 def broken_mode(target) -> Mode:

@@ -21,12 +21,13 @@ import pytest
 from rich.console import Console
 
 from minispark.chat import ChatREPL, estimate_speedup
-from minispark.serving import PROFILE_HINT, TRAIN_HINT, build_serving
+from minispark.checkpoint import save_drafter
 from minispark.conversation import Conversation
-from minispark.drafters.dspark import DSparkDrafter, save_drafter
+from minispark.drafters.dspark import DSparkDrafter
 from minispark.engine import GenerationStats
 from minispark.generate import default_drafter
-from minispark.recipes import target_id
+from minispark.identity import target_id
+from minispark.serving import PROFILE_HINT, TRAIN_HINT, build_serving
 from minispark.sps import SPSTable
 from minispark.target import Target, load_target
 from tests.test_conversation import random_dspark
@@ -120,7 +121,7 @@ def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path
     setup = build_serving(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
     assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "threshold" and setup.sps_table is None
     assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)")]
-    assert setup.policy.max_tokens == setup.drafter.config.block_size
+    assert setup.policy.gamma == setup.drafter.config.block_size
     # default_drafter: a directory whose config names the target; None when none does
     shipped = tmp_path / "drafters"
     (shipped / "other").mkdir(parents=True)
@@ -259,3 +260,41 @@ def test_cli_bad_inputs_are_one_line_errors(tiny_dir, tmp_path: Path) -> None:
     assert text_only.exit_code == 2 and "text-only" in text_only.output
     bad_mode = runner.invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--mode", "fastest"])
     assert bad_mode.exit_code == 2 and "--mode fastest" in bad_mode.output
+
+
+def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Path) -> None:
+    """γ defaults to the checkpoint's block size and may not exceed it; an explicit --sps table
+    profiled elsewhere is a one-line warning (an error with strict); a calibration is refused for
+    another target and warned about at other sampling settings."""
+    from minispark.calibrate import Calibration
+    from minispark.checkpoint import CALIBRATION_FILE
+    from minispark.errors import MinisparkError
+    from minispark.sampling import SamplingConfig
+
+    target_dir, drafter_dir = vlm_with_drafter
+    target = load_target(str(target_dir))
+    block = build_serving(target, str(drafter_dir)).gamma
+    with pytest.raises(MinisparkError, match=f"--gamma {block + 1}: .*at most {block}") as error:
+        build_serving(target, str(drafter_dir), gamma=block + 1)
+    assert "\n" not in str(error.value)
+    assert build_serving(target, "lookup").gamma == 7
+
+    table = tmp_path / "elsewhere.json"
+    SPSTable.from_inline([1.0] * 16, device="some-gpu", target="another-model").save(table)
+    setup = build_serving(target, str(drafter_dir), "schedule", sps=table)
+    [warning] = [h for h in setup.hints if h.startswith("--sps")]
+    assert "device 'some-gpu'" in warning and "target 'another-model'" in warning and "\n" not in warning
+    with pytest.raises(MinisparkError, match="--sps .*profiled for another setup"):
+        build_serving(target, str(drafter_dir), "schedule", sps=table, strict=True)
+
+    identity = target_id(target.identity())
+    Calibration([1.0] * block, target_identity=identity,
+                sampling={"temperature": 1.0, "top_p": 1.0, "top_k": 0}).save(drafter_dir / CALIBRATION_FILE)
+    try:
+        setup = build_serving(target, str(drafter_dir), "schedule", sps=table, sampling=SamplingConfig(0.0))
+        assert setup.calibration is not None and any("fitted at temperature 1" in h for h in setup.hints)
+        Calibration([1.0] * block, target_identity="another@0").save(drafter_dir / CALIBRATION_FILE)
+        with pytest.raises(MinisparkError, match="fitted for target 'another@0'"):
+            build_serving(target, str(drafter_dir), "schedule", sps=table)
+    finally:
+        (drafter_dir / CALIBRATION_FILE).unlink()

@@ -14,11 +14,12 @@ import torch
 
 from minispark.conversation import Conversation
 from minispark.draft_model import DraftConfig, DraftModel
-from minispark.drafters.base import Drafter, FixedLength, NoDrafter
+from minispark.drafters.base import Drafter, NoDrafter
 from minispark.drafters.dspark import DSparkDrafter
 from minispark.drafters.lookup import LookupDrafter
 from minispark.engine import speculative_generate
 from minispark.sampling import SamplingConfig
+from minispark.schedule import FixedLength
 from minispark.target import Target, load_target
 from tests.test_engine import OracleDrafter, assert_parity, hf_greedy
 

@@ -20,19 +20,21 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
+from minispark.checkpoint import save_drafter
 from minispark.cli import app
 from minispark.deepspec import check_against_target
 from minispark.deepspec_export import export_deepspec, import_deepspec
+from minispark.draft_block import DraftBlock, Proposal
 from minispark.draft_cache import ContextCache
 from minispark.draft_model import DraftConfig, DraftModel
-from minispark.drafters.base import Drafter, FixedLength, Proposal
-from minispark.drafters.dspark import DSparkDrafter, save_drafter
+from minispark.drafters.base import Drafter
+from minispark.drafters.dspark import DSparkDrafter
 from minispark.engine import speculative_generate
 from minispark.errors import MinisparkError
 from minispark.generate import generate, make_drafter
-from minispark.recipes import target_id
+from minispark.identity import target_id
 from minispark.sampling import SamplingConfig, make_generator
-from minispark.schedule import ThresholdLength, make_length_policy
+from minispark.schedule import FixedLength, ThresholdLength, make_length_policy
 from minispark.sps import SPSTable
 from minispark.target import Target, load_target
 from tests.test_engine import assert_parity, hf_greedy
@@ -321,15 +323,20 @@ class Recorder(Drafter):
     def __init__(self, inner: Drafter) -> None:
         self.inner, self.name, self.feature_layers = inner, inner.name, inner.feature_layers
         self.has_confidence = inner.has_confidence
-        self.proposals: list[Proposal] = []
+        self.blocks: list[DraftBlock] = []
 
     def reset(self, cached_ids, features, text_positions) -> None:
         self.inner.reset(cached_ids, features, text_positions)
 
-    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
-        proposal = self.inner.propose(ids, anchor_position, policy, sampling, generator)
-        self.proposals.append(proposal)
-        return proposal
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        block = self.inner.propose(ids, anchor_position, sampling, generator)
+        self.blocks.append(block)
+        return block
+
+    @property
+    def proposals(self) -> list[Proposal]:
+        """What each round drew (every position, with FixedLength(γ))."""
+        return [block.proposal(len(block.tokens)) for block in self.blocks]
 
     def commit(self, num_accepted, new_cached_ids, features, text_positions) -> None:
         self.inner.commit(num_accepted, new_cached_ids, features, text_positions)

@@ -14,11 +14,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from scipy.stats import chi2, poisson
 
+from minispark.checkpoint import save_drafter
 from minispark.draft_cache import ContextCache
 from minispark.draft_model import DraftConfig, DraftModel, block_attention_mask
-from minispark.drafters.base import FixedLength, LengthPolicy
-from minispark.drafters.dspark import DSparkDrafter, load_drafter, save_drafter
+from minispark.drafters.dspark import DSparkDrafter, load_drafter
+from minispark.engine import DecodeState, schedule
+from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig, make_generator, probabilities
+from minispark.schedule import LengthPolicy
 
 D, V, GAMMA, M = 32, 97, 4, 3
 HEADS = ("none", "vanilla", "gated", "rnn")
@@ -167,7 +170,7 @@ def run_rounds(model: DraftModel, sampling: SamplingConfig, accepted=(2, 0, 3, 1
     generator = make_generator(seed)
     anchor, rounds = prompt - 1, []
     for n in accepted:
-        proposal = drafter.propose(ids[: anchor + 1], int(positions[anchor]), FixedLength(GAMMA), sampling, generator)
+        proposal = drafter.propose(ids[: anchor + 1], int(positions[anchor]), sampling, generator).proposal(GAMMA)
         assert len(proposal) == GAMMA
         rounds.append((anchor, proposal))
         # Whatever the verifier decided, the sequence continues with the row's own tokens here.
@@ -239,7 +242,7 @@ def pair_chi_square(tokens: torch.Tensor, probs: torch.Tensor, anchor: int, voca
 def draw_many(model: DraftModel, hidden: torch.Tensor, anchor: int, sampling: SamplingConfig, n: int, seed: int):
     generator = make_generator(seed)
     anchor_t = torch.tensor(anchor)
-    proposals = [model.sample_block(hidden, anchor_t, FixedLength(GAMMA), sampling, generator) for _ in range(n)]
+    proposals = [model.draft_block(hidden, anchor_t, sampling, generator).proposal(GAMMA) for _ in range(n)]
     return torch.stack([p.tokens for p in proposals]), torch.stack([p.probs for p in proposals])
 
 
@@ -281,7 +284,7 @@ def test_draft_vocabulary_sampler_is_exact_and_never_leaves_it(head: str) -> Non
         outside[ids] = False
         assert probs.shape[-1] == vocab and not probs[..., outside].any()
         assert pair_chi_square(tokens, probs, anchor, vocab) > 1e-4
-        greedy = model.sample_block(hidden, torch.tensor(anchor), FixedLength(GAMMA), SamplingConfig(0.0), None)
+        greedy = model.draft_block(hidden, torch.tensor(anchor), SamplingConfig(0.0), None).proposal(GAMMA)
         prev = torch.cat([torch.tensor([anchor]), greedy.tokens[:-1]])
         best = ids[model.head_logits(hidden, prev).argmax(-1)]
         assert greedy.probs is None and torch.equal(greedy.tokens, best)
@@ -345,7 +348,7 @@ class StopAt(LengthPolicy):
 
     def __init__(self, stop: int, generator: torch.Generator) -> None:
         self.stop, self.generator, self.calls = stop, generator, []
-        self.max_tokens = GAMMA
+        self.gamma = GAMMA
 
     def start_round(self, context_length: int) -> None:
         pass
@@ -358,17 +361,20 @@ class StopAt(LengthPolicy):
 @pytest.mark.parametrize("confidence", [True, False])
 @pytest.mark.parametrize("head", ["vanilla", "rnn"])
 def test_policy_is_asked_before_each_draw(head: str, confidence: bool) -> None:
+    """The engine's schedule step over a DSpark block: the Appendix-A counterexample (x_k's value
+    deciding x_k's admission) is impossible, because at admit(k) x_k has not been drawn."""
     model = make_model(head, confidence=confidence)
     hidden = torch.randn(GAMMA, D, generator=torch.Generator().manual_seed(5))
     anchor, sampling = torch.tensor(7), SamplingConfig(1.0)
+    state = DecodeState(ids=anchor.reshape(1), prompt_length=1)
     generator = make_generator(0)
     full = StopAt(GAMMA + 1, generator)
-    reference = model.sample_block(hidden, anchor, full, sampling, generator)
+    reference = schedule(model.draft_block(hidden, anchor, sampling, generator), full, state)
     assert [k for k, _, _ in full.calls] == list(range(1, GAMMA + 1))
     for stop in range(1, GAMMA + 1):
         generator = make_generator(0)
         policy = StopAt(stop, generator)
-        proposal = model.sample_block(hidden, anchor, policy, sampling, generator)
+        proposal = schedule(model.draft_block(hidden, anchor, sampling, generator), policy, state)
         assert len(proposal) == stop - 1
         assert [k for k, _, _ in policy.calls] == list(range(1, stop + 1))
         assert torch.equal(proposal.tokens, reference.tokens[: stop - 1])
@@ -419,7 +425,7 @@ def test_checkpoint_round_trip(tmp_path) -> None:
         assert torch.equal(a, b), name
     assert not drafter.model.lm_head.weight.requires_grad
 
-    with pytest.raises(ValueError, match="trained for target") as error:
+    with pytest.raises(MinisparkError, match="trained for target") as error:
         load_drafter(path, embed, lm_head, "cpu", target_identity="another-target")
     assert "\n" not in str(error.value)
     with pytest.raises(ValueError, match="shape"):
@@ -448,7 +454,7 @@ def test_empty_context_and_bfloat16() -> None:
     drafter.reset(torch.empty(0, dtype=torch.long), torch.empty(0, M * D), torch.empty(0, dtype=torch.long))
     ids, features, positions = sequence(8)
     for anchor in (0, 1):
-        proposal = drafter.propose(ids[: anchor + 1], int(positions[anchor]), FixedLength(GAMMA), SamplingConfig(1.0), make_generator(0))
+        proposal = drafter.propose(ids[: anchor + 1], int(positions[anchor]), SamplingConfig(1.0), make_generator(0)).proposal(GAMMA)
         assert len(proposal) == GAMMA and proposal.probs.dtype == torch.float32
         torch.testing.assert_close(proposal.probs.sum(-1), torch.ones(GAMMA))
         drafter.commit(0, ids[anchor : anchor + 1], features[anchor : anchor + 1].bfloat16(), positions[anchor : anchor + 1])

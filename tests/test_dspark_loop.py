@@ -8,13 +8,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from minispark.calibrate import CALIBRATION_FILE, Calibration
+from minispark.calibrate import Calibration
+from minispark.checkpoint import CALIBRATION_FILE
 from minispark.cli import app
-from minispark.drafters.base import FixedLength
 from minispark.generate import generate, make_drafter
 from minispark.rollouts import calibrate_drafter
 from minispark.sampling import SamplingConfig
-from minispark.schedule import ScheduledLength, ThresholdLength
+from minispark.schedule import FixedLength, ScheduledLength, ThresholdLength
+from minispark.serving import build_serving
 from minispark.sps import SPSTable
 from minispark.target import load_target
 from tests.test_engine import assert_parity, hf_greedy
@@ -61,7 +62,8 @@ def test_cli_generate_with_drafter_checkpoint(setup, tiny_trained_drafter) -> No
 def test_calibrate_stores_sts_and_reduces_ece(setup) -> None:
     target, drafter_dir = setup
     inputs = [target.encode(prompt=p) for p in PROMPTS * 3]
-    report = calibrate_drafter(target, drafter_dir, inputs, gamma=4, sampling=SamplingConfig(1.0),
+    drafter = build_serving(target, str(drafter_dir), "fixed").drafter
+    report = calibrate_drafter(target, drafter, drafter_dir, inputs, gamma=4, sampling=SamplingConfig(1.0),
                                max_new_tokens=48, seed=0)
     assert report["rounds"] > 30
     stored = Calibration.load(drafter_dir / CALIBRATION_FILE)

@@ -10,10 +10,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.drafters.base import Drafter, FixedLength, NoDrafter, Proposal
+from minispark.draft_block import FixedBlock
+from minispark.drafters.base import Drafter, NoDrafter
 from minispark.drafters.lookup import LookupDrafter
 from minispark.engine import speculative_generate
 from minispark.sampling import SamplingConfig
+from minispark.schedule import FixedLength
 from minispark.target import PromptInputs, Target, load_target
 
 
@@ -24,14 +26,10 @@ class OracleDrafter(Drafter):
         self.reference, self.prompt_length, self.right, self.vocab = reference, prompt_length, right, vocab
         self.name = "always-right" if right else "always-wrong"
 
-    def propose(self, ids, anchor_position, policy, sampling, generator) -> Proposal:
+    def propose(self, ids, anchor_position, sampling, generator) -> FixedBlock:
         done = ids.numel() - self.prompt_length
-        tokens = []
-        for k, token in enumerate(self.reference[done: done + policy.max_tokens], start=1):
-            if not policy.admit(k, None):
-                break
-            tokens.append(token if self.right else (token + 1) % self.vocab)
-        return Proposal(tokens=torch.tensor(tokens, dtype=torch.long))
+        tokens = [token if self.right else (token + 1) % self.vocab for token in self.reference[done:]]
+        return FixedBlock(torch.tensor(tokens, dtype=torch.long))
 
 
 def hf_greedy(target: Target, inputs: PromptInputs, max_new_tokens: int) -> list[int]:

@@ -16,9 +16,9 @@ from safetensors.torch import load_file
 from minispark.cache import CacheConfig, build_cache
 from minispark.errors import MinisparkError
 from minispark.generate import generate, make_drafter
-from minispark.drafters.base import FixedLength
 from minispark.prompts import HELDOUT_FILE, PromptFileError
 from minispark.recipes import load_recipe
+from minispark.schedule import FixedLength
 from minispark.target import load_target
 from minispark.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
 from tests.test_engine import assert_parity, hf_greedy
@@ -99,7 +99,7 @@ def test_greedy_proxy_equals_an_anchor_by_anchor_reference(run):
     """T = 0 proxy: leading positions where the drafter's argmax is the target's, bonus included."""
     from minispark.anchor_batches import make_batch
     from minispark.cache_format import CacheReader
-    from minispark.drafters.dspark import load_draft_model
+    from minispark.checkpoint import load_draft_model
     from minispark.heldout import HeldoutProxy
 
     target, root, report = run

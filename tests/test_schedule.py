@@ -5,14 +5,15 @@ import random
 import pytest
 
 from minispark.calibrate import Calibration
-from minispark.drafters.base import FixedLength
 from minispark.errors import MinisparkError
 from minispark.schedule import (
+    FixedLength,
     LengthMode,
     ScheduledLength,
     ThresholdLength,
     algorithm1,
     make_length_policy,
+    scheduled_length,
     scheduler_cost_us,
 )
 from minispark.sps import SPSTable, monotone_envelope
@@ -24,12 +25,8 @@ def inline(curve):
 
 
 def run_policy(policy, confidences, context_length=0):
-    """Drive a policy like a drafter: ask position k, stop at the first False."""
-    policy.start_round(context_length)
-    length = 0
-    while length < len(confidences) and policy.admit(length + 1, confidences[length]):
-        length += 1
-    return length
+    """Drive a policy like the engine's schedule step: ask position k, stop at the first False."""
+    return scheduled_length(policy, lambda k: confidences[k - 1], len(confidences), context_length)
 
 
 def reference_algorithm1(confidences, sps):

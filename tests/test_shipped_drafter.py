@@ -6,9 +6,10 @@ and exact in the loop (greedy parity against target-only decoding).
 
 from __future__ import annotations
 
-from minispark.calibrate import drafter_calibration
-from minispark.drafters.base import FixedLength
+from minispark.checkpoint import load_calibration
 from minispark.generate import SHIPPED_DRAFTERS, default_drafter, generate
+from minispark.identity import target_id
+from minispark.schedule import FixedLength
 from minispark.serving import build_serving
 from tests.test_engine import assert_parity, hf_greedy
 
@@ -21,7 +22,7 @@ def test_shipped_drafter_is_the_default_and_stays_exact(embedded_target):
     assert sum(p.stat().st_size for p in SHIPPED.iterdir()) < 32 * 1024 * 1024
     setup = build_serving(embedded_target, sps=None)
     assert setup.drafter_spec == str(SHIPPED) and setup.drafter.config.draft_vocab == 8192
-    assert drafter_calibration(str(SHIPPED)) is not None
+    assert load_calibration(SHIPPED, target_id(embedded_target.identity()))[0] is not None
     policies = {"fixed": FixedLength(7), setup.mode: setup.policy}
     for prompt in PROMPTS:
         inputs = embedded_target.encode(prompt=prompt)

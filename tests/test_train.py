@@ -18,7 +18,8 @@ from minispark.cache import CacheConfig, build_cache
 from minispark.cache_format import CacheMismatchError, CacheReader
 from minispark.drafters.dspark import load_drafter
 from minispark.errors import MinisparkError
-from minispark.recipes import load_recipe, target_id
+from minispark.identity import target_id
+from minispark.recipes import load_recipe
 from minispark.target import load_target
 from minispark.tiny_models import build_tiny
 from minispark.anchor_batches import AnchorPlan, make_batch

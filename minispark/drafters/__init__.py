@@ -1,5 +1,5 @@
-"""Drafters: objects that propose draft tokens for the speculative loop (see ``base.Drafter``)."""
+"""Drafters: objects that propose draft blocks for the speculative loop (see ``base.Drafter``)."""
 
-from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, Proposal
+from minispark.drafters.base import Drafter, NoDrafter
 
-__all__ = ["Drafter", "FixedLength", "LengthPolicy", "Proposal"]
+__all__ = ["Drafter", "NoDrafter"]

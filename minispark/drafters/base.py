@@ -1,87 +1,39 @@
-"""The drafter interface every drafter implements, and the per-round length policy it consults.
+"""The drafter interface every drafter implements.
 
-A round of speculative decoding asks a drafter for up to γ tokens after the anchor (the last
-committed token). The drafter returns the tokens *and the exact distribution each was sampled
-from* (``p_d``), which rejection sampling needs to stay lossless. Deterministic drafters (n-gram
-lookup) return ``probs=None``: their ``p_d`` is the one-hot of the proposed token.
-
-How many tokens to propose is decided token by token by a :class:`LengthPolicy`, *before* each
-token is drawn (non-anticipation, design notes §8/§9): ``policy.admit(k, c_k)`` is asked with the
-confidence for position k, which may depend on x_1..x_{k-1} but never on x_k itself.
+A round of speculative decoding asks a drafter for a block of up to γ tokens after the anchor (the
+last committed token). The drafter returns a :class:`~minispark.draft_block.DraftBlock`: tokens,
+*the exact distribution each was sampled from* (``p_d``, which rejection sampling needs to stay
+lossless) and per-position confidences, drawn lazily. How many of them are verified is not the
+drafter's business: the engine's schedule step (``schedule.scheduled_length``) decides, position by
+position, before each token is drawn. Deterministic drafters (n-gram lookup) report no p_d: theirs
+is the one-hot of the proposed token.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 import torch
 
+from minispark.defaults import DEFAULT_GAMMA
+from minispark.draft_block import DraftBlock
 from minispark.errors import MinisparkError
 from minispark.sampling import SamplingConfig
-
-
-@dataclass
-class Proposal:
-    """Draft tokens for one round.
-
-    tokens:      (ℓ,) long, the draft x_1..x_ℓ (ℓ may be 0)
-    probs:       (ℓ, V) float, the exact p_d each x_k was drawn from; None means one-hot on tokens
-    confidences: (ℓ,) float raw confidence c_k per position, when the drafter has a confidence head
-    """
-
-    tokens: torch.Tensor
-    probs: torch.Tensor | None = None
-    confidences: torch.Tensor | None = None
-
-    def __len__(self) -> int:
-        return int(self.tokens.numel())
-
-    @staticmethod
-    def empty(device: torch.device | str = "cpu") -> "Proposal":
-        return Proposal(tokens=torch.empty(0, dtype=torch.long, device=device))
-
-
-class LengthPolicy(ABC):
-    """Decides, position by position, whether to extend this round's proposal."""
-
-    max_tokens: int
-
-    @abstractmethod
-    def start_round(self, context_length: int) -> None:
-        """Reset per-round state; ``context_length`` is the committed length (SPS depends on it)."""
-
-    @abstractmethod
-    def admit(self, position: int, confidence: float | None) -> bool:
-        """Admit draft position ``position`` (1-based) given its confidence c_k (None if unknown)."""
-
-
-class FixedLength(LengthPolicy):
-    """Always propose γ tokens (the classic fixed-length speculative decoding)."""
-
-    def __init__(self, max_tokens: int) -> None:
-        if max_tokens < 0:
-            raise MinisparkError(f"--gamma must be >= 0, got {max_tokens}")
-        self.max_tokens = max_tokens
-
-    def start_round(self, context_length: int) -> None:
-        pass
-
-    def admit(self, position: int, confidence: float | None) -> bool:
-        return position <= self.max_tokens
 
 
 class Drafter(ABC):
     """Proposes draft tokens; sees only token ids, target features and 1D text positions.
 
     Lifecycle per generation: ``reset`` once after the target prefill, then per round
-    ``propose`` → (engine verifies) → ``commit``; ``rollback`` after a stop. A later turn of the
+    ``propose`` → (engine schedules and verifies) → ``commit``; ``rollback`` after a stop. A later turn of the
     same session calls ``rollback`` + ``extend`` instead of ``reset``.
     """
 
     name: str = "drafter"
-    #: Whether proposals carry confidences c_k (needed by the threshold and schedule policies).
+    #: Whether blocks carry confidences c_k (needed by the threshold and schedule policies).
     has_confidence: bool = False
+    #: The longest block this drafter drafts (a checkpoint's block size); None: no limit.
+    max_gamma: int | None = None
     #: Target decoder layers whose outputs the drafter consumes (KV injection); () for none.
     feature_layers: tuple[int, ...] = ()
 
@@ -101,11 +53,10 @@ class Drafter(ABC):
         self,
         ids: torch.Tensor,
         anchor_position: int,
-        policy: LengthPolicy,
         sampling: SamplingConfig,
         generator: torch.Generator,
-    ) -> Proposal:
-        """Propose tokens after ``ids[-1]`` (the anchor). ``ids`` (L,) are all committed tokens;
+    ) -> DraftBlock:
+        """The draft block after ``ids[-1]`` (the anchor). ``ids`` (L,) are all committed tokens;
         ``anchor_position`` is the anchor's 1D text position."""
 
     def commit(
@@ -144,8 +95,18 @@ class NoDrafter(Drafter):
         self,
         ids: torch.Tensor,
         anchor_position: int,
-        policy: LengthPolicy,
         sampling: SamplingConfig,
         generator: torch.Generator,
-    ) -> Proposal:
-        return Proposal.empty(ids.device)
+    ) -> DraftBlock:
+        return DraftBlock(0, ids.device)
+
+
+def resolve_gamma(drafter: Drafter, spec: str, gamma: int | None) -> int:
+    """γ: the drafter's block size by default (``DEFAULT_GAMMA`` without one); more than the
+    drafter can draft is a one-line error naming ``spec``."""
+    if gamma is None:
+        return drafter.max_gamma if drafter.max_gamma is not None else DEFAULT_GAMMA
+    if drafter.max_gamma is not None and gamma > drafter.max_gamma:
+        raise MinisparkError(f"--gamma {gamma}: drafter {spec} drafts at most {drafter.max_gamma} tokens per "
+                             f"round (its block size); use --gamma {drafter.max_gamma} or less")
+    return gamma

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from minispark.drafters.base import Drafter, LengthPolicy, Proposal
+from minispark.draft_block import FixedBlock
+from minispark.drafters.base import Drafter
 from minispark.sampling import SamplingConfig
 
 
@@ -24,29 +25,24 @@ class LookupDrafter(Drafter):
         self.max_ngram = max_ngram
         self.min_ngram = min_ngram
 
-    def continuation(self, ids: torch.Tensor, max_tokens: int) -> torch.Tensor:
-        """Up to ``max_tokens`` tokens following the latest earlier occurrence of the trailing n-gram."""
+    def continuation(self, ids: torch.Tensor) -> torch.Tensor:
+        """The tokens following the latest earlier occurrence of the trailing n-gram (a view of
+        ``ids``: the scheduler takes at most γ of them)."""
         length = ids.numel()
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             windows = ids[: length - 1].unfold(0, n, 1)  # (length - n, n): every n-gram but the trailing one
             hits = (windows == ids[length - n:]).all(dim=1).nonzero().flatten()
             if hits.numel():
                 start = int(hits[-1]) + n
-                return ids[start: start + max_tokens]
+                return ids[start:]
         return ids[:0]
 
     def propose(
         self,
         ids: torch.Tensor,
         anchor_position: int,
-        policy: LengthPolicy,
         sampling: SamplingConfig,
         generator: torch.Generator,
-    ) -> Proposal:
-        candidates = self.continuation(ids, policy.max_tokens)
-        length = 0
-        # No confidence head: the policy sees None and decides on position alone.
-        while length < candidates.numel() and policy.admit(length + 1, None):
-            length += 1
-        return Proposal(tokens=candidates[:length])
-
+    ) -> FixedBlock:
+        # No confidence head: the scheduler decides on position alone.
+        return FixedBlock(self.continuation(ids))

@@ -10,9 +10,9 @@ import warnings
 import pytest
 import torch
 
-from minispark import profile
+from minispark import identity, profiler
 from minispark.errors import MinisparkError
-from minispark.profile import ProfileConfig, format_table, plot_sps, profile_target
+from minispark.profiler import ProfileConfig, format_table, plot_sps, profile_target
 from minispark.sps import SPSTable, find_table, table_filename
 from minispark.target import PromptInputs, TargetSession, load_target
 
@@ -20,8 +20,8 @@ from minispark.target import PromptInputs, TargetSession, load_target
 @pytest.fixture(autouse=True)
 def idle_machine(monkeypatch):
     """Other processes share the test machine: every test reads a simulated load (idle unless the
-    test patches ``profile.read_load`` itself), so no test depends on, or refuses for, real load."""
-    monkeypatch.setattr(profile, "read_load", lambda: (0.0, 2))
+    test patches ``profiler.read_load`` itself), so no test depends on, or refuses for, real load."""
+    monkeypatch.setattr(profiler, "read_load", lambda: (0.0, 2))
 
 
 @pytest.fixture(scope="module")
@@ -105,9 +105,9 @@ def test_chunked_prefill_matches_one_prefill(tiny_target, monkeypatch):
     with tiny_target.session() as whole:
         whole.prefill(PromptInputs(input_ids=ids[:, :20], text_positions=torch.arange(20)))
         expected = whole.step(ids[0, 20:]).logits
-    monkeypatch.setattr(profile, "PREFILL_CHUNK", 8)
+    monkeypatch.setattr(profiler, "PREFILL_CHUNK", 8)
     with tiny_target.session() as chunked:
-        profile._build_cache(chunked, ids[:, :20])
+        profiler._build_cache(chunked, ids[:, :20])
         assert chunked.cache_length == 20
         # batched vs chunked attention differ by float rounding only (logits have std ~6)
         torch.testing.assert_close(chunked.step(ids[0, 20:]).logits, expected, atol=1e-4, rtol=1e-4)
@@ -157,7 +157,7 @@ SMALL = dict(contexts=[8], max_tokens=2, rounds=1, warmup=0, reference_repeats=1
 
 def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.setattr(profile, "read_load", LoadReadings(2.0))  # 1 free core + 0.5 slack < 2.0
+    monkeypatch.setattr(profiler, "read_load", LoadReadings(2.0))  # 1 free core + 0.5 slack < 2.0
     steps = []
     monkeypatch.setattr(TargetSession, "step", lambda *a: steps.append(a))
     with pytest.raises(MinisparkError, match=r"busy before profiling .*2.00 of it from other.*--allow-busy"):
@@ -167,23 +167,23 @@ def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
 
 def test_busy_during_profiling_is_refused_and_own_load_is_discounted(tiny_target, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.setattr(profile, "read_load", LoadReadings(0.2, 2.5))
+    monkeypatch.setattr(profiler, "read_load", LoadReadings(0.2, 2.5))
     with pytest.raises(MinisparkError, match="busy during profiling"):
         profile_target(tiny_target, ProfileConfig(**SMALL))
     # After 120 s of profiling with 1 thread the profiler itself accounts for ~0.86 of the load.
-    load = profile.MachineLoad(load_1min=2.3, cores=2, threads=1, own=0.0)
+    load = profiler.MachineLoad(load_1min=2.3, cores=2, threads=1, own=0.0)
     assert load.busy
-    assert not profile.MachineLoad(2.3, 2, 1, own=1 - math.exp(-2)).busy
+    assert not profiler.MachineLoad(2.3, 2, 1, own=1 - math.exp(-2)).busy
 
 
 def test_allow_busy_writes_a_flagged_table(tiny_target, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.setattr(profile, "read_load", LoadReadings(3.0, 3.0))
+    monkeypatch.setattr(profiler, "read_load", LoadReadings(3.0, 3.0))
     with pytest.warns(UserWarning, match="--allow-busy: the table is written and flagged"):
         table = profile_target(tiny_target, ProfileConfig(**SMALL, allow_busy=True))
     load = table.metadata["machine_load"]
     assert load["busy"] and load["before"]["load_1min"] == 3.0 and load["before"]["busy"]
-    monkeypatch.setattr(profile, "read_load", LoadReadings(0.1, 0.3))
+    monkeypatch.setattr(profiler, "read_load", LoadReadings(0.1, 0.3))
     quiet = profile_target(tiny_target, ProfileConfig(**SMALL))
     assert not quiet.metadata["machine_load"]["busy"]
     assert quiet.metadata["machine_load"]["after"]["load_1min"] == 0.3
@@ -198,5 +198,5 @@ def test_config_validation():
 
 
 def test_device_name_cpu():
-    name = profile.device_name("cpu")
+    name = identity.device_name("cpu")
     assert re.search(r", \d+ threads?$", name) and "(R)" not in name

@@ -39,7 +39,6 @@ import math
 import os
 import platform
 import random
-import re
 import shutil
 import statistics
 import subprocess
@@ -52,11 +51,9 @@ from typing import Any, Callable, Iterator
 import torch
 
 from minispark.errors import MinisparkError
-from minispark.sps import SPSTable, find_table
+from minispark.identity import device_name, dtype_name, target_quantization
+from minispark.sps import SHIPPED_TABLES, SPSTable
 from minispark.target import PromptInputs, Target, TargetSession, load_target
-
-#: The tables shipped with minispark (the repository's sps_tables/ next to the package).
-SHIPPED_TABLES = Path(__file__).resolve().parent.parent / "sps_tables"
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
 ProgressFn = Callable[[int, int, str], None]
@@ -117,53 +114,7 @@ class ProfileConfig:
         return list(range(1, self.max_tokens + 1))
 
 
-# ---------------------------------------------------------------------- device and target identity
-def device_name(device: torch.device | str | None = None) -> str:
-    """The name tables are filed under: the GPU's name, or the CPU model plus torch's thread count.
-
-    CPU timings depend on the thread count, so ``"AMD EPYC, 2 threads"`` and ``"AMD EPYC, 16
-    threads"`` are different devices. The serving side must call this too, to look its table up.
-    """
-    device = torch.device(device if device is not None else "cpu")
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1]
-                break
-    model = model or platform.processor() or platform.machine() or "cpu"
-    model = re.sub(r"\((R|TM|tm|r)\)", "", model)  # "Intel(R) Core(TM)" → "Intel Core"
-    model = " ".join(model.split())
-    threads = torch.get_num_threads()
-    return f"{model}, {threads} thread{'' if threads == 1 else 's'}"
-
-
-def target_quantization(target: Target) -> str:
-    """``"none"``, ``"bnb-4bit-nf4"``, ``"bnb-8bit"`` …: the precision the target *computes* in.
-
-    GGUF checkpoints (the embedded target) are dequantized on load, so they run as ``"none"``.
-    """
-    config = getattr(target.model.config, "quantization_config", None)
-    if config is None:
-        return "none"
-    if not isinstance(config, dict):
-        config = config.to_dict()
-    method = str(config.get("quant_method", "unknown")).split(".")[-1].lower()
-    if method == "gguf":
-        return "none"
-    if method == "bitsandbytes":
-        if config.get("load_in_4bit"):
-            return f"bnb-4bit-{config.get('bnb_4bit_quant_type', 'fp4')}"
-        return "bnb-8bit"
-    return method
-
-
-def dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
+# ---------------------------------------------------------------------- device
 def driver_version(device: torch.device) -> str:
     """The NVIDIA driver version for CUDA (nvidia-smi), ``"n/a"`` for CPU."""
     if device.type != "cuda":
@@ -563,13 +514,3 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     if plot is not None:
         plot_sps(table, plot)
     return table, path
-
-
-def serving_table(target: Target, path: str | Path | None = None,
-                  directory: str | Path = SHIPPED_TABLES) -> SPSTable:
-    """The SPS table the scheduler serves with: ``path`` if given, else the profiled table for this
-    device, target, dtype and quantization (``find_table`` warns and falls back when none matches)."""
-    if path is not None:
-        return SPSTable.load(path)
-    return find_table(directory, device_name(target.device), target.name, dtype=dtype_name(target.dtype),
-                      quantization=target_quantization(target))

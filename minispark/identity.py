@@ -1,0 +1,103 @@
+"""What a run is, in the words every artifact uses: device, dtype, quantization and target names.
+
+An SPS table, a drafter checkpoint, a calibration and a feature cache each record what they were
+made with, so a later run can refuse (or warn about) a mismatch; they must spell it the same way.
+
+* dtype: stored as torch's name (``float32``, ``bfloat16``, ``float16``); the short spellings
+  ``fp32``/``bf16``/``fp16`` of the CLI and recipes are aliases (:func:`dtype_name`, :func:`torch_dtype`).
+* quantization: the precision the target *computes* in: ``none``, ``bnb-4bit-nf4``,
+  ``bnb-4bit-fp4``, ``bnb-8bit`` (:func:`target_quantization`). Feature-cache manifests written so
+  far spell it ``4bit``/``8bit``/null; :func:`quantization_name` reads those (the manifest keeps
+  its spelling because it is part of the cache's config hash, which resuming compares).
+* device: the GPU's name, or the CPU model plus torch's thread count (:func:`device_name`).
+* target: ``name@weights-hash`` (:func:`target_id`), what a drafter and its calibration record.
+
+    python -c "from minispark.identity import device_name; print(device_name('cpu'))"
+"""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from minispark.errors import MinisparkError
+
+#: Stored dtype names → torch dtypes.
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: The short spellings the CLI and recipes accept.
+DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: Legacy feature-cache manifest spellings of the quantization (``--load-in-4bit`` loads nf4).
+_LEGACY_QUANTIZATION = {None: "none", "4bit": "bnb-4bit-nf4", "8bit": "bnb-8bit"}
+
+
+def dtype_name(dtype: torch.dtype | str) -> str:
+    """The stored name of a dtype, from a torch dtype, its name or an alias (``bf16`` → ``bfloat16``)."""
+    if isinstance(dtype, torch.dtype):
+        name = str(dtype).removeprefix("torch.")
+    else:
+        name = DTYPE_ALIASES.get(dtype, dtype)
+    if name not in DTYPES:
+        raise MinisparkError(f"unknown dtype {dtype!r} (choose from {', '.join([*DTYPE_ALIASES, *DTYPES])})")
+    return name
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """The torch dtype for a stored name or an alias."""
+    return DTYPES[dtype_name(name)]
+
+
+def quantization_name(value: str | None) -> str:
+    """The one spelling of a recorded quantization (legacy manifest spellings included)."""
+    return _LEGACY_QUANTIZATION.get(value, value)  # type: ignore[arg-type]
+
+
+def target_quantization(target: Any) -> str:
+    """``"none"``, ``"bnb-4bit-nf4"``, ``"bnb-8bit"`` …: the precision the target *computes* in.
+
+    GGUF checkpoints (the embedded target) are dequantized on load, so they run as ``"none"``.
+    """
+    config = getattr(target.model.config, "quantization_config", None)
+    if config is None:
+        return "none"
+    if not isinstance(config, dict):
+        config = config.to_dict()
+    method = str(config.get("quant_method", "unknown")).split(".")[-1].lower()
+    if method == "gguf":
+        return "none"
+    if method == "bitsandbytes":
+        if config.get("load_in_4bit"):
+            return f"bnb-4bit-{config.get('bnb_4bit_quant_type', 'fp4')}"
+        return "bnb-8bit"
+    return method
+
+
+def device_name(device: torch.device | str | None = None) -> str:
+    """The name tables are filed under: the GPU's name, or the CPU model plus torch's thread count.
+
+    CPU timings depend on the thread count, so ``"AMD EPYC, 2 threads"`` and ``"AMD EPYC, 16
+    threads"`` are different devices.
+    """
+    device = torch.device(device if device is not None else "cpu")
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1]
+                break
+    model = model or platform.processor() or platform.machine() or "cpu"
+    model = re.sub(r"\((R|TM|tm|r)\)", "", model)  # "Intel(R) Core(TM)" → "Intel Core"
+    model = " ".join(model.split())
+    threads = torch.get_num_threads()
+    return f"{model}, {threads} thread{'' if threads == 1 else 's'}"
+
+
+def target_id(identity: dict[str, str]) -> str:
+    """The string a drafter records as its target (``DraftConfig.target``): name@weights-hash."""
+    return f"{identity['name']}@{identity['weights_hash']}"

@@ -1,0 +1,115 @@
+"""Import structure of the package: no cycles, and the serving path free of the CLI, the benchmark,
+the profiler and the trainer. Read from the source with ``ast`` (function-level imports and
+``TYPE_CHECKING`` blocks included), so nothing is imported to check it.
+
+    .venv/bin/python -m pytest -q tests/test_imports.py
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "minispark"
+#: What runs when a model decodes (generate, chat): the engine and everything it is built from.
+SERVING = ("accept", "chat", "checkpoint", "conversation", "draft_block", "draft_cache", "draft_config",
+           "draft_heads", "draft_model", "drafters", "drafters.base", "drafters.dspark", "drafters.lookup", "engine",
+           "generate", "identity", "sampling", "schedule", "serving", "sps", "target")
+#: Modules the serving path must never reach.
+FORBIDDEN = ("bench", "cli", "profiler", "train")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports(path: Path, modules: set[str]) -> set[str]:
+    """The package modules ``path`` imports anywhere in its body (a submodule's package too)."""
+    found = set()
+    package = module_name(path).rpartition(".")[0] if path.name != "__init__.py" else module_name(path)
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from . import x
+                base = ".".join(filter(None, ["minispark", package, base]))
+            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for name in names:
+            if not name.startswith("minispark."):
+                continue
+            name = name.removeprefix("minispark.")
+            while name and name not in modules:  # minispark.x.func → minispark.x
+                name = name.rpartition(".")[0]
+            if name:
+                found.add(name)
+                if "." in name:
+                    found.add(name.rpartition(".")[0])  # importing a.b runs a/__init__ first
+    found.discard(module_name(path))
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    files = {module_name(p): p for p in PACKAGE.rglob("*.py") if module_name(p)}
+    return {name: imports(path, set(files)) for name, path in files.items()}
+
+
+def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+    stack: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(edges.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state and (cycle := visit(nxt)):
+                return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(edges):
+        if node not in state and (cycle := visit(node)):
+            return cycle
+    return None
+
+
+def reachable(edges: dict[str, set[str]], start: str) -> dict[str, str]:
+    """Every module ``start`` reaches, each with the module that first imports it."""
+    seen, todo = {start: ""}, [start]
+    while todo:
+        node = todo.pop()
+        for nxt in sorted(edges.get(node, ())):
+            if nxt not in seen:
+                seen[nxt] = node
+                todo.append(nxt)
+    return seen
+
+
+def test_the_graph_is_read() -> None:
+    edges = graph()
+    assert "engine" in edges and "schedule" in edges["engine"] and "drafters" in edges["engine"]
+    assert set(SERVING) <= set(edges) and set(FORBIDDEN) <= set(edges)
+
+
+def test_no_import_cycles() -> None:
+    assert find_cycle(graph()) is None, " → ".join(find_cycle(graph()) or [])
+
+
+def test_a_cycle_is_caught() -> None:
+    """Negative control: the same check finds a cycle when one is added."""
+    edges = graph()
+    edges["sampling"] = edges["sampling"] | {"engine"}
+    assert find_cycle(edges) is not None
+
+
+def test_serving_never_imports_cli_bench_profiler_or_trainer() -> None:
+    edges = graph()
+    for module in SERVING:
+        seen = reachable(edges, module)
+        for bad in FORBIDDEN:
+            assert bad not in seen, f"{module} reaches {bad} (imported by {seen.get(bad)})"

@@ -349,6 +349,8 @@ def table_mismatch(table: SPSTable, source: str | Path, *, device: str, target: 
                    quantization: str, strict: bool = False) -> str | None:
     """One line naming what an explicitly chosen table was profiled for that this run is not
     (device, target, dtype, quantization), or None when it fits; ``strict`` raises instead."""
+    if table.device == "inline":  # hand-written (``from_inline``): no measured setup to compare
+        return None
     differ = []
     if not _device_matches(table.device, device):
         differ.append(f"device {table.device!r} (this run: {device!r})")
@@ -364,6 +366,7 @@ def table_mismatch(table: SPSTable, source: str | Path, *, device: str, target: 
     if strict:
         raise SPSTableError(message)
     return message + "; its speed estimates may not hold (--strict refuses)"
+
 
 if __name__ == "__main__":
     tables_dir = sys.argv[1] if len(sys.argv) > 1 else "sps_tables"

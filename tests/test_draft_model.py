@@ -378,9 +378,9 @@ def test_policy_is_asked_before_each_draw(head: str, confidence: bool) -> None:
         assert len(proposal) == stop - 1
         assert [k for k, _, _ in policy.calls] == list(range(1, stop + 1))
         assert torch.equal(proposal.tokens, reference.tokens[: stop - 1])
-        for (_, c, state), (_, c_ref, state_ref) in zip(policy.calls, full.calls):
+        for (_, c, rng_state), (_, c_ref, rng_ref) in zip(policy.calls, full.calls):
             # At admit(k) exactly k−1 tokens have been drawn, and c_k is already fixed.
-            assert torch.equal(state, state_ref)
+            assert torch.equal(rng_state, rng_ref)
             assert c == c_ref
         # Refusing position k means x_k is never drawn.
         assert torch.equal(generator.get_state(), full.calls[stop - 1][2])

@@ -117,12 +117,12 @@ class TrainConfig:
         positive = ("num_layers", "markov_rank", "block_size", "steps", "batch_anchors", "chunk_anchors",
                     "log_every", "checkpoint_every", "keep_checkpoints", "anchors_per_sample", "max_new_tokens",
                     "loss_decay_gamma", "lr")
-        for key in positive:
-            if getattr(self, key) <= 0:
-                raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
+        for key in positive:  # written as "not > 0" so that nan fails too
+            if not 0 < getattr(self, key) < float("inf"):
+                raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "eval_every", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
-            if getattr(self, key) < 0:
-                raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
+            if not 0 <= getattr(self, key) < float("inf"):
+                raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
         if self.feature_layers is not None:
@@ -394,6 +394,16 @@ def target_dims(target: Any) -> TargetDims:
 def target_id(identity: dict[str, str]) -> str:
     """The string a drafter records as its target (``DraftConfig.target``): name@weights-hash."""
     return f"{identity['name']}@{identity['weights_hash']}"
+
+
+def same_target(recorded: str, current: str) -> bool:
+    """Whether two ``target_id`` strings name one target: by content (the weights hash) when both
+    hashes are known, so a path spelled differently or a hub id and its local copy agree; by the
+    whole id otherwise."""
+    recorded_hash, current_hash = recorded.rpartition("@")[2], current.rpartition("@")[2]
+    if "@" in recorded and "@" in current and "unknown" not in (recorded_hash, current_hash):
+        return recorded_hash == current_hash
+    return recorded == current
 
 
 def mask_token(config: TrainConfig, target: Any) -> int:

@@ -38,14 +38,16 @@ class ServingSetup:
 
 
 def matching_sps_table(target: Target, path: Path | None) -> SPSTable | None:
-    """``path`` if given, else the profiled table for this device, target and precision, else None."""
+    """``path`` if given, else the profiled table for this device, target and precision (the user's
+    measured tables first, then the shipped ones), else None."""
     from minispark.profile import SHIPPED_TABLES, device_name, dtype_name, target_quantization
-    from minispark.sps import find_table
+    from minispark.sps import find_table, user_tables_dir
 
     if path is not None:
         return SPSTable.load(path)
     try:
-        return find_table(SHIPPED_TABLES, device_name(target.device), target.name, dtype=dtype_name(target.dtype),
+        return find_table([user_tables_dir(), SHIPPED_TABLES], device_name(target.device), target.name,
+                          dtype=dtype_name(target.dtype),
                           quantization=target_quantization(target), strict=True)
     except SPSTableError:
         return None

@@ -46,7 +46,7 @@ import torch
 import torch.utils.checkpoint
 from safetensors.torch import load_file
 
-from minispark.atomic import write_text_atomic
+from minispark.atomic import open_append, refuse_symlink, write_text_atomic
 from minispark.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.cache_format import CacheReader, config_hash
 from minispark.draft_model import DraftConfig, DraftModel
@@ -244,14 +244,14 @@ class Trainer:
                      "cuda_rng": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
                      "cache_hash": self.cache_hash, "train_config": self.config.to_dict()}
             torch.save(state, tmp / name / TRAINER_FILE)
-            shutil.rmtree(self.out / name, ignore_errors=True)
+            shutil.rmtree(refuse_symlink(self.out / name, "checkpoint"), ignore_errors=True)
             os.replace(tmp / name, self.out / name)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
         write_text_atomic(self.out / LATEST_FILE, name + "\n")
         # Only our own checkpoints (our name pattern, our trainer state) are ever pruned.
         kept = sorted(p for p in self.out.glob("checkpoint-*")
-                      if CHECKPOINT_NAME.fullmatch(p.name) and (p / TRAINER_FILE).is_file())
+                      if CHECKPOINT_NAME.fullmatch(p.name) and not p.is_symlink() and (p / TRAINER_FILE).is_file())
         for old in kept[:-self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         return self.out / name
@@ -335,9 +335,9 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
             log(f"resumed from {path} at step {trainer.step}")
     else:
         write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
-        metrics_path.write_text("")
+        open_append(metrics_path, truncate=True).close()
     report = TrainReport(out=out, drafter=out / "drafter", first_step=trainer.step + 1, last_step=trainer.step)
-    with _Meter(config, trainer.step, progress) as meter, metrics_path.open("a") as metrics:
+    with _Meter(config, trainer.step, progress) as meter, open_append(metrics_path) as metrics:
         while trainer.step < config.steps:
             stats, norm, anchors = trainer.train_one()
             report.losses[trainer.step] = stats.total
@@ -371,6 +371,7 @@ def _read_lines(path: Path) -> list[str]:
 
 def _export(checkpoint: Path, drafter: Path) -> None:
     """Copy a checkpoint's drafter files (config.json + model.safetensors) to ``drafter`` atomically."""
+    refuse_symlink(drafter, "drafter")
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=drafter.parent))
     try:
         for name in (CONFIG_FILE, WEIGHTS_FILE):
@@ -408,8 +409,11 @@ class _Meter:
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+            from rich.console import Console
+
             self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn())
+                                TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                                console=Console(stderr=True))  # stdout stays clean for --json
             self.task = self.bar.add_task("train", total=config.steps, completed=start_step, info="")
 
     def reset(self) -> None:

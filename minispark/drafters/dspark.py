@@ -24,6 +24,7 @@ from minispark.deepspec import is_deepspec_dir, load_deepspec_model
 from minispark.draft_cache import ContextCache
 from minispark.draft_model import DraftConfig, DraftModel
 from minispark.drafters.base import Drafter, LengthPolicy, Proposal
+from minispark.recipes import same_target
 from minispark.sampling import SamplingConfig
 
 CONFIG_FILE = "config.json"
@@ -145,7 +146,7 @@ def load_draft_model(
     if is_deepspec_dir(path):
         return load_deepspec_model(path, target_embed, target_lm_head, device, target=target_identity or "deepspec")
     config = DraftConfig.load(path / CONFIG_FILE)
-    if target_identity is not None and target_identity != config.target:
+    if target_identity is not None and not same_target(config.target, target_identity):
         raise ValueError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
     weights = load_file(str(path / WEIGHTS_FILE), device=str(device))
     vocab_ids = weights.get("vocab_ids") if config.draft_vocab else None  # which lm_head rows to take

@@ -61,7 +61,7 @@ def open_append(path: str | Path, truncate: bool = False) -> IO[str]:
         flags |= os.O_TRUNC
     try:
         fd = os.open(path, flags, 0o644)
-    except OSError as exc:
+    except OSError:
         if Path(path).is_symlink():
             raise MinisparkError(f"{path}: is a symbolic link; minispark does not write through links") from None
         raise

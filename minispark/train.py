@@ -366,7 +366,8 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
 
 
 def _read_lines(path: Path) -> list[str]:
-    return path.read_text().splitlines(keepends=True) if path.is_file() else []
+    """Our log's lines; nothing from a symlink planted in its place (it is replaced, never read or followed)."""
+    return path.read_text().splitlines(keepends=True) if path.is_file() and not path.is_symlink() else []
 
 
 def _export(checkpoint: Path, drafter: Path) -> None:

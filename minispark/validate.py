@@ -167,6 +167,8 @@ def drafter_spec(spec: str | None, flag: str = "--drafter") -> str | None:
     """``none``, ``lookup``, or a directory with ``config.json`` and safetensors weights."""
     if spec is None or spec in ("none", "lookup"):
         return spec
+    if not Path(spec).exists():
+        raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup or a drafter directory)")
     checkpoint(Path(spec), flag)
     return spec
 
@@ -174,7 +176,7 @@ def drafter_spec(spec: str | None, flag: str = "--drafter") -> str | None:
 def checkpoint(path: Path, flag: str) -> Path:
     """A drafter directory: exists, has a JSON ``config.json`` and at least one ``*.safetensors``."""
     if not path.exists():
-        raise MinisparkError(f"{flag} {path}: no such directory (expected none, lookup or a drafter directory)")
+        raise MinisparkError(f"{flag} {path}: no such directory")
     if not path.is_dir():
         raise MinisparkError(f"{flag} {path}: not a directory (expected a drafter directory)")
     config = path / "config.json"

@@ -234,7 +234,25 @@ def test_bad_input_is_one_line(files: dict[str, str], argv: list[str], needle: s
     args = [arg.format(**files) if "{" in arg else arg for arg in argv]
     result = CliRunner().invoke(app, args)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
     assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    assert needle in lines[0], lines[0]
-    assert "Traceback" not in result.output and "§" not in result.output
+    # One error line, last; anything before it is a one-line notice of what was loaded.
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
+    assert needle in errors[0], errors[0]
+    assert "Traceback" not in result.output and "§" not in result.output and not result.stdout.strip()
+
+
+def test_every_option_has_help() -> None:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        for param in command.params:
+            if param.param_type_name == "option":
+                assert param.help, f"minispark {name} {param.opts[0]}: no help text"
+
+
+def test_no_design_note_sections_in_help() -> None:
+    for name in ("generate", "chat", "bench", "cache", "train", "profile", "calibrate", "simulate"):
+        result = CliRunner().invoke(app, [name, "--help"])
+        assert result.exit_code == 0 and "§" not in result.output, name

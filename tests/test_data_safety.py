@@ -20,8 +20,8 @@ from minispark.errors import MinisparkError
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = [REPO / "sps_tables", REPO / "drafters"]
-CACHE_FLAGS = ["--num-samples", "2", "--max-new-tokens", "6", "--layers", "1,2", "--window", "16", "--block", "4",
-               "--anchors-per-sample", "2", "--feature-dtype", "fp32", "--batch-size", "2"]
+CACHE_FLAGS = ["--num-samples", "2", "--max-new-tokens", "12", "--layers", "1,2", "--window", "16", "--block", "4",
+               "--anchors-per-sample", "4", "--anchor-run", "4", "--feature-dtype", "fp32", "--batch-size", "2"]
 
 
 def snapshot(*roots: Path) -> dict[str, str]:

@@ -20,6 +20,7 @@ from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from minispark import validate
 from minispark.embedded import EMBEDDED_NAME
@@ -60,7 +61,7 @@ def one_line_errors(command: Callable) -> Callable:
                 return command(*args, **kwargs)
         except MinisparkError as exc:
             message = " ".join(str(exc).split())  # one line, whatever the library put in it
-            err_console.print(f"[red]error:[/red] {message}", highlight=False, soft_wrap=True, markup=True)
+            err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             hint = RESUME_HINTS.get(command.__name__)

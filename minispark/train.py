@@ -296,7 +296,6 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     started = time.perf_counter()
     if cache_dir is None and config.cache_dir is None:
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir; pass --cache DIR")
-    reader = CacheReader(Path(cache_dir or config.cache_dir))
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     if not resume and (out / LATEST_FILE).exists():
         raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
@@ -307,6 +306,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                              "directory")
     if not resume and out.exists() and not out.is_dir():
         raise MinisparkError(f"--out {out}: is a file, not a directory")
+    reader = CacheReader(Path(cache_dir or config.cache_dir))
     if target is None:
         from minispark.target import load_target
 

@@ -9,6 +9,7 @@ seconds; the few that need a model use a tiny random one.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import zlib
@@ -231,7 +232,7 @@ def test_enough_cases() -> None:
 
 @pytest.mark.parametrize("argv, needle", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_bad_input_is_one_line(files: dict[str, str], argv: list[str], needle: str) -> None:
-    args = [arg.format(**files) if "{" in arg else arg for arg in argv]
+    args = [re.sub(r"\{([\w.-]+)\}", lambda m: files[m.group(1)], arg) for arg in argv]
     result = CliRunner().invoke(app, args)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error: ")]

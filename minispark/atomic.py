@@ -11,7 +11,9 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Callable
+from typing import IO, Any, Callable
+
+from minispark.errors import MinisparkError
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
@@ -47,7 +49,7 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
     """Build a directory with ``fill(tmp)`` in a temporary sibling, then rename it over ``path``:
     a reader sees the old directory or the complete new one."""
-    path = Path(path)
+    path = refuse_symlink(path, "output directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
@@ -62,4 +64,34 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
             shutil.rmtree(old, ignore_errors=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:
+    """A matplotlib figure as PNG bytes written atomically (a symlink at ``path`` is replaced, never followed)."""
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", **kwargs)
+    return write_bytes_atomic(path, buffer.getvalue())
+
+
+def open_append(path: str | Path, truncate: bool = False) -> IO[str]:
+    """Open a log file for appending without following a symlink planted at ``path``."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_NOFOLLOW", 0)
+    if truncate:
+        flags |= os.O_TRUNC
+    try:
+        fd = os.open(path, flags, 0o644)
+    except OSError:
+        if Path(path).is_symlink():
+            raise MinisparkError(f"{path}: is a symbolic link; minispark does not write through links") from None
+        raise
+    return os.fdopen(fd, "a")
+
+
+def refuse_symlink(path: str | Path, what: str) -> Path:
+    """``path`` unless it is a symbolic link (replacing or deleting it would act on someone else's file)."""
+    path = Path(path)
+    if path.is_symlink():
+        raise MinisparkError(f"{what} {path}: is a symbolic link, not something minispark wrote; remove it first")
     return path

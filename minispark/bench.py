@@ -32,6 +32,7 @@ import torch
 import transformers
 
 import minispark
+from minispark.atomic import save_figure
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.engine import GenerationStats, speculative_generate
@@ -408,6 +409,6 @@ def plot_bench(report: dict, path: str | Path) -> Path:
     fig.suptitle(f"{report['target']} · T={settings['temperature']:g} · {settings['num_prompts']} prompts × "
                  f"{settings['repeats']} · {report['hardware']['device']}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path

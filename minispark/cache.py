@@ -277,6 +277,7 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
     num_samples = config.num_samples or len(samples)
     num_shards = math.ceil(num_samples / config.samples_per_shard)
     config.out.mkdir(parents=True, exist_ok=True)
+    cfg = _resume_config(config.out, cfg)
     counts = [len(_shard_range(k, config, num_samples)) for k in range(num_shards)]
     done = _resumable_shards(config.out, cfg, counts, log)
     todo = [k for k in range(num_shards) if k not in done]
@@ -380,6 +381,20 @@ def _manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: 
     return {"format": FORMAT, "format_version": FORMAT_VERSION, "minispark_version": __version__, "config": cfg,
             "num_samples": num_samples, "num_shards": num_shards, "shards": entries, "complete": complete,
             "totals": totals}
+
+
+def _resume_config(out: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's own config when ``out`` holds a cache of the same target spelled differently
+    (another path to the same files: equal content hashes), so resuming keeps its bytes; else ``cfg``."""
+    if not (out / MANIFEST).exists():
+        return cfg
+    old = read_manifest(out)["config"]
+    have, want = old.get("target", {}), cfg["target"]
+    known = "unknown" not in (have.get("weights_hash"), want.get("weights_hash"))
+    if known and {k: v for k, v in have.items() if k != "name"} == {k: v for k, v in want.items() if k != "name"} \
+            and {k: v for k, v in old.items() if k != "target"} == {k: v for k, v in cfg.items() if k != "target"}:
+        return old
+    return cfg
 
 
 def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],

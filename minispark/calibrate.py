@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from minispark.errors import MinisparkError
-from minispark.atomic import write_json_atomic
+from minispark.atomic import save_figure, write_json_atomic
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -467,7 +467,7 @@ def plot_reliability(
     fig.tight_layout()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
     plt.close(fig)
     return path
 

@@ -158,6 +158,8 @@ class ChatREPL:
             self.error(f"target {self.conversation.target.name} is text-only: it cannot take images")
         elif not Path(path).expanduser().is_file():
             self.error(f"image not found: {path}")
+        elif (problem := _image_problem(Path(path).expanduser())) is not None:
+            self.error(problem)
         else:
             self.pending.append(str(Path(path).expanduser()))
             self.console.print(f"[dim]attached {path} (sent with your next message)[/]", highlight=False)
@@ -193,3 +195,14 @@ class ChatREPL:
 
     def error(self, message: str) -> None:
         self.console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+
+
+def _image_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be attached (corrupt, truncated, far too large), or None."""
+    from minispark.validate import image
+
+    try:
+        image(path, "/image")
+    except MinisparkError as exc:
+        return str(exc)
+    return None

@@ -33,6 +33,7 @@ from minispark.deepspec import is_deepspec_dir, load_deepspec_model
 from minispark.draft_config import DraftConfig
 from minispark.draft_model import DraftModel
 from minispark.errors import MinisparkError
+from minispark.identity import same_target
 from minispark.sampling import SamplingConfig
 
 CONFIG_FILE = "config.json"
@@ -116,7 +117,7 @@ def load_draft_model(
     if is_deepspec_dir(path):
         return load_deepspec_model(path, target_embed, target_lm_head, device, target=target_identity or "deepspec")
     config = DraftConfig.load(path / CONFIG_FILE)
-    if target_identity is not None and target_identity != config.target:
+    if target_identity is not None and not same_target(config.target, target_identity):
         raise MinisparkError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
     weights = read_weights(path, device)
     vocab_ids = weights.get("vocab_ids") if config.draft_vocab else None  # which lm_head rows to take
@@ -140,7 +141,8 @@ def load_calibration(drafter_dir: str | Path, target_identity: str | None = None
     if not path.is_file():
         return None, None
     calibration = Calibration.load(path)
-    if target_identity is not None and calibration.target_identity not in ("", target_identity):
+    if target_identity is not None and calibration.target_identity \
+            and not same_target(calibration.target_identity, target_identity):
         raise MinisparkError(f"{path} was fitted for target {calibration.target_identity!r}, not "
                              f"{target_identity!r}; re-run `minispark calibrate`")
     warning = None

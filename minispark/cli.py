@@ -10,14 +10,21 @@ from __future__ import annotations
 
 import functools
 import json
+import math
+import os
+import shlex
 import sys
+import warnings
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
+from minispark import validate
 from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
+from minispark.embedded import EMBEDDED_NAME
 from minispark.errors import MinisparkError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -25,23 +32,71 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 console = Console()
 err_console = Console(stderr=True)
 
+#: What to run after Ctrl-C to carry on where a command stopped.
+RESUME_HINTS = {
+    "cache": "finished shards are kept; run the same command again to resume",
+    "train": "checkpoints are kept; add --resume to continue from the latest one",
+}
+
+
+@app.callback()
+def main(
+    allow_pickle_weights: bool = typer.Option(
+        False, "--allow-pickle-weights", help="UNSAFE: also load target weights stored as pickle files (*.bin), "
+        "which can run arbitrary code when loaded; only for models you trust (default: safetensors only)."),
+) -> None:
+    """DSpark speculative decoding for local vision-language models."""
+    if allow_pickle_weights:
+        os.environ[validate.ALLOW_PICKLE_ENV] = "1"  # read by target loading, here and in any subprocess
+
 
 def one_line_errors(command: Callable) -> Callable:
-    """Turn user-facing errors into a single ``error: ...`` line and exit status 2."""
+    """Turn user-facing errors into a single ``error: ...`` line and exit status 2; Python warnings
+    into one ``notice:`` line each; Ctrl-C into how to resume."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
         try:
-            return command(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _one_line_warning
+                return command(*args, **kwargs)
         except MinisparkError as exc:
-            err_console.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            message = " ".join(str(exc).split())  # one line, whatever the library put in it
+            err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except KeyboardInterrupt:
+            hint = RESUME_HINTS.get(command.__name__)
+            line = f"interrupted; {hint}: minispark {shlex.join(sys.argv[1:])}" if hint else "interrupted"
+            if command.__name__ == "train" and "--resume" not in sys.argv:
+                line += " --resume"
+            err_console.print(line, highlight=False, soft_wrap=True, markup=False)
+            raise typer.Exit(130) from None
 
     return wrapper
 
 
+def _one_line_warning(message: Warning | str, category: type, filename: str, lineno: int, file: Any = None,
+                      line: str | None = None) -> None:
+    err_console.print(f"notice: {' '.join(str(message).split())}", highlight=False, soft_wrap=True, markup=False)
+
+
+def json_safe(value: Any) -> Any:
+    """``value`` with every non-finite float (NaN, ±inf) as None, so the output is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, "item") and getattr(value, "ndim", None) == 0:  # numpy / torch scalars
+        return json_safe(value.item())
+    return value
+
+
 def _print_json(data: dict) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, default=float) + "\n")
+    sys.stdout.write(json.dumps(json_safe(data), indent=2, allow_nan=False, default=str) + "\n")
 
 
 TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
@@ -53,18 +108,63 @@ StrictOpt = typer.Option(False, "--strict", help="Refuse an --sps table profiled
                          "(default: warn).")
 
 
+EMBEDDED_SPELLINGS = (None, "", "embedded", EMBEDDED_NAME)
+FourBitOpt = typer.Option(False, "--load-in-4bit", help="Load the target 4-bit quantized (bitsandbytes, CUDA).")
+EightBitOpt = typer.Option(False, "--load-in-8bit", help="Load the target 8-bit quantized (bitsandbytes, CUDA).")
+SeedOpt = typer.Option(0, "--seed", help="Random seed.")
+TopPOpt = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]; 1 = off.")
+TopKOpt = typer.Option(0, "--top-k", help="Sample from the k most likely tokens; 0 = off.")
+JsonOpt = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress and notices on stderr).")
+MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
+
+
 def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
           load_in_8bit: bool = False):
     from minispark.target import load_target
 
-    with err_console.status(f"loading target {target or 'embedded SmolLM2-135M-Instruct'}..."):
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    if target in EMBEDDED_SPELLINGS:
+        what = "the embedded SmolLM2-135M-Instruct"
+    elif validate.target_location(target) is not None:
+        what = f"target {target}"
+    else:  # say so before the network is touched: a hub id is downloaded unless already cached
+        what = f"hub model {target} (downloading from the Hugging Face Hub unless cached)"
+    with err_console.status(f"loading {what}..."):
         return load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
+
+
+def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Optional[str],
+                        load_in_4bit: bool = False, load_in_8bit: bool = False) -> None:
+    """The target flags every loading command shares, checked before anything is loaded."""
+    validate.choice(dtype, "--dtype", validate.DTYPES)
+    validate.device(device)
+    if load_in_4bit and load_in_8bit:
+        raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
+    if target not in EMBEDDED_SPELLINGS:
+        location = validate.target_location(target)
+        if location is not None:
+            validate.safetensors_only(location, target)
 
 
 def _check_images(images: list[Path]) -> None:
     for path in images:
-        if not path.is_file():
-            raise MinisparkError(f"--image {path}: file not found")
+        validate.image(path)
+
+
+def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
+                   gamma: Optional[int], threshold: float, sps: Optional[Path], temperature: float, top_p: float,
+                   top_k: int, seed: Optional[int], max_new_tokens: int) -> None:
+    """The flags generate and chat share."""
+    validate.prompt(prompt)
+    _check_images(images)
+    validate.drafter_spec(drafter)
+    validate.choice(mode, "--mode", validate.MODES)
+    validate.integer(gamma, "--gamma", 1)
+    validate.number(threshold, "--threshold", 0.0, 1.0)
+    validate.input_file(sps, "--sps")
+    validate.sampling(temperature, top_p, top_k)
+    validate.integer(seed, "--seed", 0)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
 
 
 @app.command()
@@ -78,20 +178,21 @@ def generate(
     mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
                                        "schedule with a confidence head and an SPS table, else threshold/fixed)."),
     gamma: Optional[int] = GammaOpt,
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold (threshold mode)."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: the one for this "
                                        "device, target and dtype)."),
     strict: bool = StrictOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k"),
-    seed: Optional[int] = typer.Option(None, "--seed"),
-    max_new_tokens: int = typer.Option(256, "--max-new-tokens"),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one, reported)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help=MaxNewTokensHelp + "; a prompt that "
+                                       "alone fills the context is refused)."),
     stop: list[str] = typer.Option([], "--stop", help="Stop string(s)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
-    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
-    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
 ) -> None:
     """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
@@ -99,8 +200,9 @@ def generate(
     from minispark.sampling import SamplingConfig
     from minispark.serving import build_serving
 
+    _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                   max_new_tokens)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
-    _check_images(image)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
@@ -132,21 +234,21 @@ def chat(
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
                                                            "an SPS table, else threshold; fixed without confidences)."),
     gamma: Optional[int] = GammaOpt,
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold (threshold mode)."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
     strict: bool = StrictOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k"),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
     system: Optional[str] = typer.Option(None, "--system", help="System message."),
     stats: bool = typer.Option(True, "--stats/--no-stats", help="A figures line after each answer."),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Per answer."),
-    seed: Optional[int] = typer.Option(None, "--seed"),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per answer at most."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one)."),
     stop: list[str] = typer.Option([], "--stop", help="Stop string(s)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
-    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
-    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
     from minispark.chat import ChatREPL
@@ -154,8 +256,9 @@ def chat(
     from minispark.sampling import SamplingConfig
     from minispark.serving import build_serving
 
+    _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                   max_new_tokens)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
-    _check_images(image)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
@@ -177,17 +280,17 @@ def bench(
     modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
                                         "threshold,schedule,schedule-raw (target always runs). Default: target,hf,"
                                         "hf-lookup,lookup, plus fixed,threshold,schedule with --drafter."),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per answer at most."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k"),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
     gamma: Optional[int] = GammaOpt,
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold of the threshold mode."),
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] of the threshold mode."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for the schedule modes (default: the one for "
                                        "this device, target and dtype)."),
     strict: bool = StrictOpt,
     repeats: int = typer.Option(1, "--repeats", help="Passes over all prompts and modes."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SeedOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     as_json: bool = typer.Option(False, "--json", help="Only the JSON report on stdout (progress on stderr)."),
@@ -199,8 +302,21 @@ def bench(
     from minispark.profiler import rich_progress
     from minispark.sampling import SamplingConfig
 
-    if num_prompts is not None and num_prompts < 1:
-        raise MinisparkError("--num-prompts must be >= 1")
+    validate.drafter_spec(drafter)
+    validate.input_file(prompts, "--prompts")
+    validate.integer(num_prompts, "--num-prompts", 1)
+    if category is not None and prompts is None:
+        raise MinisparkError("--category selects lines of --prompts FILE; give the file")
+    names = None if modes is None else [m.strip() for m in modes.split(",") if m.strip()]
+    if names is not None and not names:
+        raise MinisparkError(f"--modes {modes!r}: name at least one mode")
+    validate.sampling(temperature, top_p, top_k)
+    validate.integer(seed, "--seed", 0)
+    validate.input_file(sps, "--sps")
+    validate.output_file(plot, "--plot")
+    config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
+                         threshold=threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
+                         repeats=repeats, seed=seed)  # checks the rest before the target loads
     loaded = _load(target, dtype, device)
     if drafter is None:
         from minispark.generate import default_drafter
@@ -211,16 +327,10 @@ def bench(
             err_console.print(f"[dim]drafter: {shipped} (shipped for this target; --drafter none to leave it out)[/dim]")
     elif drafter == "none":
         drafter = None
-    if modes is not None:
-        names = [m.strip() for m in modes.split(",") if m.strip()]
-    else:
-        names = BASELINE_MODES + (["fixed", "threshold", "schedule"] if drafter else [])
-    config = BenchConfig(modes=names, max_new_tokens=max_new_tokens, gamma=gamma, threshold=threshold,
-                         sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p), repeats=repeats, seed=seed)
+    if names is None and drafter:
+        config = BenchConfig(**{**config.__dict__, "modes": BASELINE_MODES + ["fixed", "threshold", "schedule"]})
     if drafter is not None:
         _check_deepspec(drafter, loaded)
-    if category is not None and prompts is None:
-        raise MinisparkError("--category selects lines of --prompts FILE; give the file")
     chosen = (file_prompts(loaded, prompts, num_prompts or 16, category) if prompts
               else builtin_prompts(loaded, num_prompts))
     runnable, notices = build_modes(loaded, config, drafter, sps, strict)
@@ -255,7 +365,11 @@ def demo(
     from minispark.demo import PipelineSizes, render_demo, run_demo, run_pipeline
     from minispark.profiler import rich_progress
 
+    validate.integer(num_prompts, "--num-prompts", 1)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
     if not train:
+        validate.drafter_spec(drafter)
+
         def notice(line: str) -> None:
             err_console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
 
@@ -267,6 +381,8 @@ def demo(
         return
     if drafter is not None:
         raise MinisparkError("--drafter: not with --train (the pipeline trains its own)")
+    validate.output_dir(out)
+    _check_target_flags(target, None, None)
     sizes = PipelineSizes(bench_prompts=num_prompts, bench_tokens=max_new_tokens)
     result = run_pipeline(out, sizes, target=target, log=lambda line: err_console.print(line, highlight=False))
     console.print(f"\n[bold]chat[/bold] ▶ {result.chat_prompt}", highlight=False)
@@ -281,41 +397,59 @@ def cache(
     target: Optional[str] = TargetOpt,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
     out: Path = typer.Option(Path("runs/cache"), "--out", help="Cache directory (resumes if it exists)."),
-    num_samples: Optional[int] = typer.Option(None, "--num-samples"),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens"),
-    temperature: float = typer.Option(0.7, "--temperature"),
-    top_p: float = typer.Option(0.8, "--top-p"),
-    top_k: int = typer.Option(20, "--top-k"),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Samples to cache (default: one per "
+                                              "prompt; more cycles through the prompts with new seeds)."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per regenerated answer at most."),
+    temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature of the regenerated answers."),
+    top_p: float = typer.Option(0.8, "--top-p", help="Nucleus sampling mass in (0, 1]."),
+    top_k: int = typer.Option(20, "--top-k", help="Sample from the k most likely tokens; 0 = off."),
     layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
-    anchors_per_sample: int = typer.Option(32, "--anchors-per-sample"),
+    anchors_per_sample: int = typer.Option(32, "--anchors-per-sample", help="Anchor positions drawn per answer."),
     anchor_run: int = typer.Option(16, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
     window: int = typer.Option(32, "--window", help="Context rows stored before each anchor; 0 = full context."),
     block: int = typer.Option(7, "--block", help="Draft block size γ."),
-    dtype: str = typer.Option("bf16", "--dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
-    target_dtype: Optional[str] = typer.Option(None, "--target-dtype", help="Target compute dtype."),
+    feature_dtype: str = typer.Option("bf16", "--feature-dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
+    dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
-    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
-    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
-    batch_size: int = typer.Option(8, "--batch-size"),
-    samples_per_shard: int = typer.Option(64, "--samples-per-shard"),
-    seed: int = typer.Option(0, "--seed"),
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    batch_size: int = typer.Option(8, "--batch-size", help="Answers regenerated together."),
+    samples_per_shard: int = typer.Option(64, "--samples-per-shard", help="Samples per shard file (the unit a "
+                                          "resume keeps)."),
+    seed: int = SeedOpt,
     split: str = typer.Option("train", "--split", help="train | heldout (an evaluation cache of held-out prompts)."),
     source: str = typer.Option("regenerate", "--source",
                                help="regenerate (the target answers) | text (teacher-force each line's assistant turn)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Estimate disk use and exit."),
     force: bool = typer.Option(False, "--force", help="Start even if the disk check fails."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Regenerate answers with the target and cache its features for sampled anchor windows only."""
+    from dataclasses import replace
+
     from minispark.cache import CacheConfig, build_cache, default_prompts, estimate_cache
 
-    loaded = _load(target, target_dtype, device, load_in_4bit, load_in_8bit)
-    config = CacheConfig(
-        prompts=prompts or default_prompts(loaded.is_vlm, split), out=out, target=target, num_samples=num_samples,
-        max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p, top_k=top_k, layers=layers,
-        anchors_per_sample=anchors_per_sample, anchor_run=anchor_run, window=window, block=block, dtype=dtype, target_dtype=target_dtype,
-        device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
-        samples_per_shard=samples_per_shard, seed=seed, split=split, source=source, force=force)
+    if validate.input_file(prompts, "--prompts") is not None:
+        from minispark.prompts import load_prompts
+
+        load_prompts(prompts)  # a malformed line is reported before the target loads
+    validate.output_dir(out)
+    validate.number(temperature, "--temperature", 0.0)
+    validate.integer(seed, "--seed", 0)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    try:  # every flag checked before the target loads (the default prompt file depends on it)
+        config = CacheConfig(
+            prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"), out=out,
+            target=target, num_samples=num_samples, max_new_tokens=max_new_tokens, temperature=temperature,
+            top_p=top_p, top_k=top_k, layers=layers, anchors_per_sample=anchors_per_sample, anchor_run=anchor_run,
+            window=window, block=block, dtype=feature_dtype, target_dtype=dtype, device=device,
+            load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
+            samples_per_shard=samples_per_shard, seed=seed, split=split, source=source, force=force)
+    except MinisparkError as exc:  # CacheConfig names the stored dtype --dtype in the library
+        raise MinisparkError(str(exc).replace("--dtype", "--feature-dtype")) from None
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    if prompts is None:
+        config = replace(config, prompts=default_prompts(loaded.is_vlm, split))
     if dry_run:
         estimate = estimate_cache(config, target=loaded)
         _print_json(estimate.to_json()) if as_json else console.print(estimate.describe())
@@ -335,8 +469,8 @@ def train(
     heldout_cache: Optional[Path] = typer.Option(None, "--heldout-cache",
                                                  help="A --split heldout cache: evaluate τ on it, keep the best."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory breakdown and predicted peak."),
-    no_progress: bool = typer.Option(False, "--no-progress"),
-    as_json: bool = typer.Option(False, "--json"),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Log lines instead of a progress bar."),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Train the DSpark drafter on a target cache. Extra KEY=VALUE arguments override the recipe."""
     from minispark.memory import estimate_memory
@@ -344,13 +478,19 @@ def train(
     from minispark.train import train as run_train
 
     config = load_recipe(recipe, list(ctx.args))
+    validate.input_dir(heldout_cache, "--heldout-cache")
     if heldout_cache is not None:
         config.heldout_cache = str(heldout_cache)
     if dry_run:
         breakdown = estimate_memory(config)
         _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe())
         return
-    report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress)
+    validate.input_dir(cache_dir, "--cache")
+    validate.output_dir(out)
+    if resume:
+        validate.input_dir(out, "--out")
+    report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress and not as_json,
+                       log=lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
     _print_json(report.metrics) if as_json else console.print(report.summary())
 
 
@@ -360,34 +500,45 @@ def profile(
     target: Optional[str] = TargetOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
-    load_in_4bit: bool = typer.Option(False, "--load-in-4bit"),
-    load_in_8bit: bool = typer.Option(False, "--load-in-8bit"),
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
     contexts: str = typer.Option("256,1024,4096", "--contexts", help="KV-cache lengths to profile."),
     max_tokens: int = typer.Option(16, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
     rounds: int = typer.Option(10, "--rounds", help="Shuffled rounds per context."),
-    warmup: int = typer.Option(2, "--warmup"),
+    warmup: int = typer.Option(2, "--warmup", help="Untimed passes over every size per context."),
     drift_bound: float = typer.Option(0.10, "--drift-bound", help="Relative reference drift that re-measures a round."),
-    max_remeasure: int = typer.Option(2, "--max-remeasure"),
+    max_remeasure: int = typer.Option(2, "--max-remeasure", help="Re-measurements of a drifted round at most."),
     cooldown: float = typer.Option(5.0, "--cooldown", help="Seconds to rest before re-measuring a drifted round."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = SeedOpt,
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (CPU targets)."),
     note: str = typer.Option("", "--note", help="Free text stored in the table's metadata."),
     allow_busy: bool = typer.Option(False, "--allow-busy", help="Write the table even if the CPU was busy (flagged)."),
-    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: the shipped sps_tables/)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: the user table directory, "
+                                       "$MINISPARK_SPS_TABLES or sps_tables/ in the user cache dir; looked up before "
+                                       "the shipped tables)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a PNG of the SPS curves."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
     from dataclasses import asdict
 
     from minispark.profiler import ProfileConfig, format_table, run_profile
-    from minispark.sps import SHIPPED_TABLES
 
-    config = ProfileConfig(contexts=[int(c) for c in _floats(contexts, "--contexts")], max_tokens=max_tokens,
+    lengths = validate.floats(contexts, "--contexts", low=0.0)
+    if any(c != int(c) for c in lengths):
+        raise MinisparkError(f"--contexts: expected whole token counts, got {contexts!r}")
+    validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
+    validate.number(cooldown, "--cooldown", 0.0, 3600.0)
+    validate.integer(threads, "--threads", 1)
+    validate.integer(seed, "--seed", 0)
+    validate.output_dir(out)
+    validate.output_file(plot, "--plot")
+    config = ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens,
                            rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
                            cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
-                              load_in_8bit=load_in_8bit, threads=threads, out_dir=out or SHIPPED_TABLES, plot=plot,
+                              load_in_8bit=load_in_8bit, threads=threads, out_dir=out, plot=plot,
                               show_progress=not as_json)
     if as_json:
         _print_json({"path": str(path), **asdict(table)})
@@ -401,35 +552,47 @@ def profile(
 def calibrate(
     drafter: Path = typer.Option(..., "--drafter", help="DSpark checkpoint directory (STS is stored there)."),
     prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts JSONL (its last N prompts are used)."),
-    num_prompts: int = typer.Option(16, "--num-prompts"),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts rolled out (the file's last N)."),
     target: Optional[str] = TargetOpt,
     gamma: Optional[int] = GammaOpt,
     temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use."),
-    top_p: float = typer.Option(1.0, "--top-p"),
-    top_k: int = typer.Option(0, "--top-k"),
-    max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
-    seed: int = typer.Option(0, "--seed"),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per rollout at most."),
+    seed: int = SeedOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write reliability diagrams (PNG)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = JsonOpt,
 ) -> None:
     """Roll out the loop, report ECE/AUC/Brier per position, fit and store Sequential Temperature Scaling."""
     from dataclasses import asdict
 
     from minispark.calibrate import plot_reliability, reliability, render_metrics, render_reliability
+    from minispark.profiler import rich_progress
     from minispark.prompts import load_prompt_inputs
     from minispark.rollouts import calibrate_drafter
     from minispark.sampling import SamplingConfig
     from minispark.serving import build_serving
 
+    validate.checkpoint(drafter, "--drafter")
+    validate.input_file(prompts, "--prompts")
+    validate.integer(num_prompts, "--num-prompts", 1)
+    validate.integer(gamma, "--gamma", 1)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+    validate.integer(seed, "--seed", 0)
+    validate.output_file(plot, "--plot")
+    sampling = SamplingConfig(validate.number(temperature, "--temperature", 0.0))
     loaded = _load(target, dtype, device)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     setup = build_serving(loaded, drafter, "fixed", gamma, sampling=sampling)  # fixed: every position rolled out
     inputs = load_prompt_inputs(loaded, prompts, num_prompts)
-    with err_console.status("rolling out...") as status:
-        report = calibrate_drafter(loaded, setup.drafter, drafter, inputs, setup.gamma, sampling, max_new_tokens,
-                                   seed, progress=lambda i: status.update(f"rolled out {i}/{len(inputs)} prompts"))
+    if not inputs:
+        raise MinisparkError(f"--prompts {prompts}: no prompt usable with target {loaded.name}")
+    with rich_progress(True, label="calibrate") as progress:
+        report = calibrate_drafter(loaded, setup.drafter, drafter, inputs, setup.gamma, sampling, max_new_tokens, seed,
+                                   progress=None if progress is None else
+                                   (lambda i: progress(i, len(inputs), f"rolled out {i}/{len(inputs)} prompts")))
     rollouts, calibration = report.pop("rollouts"), report.pop("calibration")
     if plot is not None:
         plot_reliability(plot, rollouts.confidences, rollouts.accepted, calibration)
@@ -447,29 +610,35 @@ def calibrate(
 @app.command()
 @one_line_errors
 def simulate(
-    conf: Optional[str] = typer.Option(None, "--conf", help="Per-position confidences, e.g. 0.9,0.8,0.7."),
+    conf: Optional[str] = typer.Option(None, "--conf", help="Per-position confidences in [0, 1], e.g. 0.9,0.8,0.7."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON."),
-    sps_inline: Optional[str] = typer.Option(None, "--sps-inline", help="SPS for 1,2,3.. tokens: 1.0,0.5,0.45"),
-    appendix_a: bool = typer.Option(False, "--appendix-a", help="Run §9's counterexample by Monte Carlo."),
-    draws: int = typer.Option(100_000, "--draws"),
-    seed: int = typer.Option(0, "--seed"),
-    as_json: bool = typer.Option(False, "--json"),
+    sps_inline: Optional[str] = typer.Option(None, "--sps-inline", help="Steps per second for 1,2,3.. tokens, "
+                                             "positive and never rising: 1.0,0.5,0.45"),
+    appendix_a: bool = typer.Option(False, "--appendix-a", help="Run the peeking-scheduler counterexample "
+                                    "(Appendix A) by Monte Carlo."),
+    draws: int = typer.Option(100_000, "--draws", help="Monte Carlo draws (--appendix-a)."),
+    seed: int = SeedOpt,
+    as_json: bool = JsonOpt,
 ) -> None:
-    """The scheduler simulator (design notes §15): Θ(ℓ), causal vs peeking choices, Appendix A."""
+    """The scheduler simulator: Θ(ℓ), causal vs peeking choices, the Appendix A counterexample."""
     from minispark.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
     from minispark.sps import SPSTable
 
+    validate.integer(seed, "--seed", 0)
     if appendix_a:
+        validate.integer(draws, "--draws", 1)
         result = run_appendix_a(draws=draws, seed=seed)
         _print_json(result) if as_json else console.print(render_appendix_a(result))
         return
     if conf is None:
         raise MinisparkError("--conf is required (or use --appendix-a)")
-    confidences = _floats(conf, "--conf")
+    confidences = validate.floats(conf, "--conf", low=0.0, high=1.0)
+    if sps is not None and sps_inline is not None:
+        raise MinisparkError("--sps and --sps-inline are exclusive; give one")
     if sps is not None:
-        table = SPSTable.load(sps)
+        table = SPSTable.load(validate.input_file(sps, "--sps"))
     elif sps_inline is not None:
-        table = SPSTable.from_inline(_floats(sps_inline, "--sps-inline"))
+        table = SPSTable.from_inline(validate.sps_values(sps_inline))
     else:
         raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
     result = theta_table(confidences, table)
@@ -484,11 +653,15 @@ def _check_deepspec(drafter: str, target) -> None:
         check_against_target(drafter, target)
 
 
+#: What import/export write into --out: they replace a directory holding only these, nothing else.
+DRAFTER_FILES = ("config.json", "model.safetensors", "README.md", "calibration.json")
+
+
 @app.command("import")
 @one_line_errors
 def import_(
     source: Path = typer.Argument(..., help="DeepSpec-layout drafter directory (Qwen3DSparkModel)."),
-    out: Path = typer.Option(..., "--out", help="Output minispark drafter directory."),
+    out: Path = typer.Option(..., "--out", help="Output minispark drafter directory (new, or one this wrote)."),
     target: Optional[str] = TargetOpt,
     window: Optional[int] = typer.Option(None, "--window", help="Context window W (default: recorded, else 0 = all)."),
     device: Optional[str] = DeviceOpt,
@@ -496,6 +669,9 @@ def import_(
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
     from minispark.deepspec_export import import_deepspec
 
+    validate.checkpoint(source, "SOURCE")
+    validate.replaceable_dir(out, "--out", DRAFTER_FILES)
+    validate.integer(window, "--window", 0)
     report = import_deepspec(source, _load(target, None, device), out, window)
     _print_conversion(report)
 
@@ -504,7 +680,7 @@ def import_(
 @one_line_errors
 def export(
     drafter_dir: Path = typer.Argument(..., help="minispark drafter directory (config.json + model.safetensors)."),
-    out: Path = typer.Option(..., "--out", help="Output directory."),
+    out: Path = typer.Option(..., "--out", help="Output directory (new, or one this wrote)."),
     fmt: str = typer.Option("deepspec", "--format", help="Output layout: deepspec (vLLM / SGLang)."),
     target: Optional[str] = TargetOpt,
     device: Optional[str] = DeviceOpt,
@@ -514,6 +690,8 @@ def export(
 
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
+    validate.checkpoint(drafter_dir, "DRAFTER_DIR")
+    validate.replaceable_dir(out, "--out", DRAFTER_FILES)
     report = export_deepspec(drafter_dir, _load(target, None, device), out)
     _print_conversion(report)
 
@@ -524,13 +702,6 @@ def _print_conversion(report) -> None:
     c = report.config
     console.print(f"wrote {report.out}: {c.num_layers} layers, head {c.head}, confidence head "
                   f"{'on' if c.confidence_head else 'off'}, γ={c.block_size}, window {c.window}", highlight=False)
-
-
-def _floats(text: str, flag: str) -> list[float]:
-    try:
-        return [float(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise MinisparkError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
@@ -50,7 +51,7 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     """The shipped drafter for ``target``: a directory under ``drafters/`` whose ``config.json``
     names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
     target name, which loading then checks), or None when nothing matches."""
-    from minispark.identity import target_id
+    from minispark.identity import same_target, target_id
 
     want = target_id(target.identity())
     same_name = []
@@ -59,7 +60,7 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
             named = str(json.loads(config_path.read_text()).get("target", ""))
         except (OSError, ValueError, AttributeError) as exc:
             raise MinisparkError(f"shipped drafter {config_path}: unreadable config ({exc})") from None
-        if named == want:
+        if same_target(named, want):
             return config_path.parent
         if named.split("@")[0] == target.name:
             same_name.append(config_path.parent)
@@ -84,6 +85,22 @@ def make_drafter(spec: str, target: Target) -> Drafter:
         target.check_layers(drafter.feature_layers)
         return drafter
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
+
+
+def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int) -> int:
+    """``max_new_tokens`` capped (with a warning) to the room the target's context leaves after the
+    prompt; a prompt that alone fills the context is refused rather than decoded into garbage."""
+    limit = getattr(target.text_config, "max_position_embeddings", None)
+    if limit is None:
+        return max_new_tokens
+    if prompt_tokens >= limit:
+        raise MinisparkError(f"--prompt: {prompt_tokens} tokens, but {target.name} has a context of {limit} "
+                             "positions; shorten the prompt")
+    room = limit - prompt_tokens
+    if max_new_tokens > room:
+        warnings.warn(f"--max-new-tokens {max_new_tokens}: only {room} tokens fit after the {prompt_tokens}-token "
+                      f"prompt in {target.name}'s context of {limit}; generating at most {room}", stacklevel=2)
+    return min(max_new_tokens, room)
 
 
 def stop_on_strings(target: Target, stop_strings: Sequence[str]) -> Callable[[list[int]], int | None] | None:
@@ -146,6 +163,7 @@ def generate(
     if policy is None:
         policy = FixedLength(0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, gamma))
     inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
+    max_new_tokens = fit_context(target, inputs.length, max_new_tokens)
     generator = make_generator(seed, target.device)
     used_seed = generator.initial_seed()
     on_tokens = text_streamer(target, on_text) if on_text is not None else None

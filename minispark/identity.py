@@ -101,3 +101,13 @@ def device_name(device: torch.device | str | None = None) -> str:
 def target_id(identity: dict[str, str]) -> str:
     """The string a drafter records as its target (``DraftConfig.target``): name@weights-hash."""
     return f"{identity['name']}@{identity['weights_hash']}"
+
+
+def same_target(recorded: str, current: str) -> bool:
+    """Whether two ``target_id`` strings name one target: by content (the weights hash) when both
+    hashes are known, so a path spelled differently or a hub id and its local copy agree; by the
+    whole id otherwise."""
+    recorded_hash, current_hash = recorded.rpartition("@")[2], current.rpartition("@")[2]
+    if "@" in recorded and "@" in current and "unknown" not in (recorded_hash, current_hash):
+        return recorded_hash == current_hash
+    return recorded == current

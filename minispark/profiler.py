@@ -3,7 +3,8 @@
 The scheduler (design notes §8, §8.1) needs SPS(n), steps per second of one target forward over n
 new tokens (anchor + drafts) after a KV cache of the current context length, on the device and
 precision it serves with. This module measures that grid and writes it as an
-:class:`~minispark.sps.SPSTable` to ``sps_tables/<device>__<target>.json``.
+:class:`~minispark.sps.SPSTable` to ``<user tables>/<device>__<target>.json``
+(:func:`~minispark.sps.user_tables_dir`; the shipped ``sps_tables/`` are only read).
 
 Small GPUs throttle after a few seconds of load and shared CPUs change speed with their neighbours
 (§14.2), so one timing per size would mostly measure *when* it ran. Per context length:
@@ -50,9 +51,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from minispark.atomic import save_figure
 from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_quantization
-from minispark.sps import SHIPPED_TABLES, SPSTable
+from minispark.sps import SPSTable, user_tables_dir
 from minispark.target import PromptInputs, Target, TargetSession, load_target
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
@@ -471,7 +473,7 @@ def plot_sps(table: SPSTable, path: str | Path) -> Path:
     fig.suptitle(f"{table.device} / {table.target} ({table.dtype}, {table.quantization}), "
                  f"{table.metadata.get('date', '')}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
     plt.close(fig)
     return path
 
@@ -499,9 +501,11 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
 # ---------------------------------------------------------------------- one call for the CLI
 def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str | None = None,
                 device: str | None = None, load_in_4bit: bool = False, load_in_8bit: bool = False,
-                threads: int | None = None, out_dir: str | Path = SHIPPED_TABLES, plot: str | Path | None = None,
+                threads: int | None = None, out_dir: str | Path | None = None, plot: str | Path | None = None,
                 show_progress: bool = True) -> tuple[SPSTable, Path]:
-    """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot)."""
+    """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot);
+    ``out_dir`` defaults to the user's table directory, never the shipped ``sps_tables/``."""
+    out_dir = user_tables_dir() if out_dir is None else out_dir
     if threads is not None:
         if threads < 1:
             raise MinisparkError("--threads must be >= 1")

@@ -126,13 +126,13 @@ class TrainConfig:
         positive = ("num_layers", "markov_rank", "block_size", "steps", "batch_anchors", "chunk_anchors",
                     "log_every", "checkpoint_every", "keep_checkpoints", "anchors_per_sample", "max_new_tokens",
                     "loss_decay_gamma", "lr")
-        for key in positive:
-            if getattr(self, key) <= 0:
-                raise MinisparkError(f"{key}: must be positive, got {getattr(self, key)}")
+        for key in positive:  # written as "not > 0" so that nan fails too
+            if not 0 < getattr(self, key) < float("inf"):
+                raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
                     "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
-            if getattr(self, key) < 0:
-                raise MinisparkError(f"{key}: must be >= 0, got {getattr(self, key)}")
+            if not 0 <= getattr(self, key) < float("inf"):
+                raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
         if self.feature_layers is not None:

@@ -10,6 +10,7 @@ temperature, top-k and top-p are applied identically.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -29,8 +30,8 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise MinisparkError(f"--temperature must be >= 0, got {self.temperature}")
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise MinisparkError(f"--temperature must be a finite number >= 0, got {self.temperature}")
         if self.top_k < 0:
             raise MinisparkError(f"--top-k must be >= 0, got {self.top_k}")
         if not 0.0 < self.top_p <= 1.0:

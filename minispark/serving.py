@@ -28,7 +28,7 @@ from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_id, target_quantization
 from minispark.sampling import SamplingConfig
 from minispark.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
-from minispark.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch
+from minispark.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch, user_tables_dir
 from minispark.target import Target
 
 TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
@@ -69,8 +69,8 @@ def matching_sps_table(target: Target, path: Path | None, strict: bool = False) 
         return table, table_mismatch(table, path, device=device, target=target.name, dtype=dtype,
                                      quantization=quantization, strict=strict)
     try:
-        return find_table(SHIPPED_TABLES, device, target.name, dtype=dtype, quantization=quantization,
-                          strict=True), None
+        return find_table([user_tables_dir(), SHIPPED_TABLES], device, target.name, dtype=dtype,
+                          quantization=quantization, strict=True), None
     except SPSTableError:
         return None, None
 

@@ -8,11 +8,13 @@ cost grows roughly linearly with context) and clamp outside the profiled range. 
 between profiled ones are interpolated the same way; token counts beyond the largest profiled one
 are refused (the scheduler checks coverage when it is built, so a too-small table fails early).
 
-Tables live in ``sps_tables/<device>__<target>.json`` (names sanitised by :func:`sanitize_name`).
-:func:`find_table` picks the one for a device and target, and falls back, with a warning, to a
-deliberately pessimistic generic cost model when none matches. A table given explicitly is checked
-against the run by :func:`table_mismatch` (a warning, or an error when strict). This module is the
-serving side; measuring is :mod:`minispark.profiler`'s.
+Tables live in ``<dir>/<device>__<target>.json`` (names sanitised by :func:`sanitize_name`): the
+ones ``minispark profile`` measures in :func:`user_tables_dir`, the shipped ones in the package's
+``sps_tables/`` (never written by a user command). :func:`find_table` picks the one for a device
+and target, user tables first, and falls back, with a warning, to a deliberately pessimistic
+generic cost model when none matches. A table given explicitly is checked against the run by
+:func:`table_mismatch` (a warning, or an error when strict). This module is the serving side;
+measuring is :mod:`minispark.profiler`'s.
 
     python -m minispark.sps sps_tables    # list and validate every table in a directory
 """
@@ -22,12 +24,13 @@ from __future__ import annotations
 import bisect
 import json
 import math
+import os
 import re
 import sys
 import warnings
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from minispark.atomic import write_json_atomic
 from minispark.errors import MinisparkError
@@ -267,8 +270,16 @@ def list_tables(directory: str | Path) -> list[Path]:
     return sorted(directory.rglob("*.json")) if directory.is_dir() else []
 
 
+def user_tables_dir() -> Path:
+    """Where ``minispark profile`` writes the tables it measures (never the shipped ``sps_tables/``):
+    ``$MINISPARK_SPS_TABLES``, else ``sps_tables/`` in the user cache dir (``$MINISPARK_CACHE``)."""
+    from minispark.embedded import cache_root
+
+    return Path(os.environ.get("MINISPARK_SPS_TABLES") or cache_root() / "sps_tables")
+
+
 def find_table(
-    directory: str | Path,
+    directory: str | Path | Sequence[str | Path],
     device_name: str,
     target_name: str,
     *,
@@ -278,15 +289,46 @@ def find_table(
 ) -> SPSTable:
     """The profiled table for this device and target, or the generic fallback with a warning.
 
-    Matching, first hit wins: (1) the file ``<device>__<target>.json``; (2) any table under
-    ``directory`` with the same sanitised target whose sanitised device name occurs in
-    ``device_name``'s at '-' boundaries (``"rtx-3050"`` matches ``"NVIDIA GeForce RTX 3050 Laptop
-    GPU"``, ``"rtx-305"`` does not), longest device name first. ``dtype``/``quantization``, when
-    given, must match too: a table for another precision measures another workload.
-    ``strict=True`` raises instead of falling back. A malformed table is always an error, never
-    skipped.
+    ``directory`` may be several directories, searched in order (the user's measured tables
+    before the shipped ones); the first with a match wins. Matching within one directory, first
+    hit wins: (1) the file ``<device>__<target>.json``; (2) any table with the same sanitised
+    target whose sanitised device name occurs in ``device_name``'s at '-' boundaries
+    (``"rtx-3050"`` matches ``"NVIDIA GeForce RTX 3050 Laptop GPU"``, ``"rtx-305"`` does not),
+    longest device name first. ``dtype``/``quantization``, when given, must match too: a table for
+    another precision measures another workload. ``strict=True`` raises instead of falling back.
+    A malformed table is always an error, never skipped.
     """
-    directory = Path(directory)
+    directories = [Path(directory)] if isinstance(directory, (str, Path)) else [Path(d) for d in directory]
+    for where in directories:
+        table = _match_in(where, device_name, target_name, dtype, quantization)
+        if table is not None:
+            return table
+
+    found = ", ".join(p.name for where in directories for p in list_tables(where)) or "none"
+    precision = "".join(
+        f", {name}={value}"
+        for name, value in (("dtype", dtype), ("quantization", quantization))
+        if value
+    )
+    message = (
+        f"no SPS table for device '{device_name}' and target '{target_name}'{precision} in "
+        f"{' or '.join(str(d) for d in directories)} (expected "
+        f"{table_filename(device_name, target_name)}; found: {found}); profile this device and target "
+        f"to create it"
+    )
+    if strict:
+        raise SPSTableError(message)
+    warnings.warn(
+        f"{message}. Using the generic cost model ({GENERIC_TOKEN_COST} step per extra token), "
+        f"which schedules conservatively short prefixes.",
+        stacklevel=2,
+    )
+    return SPSTable.generic()
+
+
+def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | None,
+              quantization: str | None) -> SPSTable | None:
+    """The best table for the device and target in one directory (see :func:`find_table`), or None."""
     want_device, want_target = sanitize_name(device_name), sanitize_name(target_name)
 
     def fits(table: SPSTable) -> bool:
@@ -309,26 +351,7 @@ def find_table(
             candidates.append((len(device), str(path), table))
     if candidates:
         return max(candidates, key=lambda item: (item[0], item[1]))[2]
-
-    found = ", ".join(p.name for p in list_tables(directory)) or "none"
-    precision = "".join(
-        f", {name}={value}"
-        for name, value in (("dtype", dtype), ("quantization", quantization))
-        if value
-    )
-    message = (
-        f"no SPS table for device '{device_name}' and target '{target_name}'{precision} in "
-        f"{directory} (expected {exact.name}; found: {found}); profile this device and target "
-        f"to create it"
-    )
-    if strict:
-        raise SPSTableError(message)
-    warnings.warn(
-        f"{message}. Using the generic cost model ({GENERIC_TOKEN_COST} step per extra token), "
-        f"which schedules conservatively short prefixes.",
-        stacklevel=2,
-    )
-    return SPSTable.generic()
+    return None
 
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -22,6 +21,7 @@ from minispark.atomic import write_json_atomic
 from minispark.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
 from minispark.identity import torch_dtype
+from minispark.validate import PICKLE_WEIGHTS, allow_pickle_weights, safetensors_only, target_location
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
@@ -97,10 +97,16 @@ class Target:
         """Name plus content hashes of weights/config and tokenizer, to refuse mismatched artifacts."""
         return {
             "name": self.name,
-            "weights_hash": _dir_hash(self.model_dir, ("config.json", "*.safetensors")),
+            "weights_hash": _dir_hash(self.model_dir, ("config.json", *self._weight_patterns())),
             "tokenizer_hash": _dir_hash(self.model_dir, ("tokenizer*.json", "chat_template*", "vocab*",
                                                          "merges.txt", "*processor*.json")),
         }
+
+    def _weight_patterns(self) -> tuple[str, ...]:
+        """safetensors; pickle files only for a directory loaded with --allow-pickle-weights."""
+        if self.model_dir is None or any(self.model_dir.glob("*.safetensors")):
+            return ("*.safetensors",)
+        return PICKLE_WEIGHTS
 
     def auto_layers(self, m: int | None = None) -> list[int]:
         """m decoder layers (3–5 by depth) spread evenly from layer 1, never the last one."""
@@ -114,12 +120,12 @@ class Target:
         return sorted(set(layers))
 
     def check_layers(self, layers: Sequence[int]) -> list[int]:
-        """Validate captured layer ids: in range, and never the final layer (§5.1, §14.2)."""
+        """Validate captured layer ids: in range, and never the final layer."""
         for layer in layers:
             if layer == self.num_layers - 1 or layer == -1:
                 raise MinisparkError(
                     f"--layers: layer {layer} is the final decoder layer of {self.name}; its hidden state "
-                    "is post-norm in transformers' outputs and inconsistent with hooked features (§5.1)"
+                    "is post-norm in transformers' outputs and inconsistent with hooked features"
                 )
             if not 0 <= layer < self.num_layers:
                 raise MinisparkError(f"--layers: layer {layer} out of range for {self.name} "
@@ -393,11 +399,11 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     if source in (None, "", "embedded", EMBEDDED_NAME):
         name, location = EMBEDDED_NAME, embedded_model_dir()
     else:
-        name, location = source, Path(source).expanduser()
-        if not location.is_dir():
-            if os.path.sep in source.strip("/").split("/", 1)[-1] or source.count("/") != 1:
-                raise MinisparkError(f"--target {source}: no such directory, and not a hub id (org/name)")
-            location = None
+        location = target_location(source)
+        # A local directory is named by its resolved path, so every spelling of it is one target.
+        name = str(location.resolve()) if location is not None else source
+        if location is not None:
+            safetensors_only(location, source)
     ref = str(location) if location is not None else name
     try:
         config = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
@@ -411,6 +417,8 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if not allow_pickle_weights():
+        kwargs["use_safetensors"] = True  # a hub repo with only pickle weights is refused too
     if load_in_4bit or load_in_8bit:
         kwargs["quantization_config"] = BitsAndBytesConfig(
             load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit,

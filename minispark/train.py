@@ -44,7 +44,7 @@ import torch
 import torch.utils.checkpoint
 
 from minispark.anchor_batches import AnchorPlan, Batch, make_batch
-from minispark.atomic import write_text_atomic
+from minispark.atomic import open_append, write_text_atomic
 from minispark.cache_format import CacheReader, config_hash
 from minispark.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter
 from minispark.draft_config import DraftConfig
@@ -256,7 +256,7 @@ class Trainer:
         write_text_atomic(self.out / LATEST_FILE, name + "\n")
         # Only our own checkpoints (our name pattern, our trainer state) are ever pruned.
         kept = sorted(p for p in self.out.glob("checkpoint-*")
-                      if CHECKPOINT_NAME.fullmatch(p.name) and (p / TRAINER_FILE).is_file())
+                      if CHECKPOINT_NAME.fullmatch(p.name) and not p.is_symlink() and (p / TRAINER_FILE).is_file())
         for old in kept[:-self.config.keep_checkpoints]:
             shutil.rmtree(old, ignore_errors=True)
         return self.out / name
@@ -300,7 +300,6 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     started = time.perf_counter()
     if cache_dir is None and config.cache_dir is None:
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir; pass --cache DIR")
-    reader = CacheReader(Path(cache_dir or config.cache_dir))
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     if not resume and (out / LATEST_FILE).exists():
         raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
@@ -311,6 +310,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                              "directory")
     if not resume and out.exists() and not out.is_dir():
         raise MinisparkError(f"--out {out}: is a file, not a directory")
+    reader = CacheReader(Path(cache_dir or config.cache_dir))
     if target is None:
         from minispark.target import load_target
 
@@ -339,9 +339,9 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
             log(f"resumed from {path} at step {trainer.step}")
     else:
         write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
-        metrics_path.write_text("")
+        open_append(metrics_path, truncate=True).close()
     report = TrainReport(out=out, drafter=out / "drafter", first_step=trainer.step + 1, last_step=trainer.step)
-    with _Meter(config, trainer.step, progress) as meter, metrics_path.open("a") as metrics:
+    with _Meter(config, trainer.step, progress) as meter, open_append(metrics_path) as metrics:
         while trainer.step < config.steps:
             stats, norm, anchors = trainer.train_one()
             report.losses[trainer.step] = stats.total
@@ -379,7 +379,8 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
 
 
 def _read_lines(path: Path) -> list[str]:
-    return path.read_text().splitlines(keepends=True) if path.is_file() else []
+    """Our log's lines; nothing from a symlink planted in its place (it is replaced, never read or followed)."""
+    return path.read_text().splitlines(keepends=True) if path.is_file() and not path.is_symlink() else []
 
 
 # ---------------------------------------------------------------------- progress and metrics
@@ -410,8 +411,11 @@ class _Meter:
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+            from rich.console import Console
+
             self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn())
+                                TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),
+                                console=Console(stderr=True))  # stdout stays clean for --json
             self.task = self.bar.add_task("train", total=config.steps, completed=start_step, info="")
 
     def reset(self) -> None:

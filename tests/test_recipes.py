@@ -59,7 +59,7 @@ def test_overrides_are_typed():
     ("loss.steps=3", "unknown recipe key 'loss.steps'"),
     ("steps", "expected key=value"),
     ("head=crf", "head: 'crf' is not one of"),
-    ("steps=0", "steps: must be positive"),
+    ("steps=0", "steps: must be a finite number > 0"),
     ("warmup_frac=1.5", "warmup_frac: must be in"),
 ])
 def test_bad_overrides_fail_in_one_line(override, message):

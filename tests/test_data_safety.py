@@ -150,8 +150,8 @@ def test_profile_writes_user_tables_looked_up_first(tiny_dir, tmp_path: Path,
     assert result.exit_code == 0, result.output
     written = Path(json.loads(result.stdout)["path"])
     assert written.parent == user_tables_dir() == tmp_path / "user-tables"
-    table = matching_sps_table(load_target(str(tiny_dir("llama"))), None)
-    assert table == SPSTable.load(written)
+    table, warning = matching_sps_table(load_target(str(tiny_dir("llama"))), None)
+    assert table == SPSTable.load(written) and warning is None
 
 
 def test_find_table_prefers_the_first_directory(tmp_path: Path) -> None:

@@ -4,7 +4,8 @@ The engine sees token ids and tensors only (prompts, templates and images stay i
 One round:
 
 1. propose: the drafter proposes x_1..x_ℓ after the anchor (the last committed token), asking the
-   length policy before each token; ℓ = 0 is a plain decode step.
+   length policy before each token; ℓ = 0 is a plain decode step. Draft-skip (``draft_skip.py``)
+   may leave the drafter out of a round beforehand: the round is then a plain decode step too.
 2. verify:  ONE target forward over [anchor, x_1..x_ℓ] on the KV cache.
 3. accept:  greedy or rejection sampling (``accept.py``) → n accepted drafts and one next token.
 4. commit:  crop the target KV cache to the committed length (no re-prefill) and hand the drafter
@@ -29,6 +30,7 @@ from typing import Callable
 import torch
 
 from minispark.accept import accept as accept_rule
+from minispark.draft_skip import SkipPolicy
 from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, Proposal
 from minispark.sampling import SamplingConfig, make_generator
 from minispark.target import PromptInputs, StepOutput, TargetSession
@@ -50,6 +52,7 @@ class GenerationStats:
     propose_s: float = 0.0
     verify_s: float = 0.0
     accept_commit_s: float = 0.0
+    skipped_rounds: int = 0  # rounds draft-skip left the drafter out of (a plain target step)
 
     @property
     def tau(self) -> float:
@@ -86,6 +89,7 @@ class GenerationStats:
             "propose_s": self.propose_s,
             "verify_s": self.verify_s,
             "accept_commit_s": self.accept_commit_s,
+            "skipped_rounds": self.skipped_rounds,
         }
 
 
@@ -214,6 +218,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     reuse: bool = False,
     interrupt: Callable[[], bool] | None = None,
+    skip: SkipPolicy | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``; lossless w.r.t. the target.
 
@@ -222,6 +227,8 @@ def speculative_generate(
     ``reuse`` continues a session whose cache holds a prefix of ``prompt`` (see :func:`prefill`);
     ``interrupt()`` is asked before each round and ends the generation when true (Ctrl-C in chat),
     so a stop always falls between rounds and leaves the session consistent.
+    ``skip`` (draft-skip, ``draft_skip.py``) is asked before each round whether to run the drafter;
+    a skipped round verifies the anchor alone, a plain target step.
     """
     policy = policy or FixedLength(0)
     generator = generator or make_generator(None, session.target.device)
@@ -240,13 +247,17 @@ def speculative_generate(
             reason = "interrupted"
             break
         t_start = _now(device)
-        proposal = propose(drafter, state, session, policy, sampling, generator)
+        drafting = skip is None or skip.should_draft()
+        proposal = propose(drafter, state, session, policy, sampling, generator) if drafting else Proposal.empty()
         t_proposed = _now(device)
         verified = verify(session, state, proposal)
         t_verified = _now(device)
         accepted, next_token = accept(proposal, verified, sampling, generator)
         commit(session, drafter, state, proposal, accepted, next_token, verified)
         t_committed = _now(device)
+        if skip is not None:
+            skip.observe(drafting, len(proposal), accepted, t_proposed - t_start, t_committed - t_proposed)
+        stats.skipped_rounds += not drafting
         stats.propose_s += t_proposed - t_start
         stats.verify_s += t_verified - t_proposed
         stats.accept_commit_s += t_committed - t_verified

@@ -46,6 +46,9 @@ def _print_json(data: dict) -> None:
 TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
 DtypeOpt = typer.Option(None, "--dtype", help="fp32 | bf16 | fp16 (default: bf16 on CUDA, fp32 on CPU).")
 DeviceOpt = typer.Option(None, "--device", help="cpu | cuda | cuda:N (default: CUDA if present).")
+DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
+                             help="Leave the drafter out of rounds where drafting is predicted not to pay "
+                                  "(default: on in schedule mode).")
 
 
 def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
@@ -76,6 +79,7 @@ def generate(
                                         "drafter's block size, 7 for lookup)."),
     threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: lookup)."),
+    draft_skip: Optional[bool] = DraftSkipOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = typer.Option(1.0, "--top-p"),
     top_k: int = typer.Option(0, "--top-k"),
@@ -98,13 +102,14 @@ def generate(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, draft_skip)
     for hint in setup.hints:
         err_console.print(f"[dim]{hint}[/dim]", highlight=False)
     draft, policy = setup.drafter, setup.policy
     on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
     out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
-                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text)
+                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text,
+                       skip=setup.skip)
     if as_json:
         _print_json(out.as_dict(loaded, draft))
         return
@@ -129,6 +134,7 @@ def chat(
                                                              "drafter's block size, else 7)."),
     threshold: float = typer.Option(0.5, "--threshold", help="Confidence threshold (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
+    draft_skip: Optional[bool] = DraftSkipOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = typer.Option(1.0, "--top-p"),
     top_k: int = typer.Option(0, "--top-k"),
@@ -153,9 +159,9 @@ def chat(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, draft_skip)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
-                      system=system, stop_strings=stop, seed=seed) as conversation:
+                      system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
 
 
@@ -169,7 +175,7 @@ def bench(
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
     category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
     modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
-                                        "threshold,schedule,schedule-raw (target always runs). Default: target,hf,"
+                                        "threshold,schedule,schedule-noskip,schedule-raw (target always runs). Default: target,hf,"
                                         "hf-lookup,lookup, plus fixed,threshold,schedule with --drafter."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),

@@ -4,8 +4,9 @@
 shares (``generate``, ``chat``, ``demo``): the drafter shipped for the target under ``drafters/``
 (else the n-gram ``lookup`` drafter, with a hint on how to train one); ``schedule`` mode when the
 drafter has a confidence head and an SPS table matches this device and target (else ``threshold``
-mode, with a hint to run ``minispark profile``); γ from the drafter's checkpoint. An explicit
-``--drafter`` wins, and ``none`` means target-only decoding.
+mode, with a hint to run ``minispark profile``); γ from the drafter's checkpoint; draft-skip
+(``draft_skip.py``) in schedule mode. An explicit ``--drafter`` wins, and ``none`` means
+target-only decoding.
 
     .venv/bin/python -m pytest -q tests/test_chat.py -k defaults
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from minispark.draft_skip import DraftSkip
 from minispark.drafters.base import Drafter, FixedLength, LengthPolicy, NoDrafter
 from minispark.errors import MinisparkError
 from minispark.sps import SPSTable, SPSTableError
@@ -27,7 +29,7 @@ PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `mini
 
 @dataclass
 class ServingSetup:
-    """The drafter, its length policy and the SPS table a command runs with, and why (hints)."""
+    """The drafter, its length policy, draft-skip and the SPS table a command runs with, and why (hints)."""
 
     drafter: Drafter
     drafter_spec: str
@@ -35,6 +37,7 @@ class ServingSetup:
     policy: LengthPolicy
     sps_table: SPSTable | None
     hints: list[str] = field(default_factory=list)
+    skip: DraftSkip | None = None  # None: the drafter runs every round
 
 
 def matching_sps_table(target: Target, path: Path | None) -> SPSTable | None:
@@ -52,10 +55,12 @@ def matching_sps_table(target: Target, path: Path | None) -> SPSTable | None:
 
 
 def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
-                  threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None) -> ServingSetup:
+                  threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None,
+                  draft_skip: bool | None = None) -> ServingSetup:
     """Resolve the defaults: the shipped drafter for the target (else ``lookup`` and a hint);
     schedule mode with the device's SPS table (else threshold mode and a hint); fixed γ for
-    drafters without a confidence head."""
+    drafters without a confidence head; ``draft_skip`` on in schedule mode, off in the others
+    (there γ or a threshold is what was asked for), never without a drafter."""
     from minispark.calibrate import drafter_calibration
     from minispark.generate import default_drafter, make_drafter
     from minispark.schedule import make_length_policy
@@ -91,8 +96,11 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback))
     if isinstance(draft, NoDrafter):
         policy: LengthPolicy = FixedLength(0)
+        draft_skip = False
     else:
         calibration = drafter_calibration(drafter) if Path(drafter).is_dir() else None
         policy = make_length_policy(mode, gamma, has_confidence=draft.has_confidence, threshold=threshold,
                                     sps_table=table, calibration=calibration)
-    return ServingSetup(draft, drafter, mode, policy, table, hints)
+    if draft_skip is None:
+        draft_skip = mode == "schedule"
+    return ServingSetup(draft, drafter, mode, policy, table, hints, DraftSkip() if draft_skip else None)

@@ -34,10 +34,10 @@ class DSparkDrafter(Drafter):
     """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
 
     The draft cache holds per-layer K/V of the projected features of every token in the target
-    KV cache (bounded by the window W). ``commit`` only queues the newly cached span; the queue is
-    projected in one batch when the cache is next read (the next proposal). So rounds that
-    draft-skip leaves the drafter out of cost it nothing, and the next proposal equals the one a
-    drafter that was never skipped would make.
+    KV cache (bounded by the window W). A prefill's rows are projected at once; ``commit`` only
+    queues the newly cached span, and the queue is projected in one batch when the cache is next
+    read (the next proposal). So rounds that draft-skip leaves the drafter out of cost it nothing,
+    and the next proposal equals the one a drafter that was never skipped would make.
     """
 
     name = "dspark"
@@ -63,6 +63,7 @@ class DSparkDrafter(Drafter):
         self._cache.clear()
         self._pending.clear()
         self._append(features, text_positions)
+        self._flush()  # with the prefill, not charged to the first round's proposal
 
     @torch.no_grad()
     def propose(
@@ -91,6 +92,7 @@ class DSparkDrafter(Drafter):
     def extend(self, new_cached_ids: torch.Tensor, features: torch.Tensor | None,
                text_positions: torch.Tensor) -> None:
         self._append(features, text_positions)
+        self._flush()
 
     def rollback(self, text_position: int) -> None:
         self._cache.crop(text_position)

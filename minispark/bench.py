@@ -4,15 +4,16 @@ Modes: ``target`` (minispark with no drafter, the reference every ratio and pari
 against), ``hf`` (transformers ``generate``), ``hf-lookup`` (its prompt-lookup decoding),
 ``lookup`` (minispark's n-gram drafter) and, with a trained drafter, ``fixed`` (γ drafts every
 round), ``threshold`` (stop at the first c_k below a threshold), ``schedule`` (Algorithm 1 on the
-SPS table's monotone envelope, what ``generate`` serves with) and ``schedule-raw`` (Algorithm 1 on
-the raw table: the comparison the envelope has to win).
+SPS table's monotone envelope with draft-skip, what ``generate`` serves with), ``schedule-noskip``
+(the same, drafting every round: the comparison draft-skip has to win) and ``schedule-raw``
+(Algorithm 1 on the raw table, with draft-skip: the comparison the envelope has to win).
 
 Each repeat runs every prompt in every mode; the order rotates per prompt and repeat, so slow
 drift (heat, neighbours) spreads evenly over the modes. Per mode: total and median tok/s, speedup
 over ``target`` (overall and on the worst prompt), τ, acceptance per position, drafts verified per
-round, the per-round time split of the loop (propose / verify / accept+commit ms, target-only ms
-per token and draft_share = propose ms ÷ target-only ms per token) and, at T = 0, parity: whether
-every output equals ``target``'s token for token. At T > 0 outputs are samples and no parity is
+round, rounds draft-skipped, the per-round time split of the loop (propose / verify /
+accept+commit ms, target-only ms per token and draft_share = propose ms ÷ target-only ms per
+token) and, at T = 0, parity: whether every output equals ``target``'s token for token. At T > 0 outputs are samples and no parity is
 claimed. The report names the hardware, versions and load the numbers were taken on.
 
     minispark bench --modes target,hf,hf-lookup,lookup --num-prompts 2 --max-new-tokens 32
@@ -35,6 +36,7 @@ import minispark
 from minispark.atomic import save_figure
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.draft_skip import DraftSkip
 from minispark.engine import GenerationStats, speculative_generate
 from minispark.errors import MinisparkError
 from minispark.generate import make_drafter
@@ -45,10 +47,10 @@ from minispark.target import PromptInputs, Target
 if TYPE_CHECKING:
     from rich.table import Table
 
-MODES = ("target", "hf", "hf-lookup", "lookup", "fixed", "threshold", "schedule", "schedule-raw")
+MODES = ("target", "hf", "hf-lookup", "lookup", "fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw")
 BASELINE_MODES = ["target", "hf", "hf-lookup", "lookup"]
-DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-raw")
-CONFIDENCE_MODES = ("threshold", "schedule", "schedule-raw")
+DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw")
+CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw")
 
 BENCH_PROMPTS = [
     "Add type hints and a docstring to this function:\n\ndef area(width, height):\n    return width * height\n",
@@ -138,11 +140,13 @@ def file_prompts(target: Target, path: str | Path, limit: int = 16, category: st
 
 
 def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable[[], LengthPolicy],
-                   sampling: SamplingConfig, drafting: bool = True) -> Mode:
+                   sampling: SamplingConfig, drafting: bool = True, draft_skip: bool = False) -> Mode:
+    """``policy()`` builds each run's length policy; ``draft_skip`` gives each run a fresh :class:`DraftSkip`."""
     def run(inputs: PromptInputs, max_new_tokens: int, seed: int) -> tuple[list[int], GenerationStats]:
         with target.session(drafter.feature_layers) as session:
             result = speculative_generate(session, inputs, drafter, sampling, policy(), max_new_tokens=max_new_tokens,
-                                          eos_ids=target.eos_token_ids, generator=make_generator(seed, target.device))
+                                          eos_ids=target.eos_token_ids, generator=make_generator(seed, target.device),
+                                          skip=DraftSkip() if draft_skip else None)
         return result.token_ids, result.stats
 
     return Mode(name, run, drafting)
@@ -202,7 +206,8 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
             envelope = name != "schedule-raw"
             setup.policy_for(mode, envelope)  # refuses a table too short for γ, before any run
             modes.append(minispark_mode(name, target, setup.drafter,
-                                        lambda m=mode, e=envelope: setup.policy_for(m, e), sampling))
+                                        lambda m=mode, e=envelope: setup.policy_for(m, e), sampling,
+                                        draft_skip=name != "schedule-noskip"))
     return modes, notices
 
 
@@ -263,6 +268,7 @@ def _merged(stats: list[GenerationStats]) -> GenerationStats:
         merged.propose_s += s.propose_s
         merged.verify_s += s.verify_s
         merged.accept_commit_s += s.accept_commit_s
+        merged.skipped_rounds += s.skipped_rounds
     return merged
 
 
@@ -289,9 +295,11 @@ def _summary(modes: Sequence[Mode], runs: dict[str, list[Run]], config: BenchCon
         loop = _merged(stats) if stats else None
         if mode.drafting and loop is not None and loop.rounds:
             row.update(tau=loop.tau, acceptance_per_position=loop.acceptance_per_position,
-                       drafts_per_round=sum(loop.proposed_lengths) / loop.rounds, rounds=loop.rounds)
+                       drafts_per_round=sum(loop.proposed_lengths) / loop.rounds, rounds=loop.rounds,
+                       skipped_rounds=loop.skipped_rounds)
         elif mode.drafting:
-            row.update(tau=None, acceptance_per_position=None, drafts_per_round=None, rounds=None)
+            row.update(tau=None, acceptance_per_position=None, drafts_per_round=None, rounds=None,
+                       skipped_rounds=None)
         timed = loop is not None and loop.rounds > 0  # HF modes have no loop to split
         propose_ms = 1e3 * loop.propose_s / loop.rounds if timed else None
         row.update(propose_ms=propose_ms,
@@ -361,8 +369,9 @@ def render_bench(report: dict) -> Table:
     table = Table(title=f"{report['target']} · drafter {report['drafter'] or '–'} · {settings['num_prompts']} prompts × "
                         f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
                         f"{hardware['device']} · target-only {first['target_ms_per_token']:.1f} ms/token")
-    columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "acceptance per position",
-               "propose ms", "verify ms", "acc+commit ms", "draft share", "parity" if greedy else "outputs")
+    columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "skipped",
+               "acceptance per position", "propose ms", "verify ms", "acc+commit ms", "draft share",
+               "parity" if greedy else "outputs")
     for column in columns:
         table.add_column(column, justify="left" if column in ("mode", "acceptance per position") else "right")
     for name, row in report["summary"].items():
@@ -370,6 +379,7 @@ def render_bench(report: dict) -> Table:
         table.add_row(
             name, _fmt(row["tokens_per_s"]), _fmt(row["median_tokens_per_s"]), _fmt(row["speedup_vs_target"], 3),
             _fmt(row["worst_prompt_speedup"], 3), _fmt(row.get("tau")), _fmt(row.get("drafts_per_round")),
+            "–" if row.get("skipped_rounds") is None else f"{row['skipped_rounds']}/{row['rounds']}",
             " ".join(f"{a:.2f}" for a in acceptance) if acceptance else "–",
             _fmt(row["propose_ms"], 1), _fmt(row["verify_ms"], 1), _fmt(row["accept_commit_ms"], 1),
             "–" if row["draft_share"] is None else f"{row['draft_share']:.0%}",

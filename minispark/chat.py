@@ -150,7 +150,8 @@ class ChatREPL:
         speedup = estimate_speedup(stats, self.setup.sps_table, context)
         estimate = f"≈{speedup:.2f}× est. (SPS table)" if speedup is not None else "no SPS estimate"
         return (f"{stats.new_tokens} tokens · {stats.tokens_per_s:.1f} tok/s · τ {stats.tau:.2f} · "
-                f"{drafts:.1f} drafts/round · {estimate} · prompt {stats.prefill_tokens} prefilled, "
+                f"{drafts:.1f} drafts/round · {stats.skipped_rounds}/{stats.rounds} rounds draft-skipped · "
+                f"{estimate} · prompt {stats.prefill_tokens} prefilled, "
                 f"{stats.reused_tokens} reused")
 
     def attach(self, path: str) -> None:
@@ -174,7 +175,8 @@ class ChatREPL:
         self.console.print(
             f"{totals['turns']} turns · {totals['new_tokens']} tokens in {totals['wall_s']:.2f}s "
             f"({totals['tokens_per_s']:.1f} tok/s) · τ {totals['tau']:.2f} · {totals['drafts_per_round']:.1f} "
-            f"drafts/round · drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n"
+            f"drafts/round · {totals['skipped_rounds']}/{totals['rounds']} rounds draft-skipped · "
+            f"drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n"
             f"prompt tokens: {totals['prefill_tokens']} prefilled, {totals['reused_tokens']} reused from the KV "
             f"cache ({totals['recomputed_tokens']} re-prefilled after a template mismatch); KV cache holds "
             f"{totals['kv_cache_tokens']} tokens", highlight=False)

@@ -116,6 +116,9 @@ TopPOpt = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]; 1 
 TopKOpt = typer.Option(0, "--top-k", help="Sample from the k most likely tokens; 0 = off.")
 JsonOpt = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress and notices on stderr).")
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
+DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
+                             help="Leave the drafter out of rounds where drafting is predicted not to pay "
+                                  "(default: on in schedule mode).")
 
 
 def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
@@ -182,6 +185,7 @@ def generate(
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: the one for this "
                                        "device, target and dtype)."),
     strict: bool = StrictOpt,
+    draft_skip: Optional[bool] = DraftSkipOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
@@ -206,13 +210,14 @@ def generate(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     for hint in setup.hints:
         err_console.print(f"[dim]{hint}[/dim]", highlight=False)
     draft, policy = setup.drafter, setup.policy
     on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
     out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
-                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text)
+                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text,
+                       skip=setup.skip)
     if as_json:
         _print_json(out.as_dict(loaded, draft))
         return
@@ -237,6 +242,7 @@ def chat(
     threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
     strict: bool = StrictOpt,
+    draft_skip: Optional[bool] = DraftSkipOpt,
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
@@ -262,9 +268,9 @@ def chat(
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
-                      system=system, stop_strings=stop, seed=seed) as conversation:
+                      system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
 
 
@@ -278,7 +284,7 @@ def bench(
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
     category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
     modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
-                                        "threshold,schedule,schedule-raw (target always runs). Default: target,hf,"
+                                        "threshold,schedule,schedule-noskip,schedule-raw (target always runs). Default: target,hf,"
                                         "hf-lookup,lookup, plus fixed,threshold,schedule with --drafter."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per answer at most."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),

@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from minispark.draft_skip import SkipPolicy
 from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.engine import GenerationStats, speculative_generate
 from minispark.generate import stop_on_strings, text_streamer
@@ -58,11 +59,13 @@ class Conversation:
 
     def __init__(self, target: Target, drafter: Drafter, *, policy: LengthPolicy | None = None,
                  sampling: SamplingConfig = SamplingConfig(), max_new_tokens: int = 256,
-                 system: str | None = None, stop_strings: Sequence[str] = (), seed: int | None = None) -> None:
+                 system: str | None = None, stop_strings: Sequence[str] = (), seed: int | None = None,
+                 skip: SkipPolicy | None = None) -> None:
         self.target = target
         self.drafter = drafter
         gamma = 0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, None)
         self.policy = policy or FixedLength(gamma)
+        self.skip = skip  # draft-skip: its estimates carry over from turn to turn
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
         self.system = system
@@ -113,7 +116,7 @@ class Conversation:
             self.session, inputs, self.drafter, sampling=self.sampling, policy=self.policy,
             max_new_tokens=self.max_new_tokens, eos_ids=self.target.eos_token_ids, stop=self.stop,
             on_tokens=text_streamer(self.target, on_text) if on_text is not None else None,
-            generator=self.generator, reuse=True, interrupt=interrupt)
+            generator=self.generator, reuse=True, interrupt=interrupt, skip=self.skip)
         committed = inputs.input_ids[0].tolist() + result.token_ids
         self._anchor = committed[-1]
         reply = self.target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
@@ -140,6 +143,7 @@ class Conversation:
                 "tokens_per_s": tokens / wall if wall > 0 else 0.0, "rounds": rounds,
                 "tau": (accepted + rounds) / rounds if rounds else 0.0,
                 "drafts_per_round": proposed / rounds if rounds else 0.0,
+                "skipped_rounds": sum(s.skipped_rounds for s in stats),
                 "prefill_tokens": sum(s.prefill_tokens for s in stats),
                 "reused_tokens": sum(s.reused_tokens for s in stats),
                 "recomputed_tokens": sum(t.recomputed_tokens for t in self.turns),

@@ -345,7 +345,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
         t = get_target()
         setup = build_serving(t, str(drafter), "schedule", sps=sps)
         with Conversation(t, setup.drafter, policy=setup.policy, max_new_tokens=sizes.chat_tokens,
-                          seed=0) as conversation:
+                          seed=0, skip=setup.skip) as conversation:
             turn = conversation.say(chat_prompt)
         return {"answer": turn.reply, "tokens": turn.stats.new_tokens, "tokens_per_s": turn.stats.tokens_per_s,
                 "tau": turn.stats.tau}

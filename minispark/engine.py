@@ -7,6 +7,8 @@ One round:
    up to γ positions with p_d and confidences, drawn lazily (``draft_block.DraftBlock``).
 2. schedule: the length policy admits positions in order, each from c_k before x_k is drawn
    (``schedule.scheduled_length``) → the proposal x_1..x_ℓ; ℓ = 0 is a plain decode step.
+   Draft-skip (``draft_skip.py``) may leave the drafter out of a round beforehand (steps 1-2):
+   the round is then a plain decode step too.
 3. verify:   ONE target forward over [anchor, x_1..x_ℓ] on the KV cache.
 4. accept:   greedy or rejection sampling (``accept.py``) → n accepted drafts and one next token.
 5. commit:   crop the target KV cache to the committed length (no re-prefill) and hand the drafter
@@ -33,6 +35,7 @@ import torch
 from minispark.accept import accept as accept_rule
 from minispark.draft_block import DraftBlock, Proposal
 from minispark.drafters.base import Drafter
+from minispark.draft_skip import SkipPolicy
 from minispark.sampling import SamplingConfig, make_generator
 from minispark.schedule import FixedLength, LengthPolicy, scheduled_length
 from minispark.target import PromptInputs, StepOutput, TargetSession
@@ -55,6 +58,7 @@ class GenerationStats:
     propose_s: float = 0.0
     verify_s: float = 0.0
     accept_commit_s: float = 0.0
+    skipped_rounds: int = 0  # rounds draft-skip left the drafter out of (a plain target step)
 
     @property
     def tau(self) -> float:
@@ -91,6 +95,7 @@ class GenerationStats:
             "propose_s": self.propose_s,
             "verify_s": self.verify_s,
             "accept_commit_s": self.accept_commit_s,
+            "skipped_rounds": self.skipped_rounds,
         }
 
 
@@ -220,6 +225,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     reuse: bool = False,
     interrupt: Callable[[], bool] | None = None,
+    skip: SkipPolicy | None = None,
 ) -> GenerationResult:
     """Generate up to ``max_new_tokens`` tokens after ``prompt``; lossless w.r.t. the target.
 
@@ -228,6 +234,8 @@ def speculative_generate(
     ``reuse`` continues a session whose cache holds a prefix of ``prompt`` (see :func:`prefill`);
     ``interrupt()`` is asked before each round and ends the generation when true (Ctrl-C in chat),
     so a stop always falls between rounds and leaves the session consistent.
+    ``skip`` (draft-skip, ``draft_skip.py``) is asked before each round whether to run the drafter;
+    a skipped round verifies the anchor alone, a plain target step.
     """
     policy = policy or FixedLength(0)
     generator = generator or make_generator(None, session.target.device)
@@ -246,14 +254,21 @@ def speculative_generate(
             reason = "interrupted"
             break
         t_start = _now(device)
-        block = propose(drafter, state, session, sampling, generator)
-        proposal = schedule(block, policy, state)
+        drafting = skip is None or skip.should_draft()
+        if drafting:
+            block = propose(drafter, state, session, sampling, generator)
+            proposal = schedule(block, policy, state)
+        else:
+            proposal = Proposal.empty()
         t_proposed = _now(device)
         verified = verify(session, state, proposal)
         t_verified = _now(device)
         accepted, next_token = accept(proposal, verified, sampling, generator)
         commit(session, drafter, state, proposal, accepted, next_token, verified)
         t_committed = _now(device)
+        if skip is not None:
+            skip.observe(drafting, len(proposal), accepted, t_proposed - t_start, t_committed - t_proposed)
+        stats.skipped_rounds += not drafting
         stats.propose_s += t_proposed - t_start
         stats.verify_s += t_verified - t_proposed
         stats.accept_commit_s += t_committed - t_verified

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from minispark.draft_skip import SkipPolicy
 from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.drafters.lookup import LookupDrafter
 from minispark.engine import GenerationResult, speculative_generate
@@ -156,8 +157,10 @@ def generate(
     stop_strings: Sequence[str] = (),
     seed: int | None = None,
     on_text: Callable[[str], None] | None = None,
+    skip: SkipPolicy | None = None,
 ) -> GenerateOutput:
-    """Generate a reply to ``prompt`` (or ``messages``) with speculative decoding."""
+    """Generate a reply to ``prompt`` (or ``messages``) with speculative decoding; ``skip``
+    (draft-skip) leaves the drafter out of rounds where drafting is predicted not to pay."""
     if isinstance(drafter, str):
         drafter = make_drafter(drafter, target)
     if policy is None:
@@ -171,7 +174,7 @@ def generate(
         result = speculative_generate(
             session, inputs, drafter, sampling=sampling, policy=policy, max_new_tokens=max_new_tokens,
             eos_ids=target.eos_token_ids, stop=stop_on_strings(target, stop_strings), on_tokens=on_tokens,
-            generator=generator,
+            generator=generator, skip=skip,
         )
     text = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
     return GenerateOutput(text=text, result=result, seed=used_seed)

@@ -12,6 +12,8 @@ command shares (the constants are in :mod:`minispark.defaults`):
 * mode: ``schedule`` when the drafter has a confidence head and a table exists (else ``threshold``,
   with a hint to run ``minispark profile``); ``fixed`` without a confidence head;
 * calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
+* draft-skip (``draft_skip.py``): on in schedule mode, off in the others (there γ or a threshold
+  is what was asked for), never without a drafter.
 
     .venv/bin/python -m pytest -q tests/test_chat.py -k defaults
 """
@@ -24,6 +26,7 @@ from pathlib import Path
 from minispark.calibrate import Calibration
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.draft_skip import DraftSkip
 from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_id, target_quantization
 from minispark.sampling import SamplingConfig
@@ -38,7 +41,7 @@ PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `mini
 
 @dataclass
 class ServingSetup:
-    """The drafter, γ, length policy, SPS table and calibration a command runs with, and why (hints)."""
+    """The drafter, γ, length policy, draft-skip, SPS table and calibration a command runs with, and why (hints)."""
 
     drafter: Drafter
     drafter_spec: str
@@ -49,6 +52,7 @@ class ServingSetup:
     calibration: Calibration | None = None
     threshold: float = DEFAULT_THRESHOLD
     hints: list[str] = field(default_factory=list)
+    skip: DraftSkip | None = None  # None: the drafter runs every round
 
     def policy_for(self, mode: str, envelope: bool = True) -> LengthPolicy:
         """A fresh policy of another mode with the same drafter, γ, table and calibration (bench
@@ -77,7 +81,8 @@ def matching_sps_table(target: Target, path: Path | None, strict: bool = False) 
 
 def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
                   threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None,
-                  sampling: SamplingConfig | None = None, strict: bool = False) -> ServingSetup:
+                  sampling: SamplingConfig | None = None, strict: bool = False,
+                  draft_skip: bool | None = None) -> ServingSetup:
     """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`."""
     from minispark.checkpoint import load_calibration
     from minispark.generate import default_drafter, make_drafter
@@ -117,6 +122,9 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         calibration, warning = load_calibration(drafter, target_id(target.identity()), sampling)
         if warning:
             hints.append(warning)
-    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints)
+    if draft_skip is None:
+        draft_skip = mode == "schedule"
+    skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None
+    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip)
     setup.policy = setup.policy_for(mode)
     return setup

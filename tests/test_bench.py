@@ -120,7 +120,10 @@ def test_every_mode_schema_parity_breakdown_and_order(setup) -> None:
     assert summary["broken"]["tau"] > 3.0  # "accepted" every junk draft
     # the envelope verifies drafts where the raw table's first bump stops Algorithm 1 cold
     assert summary["schedule-raw"]["drafts_per_round"] == 0
-    assert summary["schedule"]["drafts_per_round"] > 1
+    assert summary["schedule-noskip"]["drafts_per_round"] > 1
+    # draft-skip is on in the schedule modes only; a skipped round verifies nothing
+    assert summary["schedule-noskip"]["skipped_rounds"] == summary["fixed"]["skipped_rounds"] == 0
+    assert 0 <= summary["schedule"]["skipped_rounds"] <= summary["schedule"]["rounds"]
     assert math.isclose(summary["fixed"]["draft_share"],
                         summary["fixed"]["propose_ms"] / summary["target"]["target_ms_per_token"])
 

@@ -15,7 +15,6 @@ from safetensors.torch import load_file
 from scipy.stats import chi2, poisson
 
 from minispark.checkpoint import save_drafter
-from minispark.draft_cache import ContextCache
 from minispark.draft_model import DraftConfig, DraftModel, block_attention_mask
 from minispark.drafters.dspark import DSparkDrafter, load_drafter
 from minispark.engine import DecodeState, schedule
@@ -164,8 +163,7 @@ def test_windowed_rows_equal_packed_row() -> None:
 def run_rounds(model: DraftModel, sampling: SamplingConfig, accepted=(2, 0, 3, 1), prompt: int = 6, seed: int = 0):
     """Drive the drafter like the engine does; returns the full sequence and per-round records."""
     ids, features, positions = sequence(prompt + 5 * (GAMMA + 1), seed)
-    drafter = DSparkDrafter(model)
-    drafter.cache = ContextCache(model.config, "cpu", torch.float32, capacity=4)  # exercise growth
+    drafter = DSparkDrafter(model, capacity=4)  # exercise growth
     drafter.reset(ids[: prompt - 1], features[: prompt - 1], positions[: prompt - 1])
     generator = make_generator(seed)
     anchor, rounds = prompt - 1, []

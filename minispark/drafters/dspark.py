@@ -23,24 +23,37 @@ class DSparkDrafter(Drafter):
     """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
 
     The draft cache holds per-layer K/V of the projected features of every token in the target
-    KV cache (bounded by the window W); ``commit`` appends the newly cached span.
+    KV cache (bounded by the window W). A prefill's rows are projected at once; ``commit`` only
+    queues the newly cached span, and the queue is projected in one batch when the cache is next
+    read (the next proposal). So rounds that draft-skip leaves the drafter out of cost it nothing,
+    and the next proposal equals the one a drafter that was never skipped would make.
     """
 
     name = "dspark"
 
-    def __init__(self, model: DraftModel) -> None:
+    def __init__(self, model: DraftModel, capacity: int = 256) -> None:
         self.model = model.eval()
         self.config = model.config
         self.feature_layers = tuple(model.config.feature_layers)
         self.has_confidence = model.config.confidence_head
         self.max_gamma = model.config.block_size
         weight = model.lm_head.weight
-        self.cache = ContextCache(model.config, weight.device, weight.dtype)
+        self._cache = ContextCache(model.config, weight.device, weight.dtype, capacity)
+        # Committed rows not yet projected into the cache: [(features (n, m·d), positions (n,))].
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def cache(self) -> ContextCache:
+        """The draft context with every committed row in it (the queued rows projected first)."""
+        self._flush()
+        return self._cache
 
     @torch.no_grad()
     def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
-        self.cache.clear()
+        self._cache.clear()
+        self._pending.clear()
         self._append(features, text_positions)
+        self._flush()  # with the prefill, not charged to the first round's proposal
 
     @torch.no_grad()
     def propose(
@@ -68,11 +81,15 @@ class DSparkDrafter(Drafter):
     def extend(self, new_cached_ids: torch.Tensor, features: torch.Tensor | None,
                text_positions: torch.Tensor) -> None:
         self._append(features, text_positions)
+        self._flush()
 
     def rollback(self, text_position: int) -> None:
-        self.cache.crop(text_position)
+        self._cache.crop(text_position)
+        kept = [(f[p < text_position], p[p < text_position]) for f, p in self._pending]
+        self._pending = [(f, p) for f, p in kept if p.numel()]
 
     def _append(self, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
+        """Queue committed rows (checked now, projected by :meth:`_flush`)."""
         if features is None:
             raise ValueError("the DSpark drafter needs target features for every cached token")
         if features.shape[0] != text_positions.numel() or features.shape[-1] != self.config.feature_size:
@@ -80,12 +97,20 @@ class DSparkDrafter(Drafter):
                 f"features {tuple(features.shape)} do not match {text_positions.numel()} positions "
                 f"× feature size {self.config.feature_size}"
             )
-        if text_positions.numel() == 0:
+        if text_positions.numel():
+            self._pending.append((features, text_positions.to(dtype=torch.long)))
+
+    @torch.no_grad()
+    def _flush(self) -> None:
+        """Project the queued rows into the cache, all in one batch."""
+        if not self._pending:
             return
         device = self.model.lm_head.weight.device
-        positions = text_positions.to(device=device, dtype=torch.long)
-        layer_kv = self.model.context_kv(features.to(device)[None], positions[None])  # (1, Hkv, n, D) each
-        self.cache.append(layer_kv, positions)
+        features = torch.cat([f.to(device) for f, _ in self._pending])  # (n, m·d)
+        positions = torch.cat([p.to(device) for _, p in self._pending])  # (n,)
+        self._pending.clear()
+        layer_kv = self.model.context_kv(features[None], positions[None])  # (1, Hkv, n, D) each
+        self._cache.append(layer_kv, positions)
 
 
 def load_drafter(

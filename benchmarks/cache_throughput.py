@@ -21,10 +21,10 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig
 
-from minispark.cache import CacheConfig, build_cache
-from minispark.prompts import load_prompts
-from minispark.regenerate import collate
-from minispark.target import load_target
+from minispark.data.cache import CacheConfig, build_cache
+from minispark.data.prompts import load_prompts
+from minispark.data.regenerate import collate
+from minispark.serving.target import load_target
 
 CORPUS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "corpus.jsonl"
 

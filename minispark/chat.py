@@ -1,4 +1,4 @@
-"""``minispark chat``: a multi-turn REPL over a :class:`~minispark.conversation.Conversation`.
+"""``minispark chat``: a multi-turn REPL over a :class:`~minispark.serving.conversation.Conversation`.
 
 Answers stream as the engine commits tokens; later turns reuse the KV cache of earlier ones.
 Images attach on the command line (first message) or with ``/image PATH`` (next message).
@@ -19,11 +19,11 @@ from typing import Callable, Iterator, Sequence
 from rich.console import Console
 
 from minispark.atomic import write_json_atomic
-from minispark.conversation import Conversation, Turn
-from minispark.engine import GenerationStats
+from minispark.serving.conversation import Conversation, Turn
+from minispark.serving.engine import GenerationStats
 from minispark.errors import MinisparkError
-from minispark.serving import ServingSetup
-from minispark.sps import SPSTable, SPSTableError
+from minispark.serving.builder import ServingSetup
+from minispark.serving.sps import SPSTable, SPSTableError
 
 COMMANDS = {
     "/image PATH": "attach an image to your next message",

@@ -1,7 +1,7 @@
 """The ``minispark`` command line: parses flags, calls library functions, prints with rich.
 
-Every command is a thin wrapper; what it does is reachable from Python (``minispark.generate``,
-``minispark.bench``, ``minispark.simulate``, ...). A ``MinisparkError`` is printed as one line.
+Every command is a thin wrapper; what it does is reachable from Python (``minispark.serving.generate``,
+``minispark.measuring.bench``, ``minispark.measuring.simulate``, ...). A ``MinisparkError`` is printed as one line.
 
     minispark --help
 """
@@ -24,7 +24,7 @@ from rich.markup import escape
 
 from minispark import validate
 from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
-from minispark.embedded import EMBEDDED_NAME
+from minispark.serving.embedded import EMBEDDED_NAME
 from minispark.errors import MinisparkError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -123,7 +123,7 @@ DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
 
 def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
           load_in_8bit: bool = False):
-    from minispark.target import load_target
+    from minispark.serving.target import load_target
 
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     if target in EMBEDDED_SPELLINGS:
@@ -200,9 +200,9 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
 ) -> None:
     """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
-    from minispark.generate import DEFAULT_PROMPT, generate as run_generate
-    from minispark.sampling import SamplingConfig
-    from minispark.serving import build_serving
+    from minispark.serving.generate import DEFAULT_PROMPT, generate as run_generate
+    from minispark.serving.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
 
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens)
@@ -258,9 +258,9 @@ def chat(
 ) -> None:
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
     from minispark.chat import ChatREPL
-    from minispark.conversation import Conversation
-    from minispark.sampling import SamplingConfig
-    from minispark.serving import build_serving
+    from minispark.serving.conversation import Conversation
+    from minispark.serving.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
 
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens)
@@ -303,10 +303,10 @@ def bench(
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write tok/s and acceptance per position as a PNG."),
 ) -> None:
     """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
-    from minispark.bench import (BASELINE_MODES, BenchConfig, build_modes, builtin_prompts, file_prompts,
+    from minispark.measuring.bench import (BASELINE_MODES, BenchConfig, build_modes, builtin_prompts, file_prompts,
                                  plot_bench, render_bench, run_bench)
-    from minispark.profiler import rich_progress
-    from minispark.sampling import SamplingConfig
+    from minispark.measuring.profiler import rich_progress
+    from minispark.serving.sampling import SamplingConfig
 
     validate.drafter_spec(drafter)
     validate.input_file(prompts, "--prompts")
@@ -325,7 +325,7 @@ def bench(
                          repeats=repeats, seed=seed)  # checks the rest before the target loads
     loaded = _load(target, dtype, device)
     if drafter is None:
-        from minispark.generate import default_drafter
+        from minispark.serving.generate import default_drafter
 
         shipped = default_drafter(loaded)
         drafter = None if shipped is None else str(shipped)
@@ -367,9 +367,9 @@ def demo(
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Tokens per answer."),
 ) -> None:
     """Show the speedup: target-only vs the shipped drafter on held-out prompts (--train: build your own)."""
-    from minispark.bench import render_bench
+    from minispark.measuring.bench import render_bench
     from minispark.demo import PipelineSizes, render_demo, run_demo, run_pipeline
-    from minispark.profiler import rich_progress
+    from minispark.measuring.profiler import rich_progress
 
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
@@ -433,10 +433,10 @@ def cache(
     """Regenerate answers with the target and cache its features for sampled anchor windows only."""
     from dataclasses import replace
 
-    from minispark.cache import CacheConfig, build_cache, default_prompts, estimate_cache
+    from minispark.data.cache import CacheConfig, build_cache, default_prompts, estimate_cache
 
     if validate.input_file(prompts, "--prompts") is not None:
-        from minispark.prompts import load_prompts
+        from minispark.data.prompts import load_prompts
 
         load_prompts(prompts)  # a malformed line is reported before the target loads
     validate.output_dir(out)
@@ -479,9 +479,9 @@ def train(
     as_json: bool = JsonOpt,
 ) -> None:
     """Train the DSpark drafter on a target cache. Extra KEY=VALUE arguments override the recipe."""
-    from minispark.memory import estimate_memory
-    from minispark.recipes import load_recipe
-    from minispark.train import train as run_train
+    from minispark.training.memory import estimate_memory
+    from minispark.training.recipes import load_recipe
+    from minispark.training.train import train as run_train
 
     config = load_recipe(recipe, list(ctx.args))
     validate.input_dir(heldout_cache, "--heldout-cache")
@@ -528,7 +528,7 @@ def profile(
     """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
     from dataclasses import asdict
 
-    from minispark.profiler import ProfileConfig, format_table, run_profile
+    from minispark.measuring.profiler import ProfileConfig, format_table, run_profile
 
     lengths = validate.floats(contexts, "--contexts", low=0.0)
     if any(c != int(c) for c in lengths):
@@ -574,12 +574,12 @@ def calibrate(
     """Roll out the loop, report ECE/AUC/Brier per position, fit and store Sequential Temperature Scaling."""
     from dataclasses import asdict
 
-    from minispark.calibrate import plot_reliability, reliability, render_metrics, render_reliability
-    from minispark.profiler import rich_progress
-    from minispark.prompts import load_prompt_inputs
-    from minispark.rollouts import calibrate_drafter
-    from minispark.sampling import SamplingConfig
-    from minispark.serving import build_serving
+    from minispark.measuring.calibrate import plot_reliability, reliability, render_metrics, render_reliability
+    from minispark.measuring.profiler import rich_progress
+    from minispark.data.prompts import load_prompt_inputs
+    from minispark.measuring.rollouts import calibrate_drafter
+    from minispark.serving.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
 
     validate.checkpoint(drafter, "--drafter")
     validate.input_file(prompts, "--prompts")
@@ -627,8 +627,8 @@ def simulate(
     as_json: bool = JsonOpt,
 ) -> None:
     """The scheduler simulator: Θ(ℓ), causal vs peeking choices, the Appendix A counterexample."""
-    from minispark.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
-    from minispark.sps import SPSTable
+    from minispark.measuring.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
+    from minispark.serving.sps import SPSTable
 
     validate.integer(seed, "--seed", 0)
     if appendix_a:
@@ -653,7 +653,7 @@ def simulate(
 
 def _check_deepspec(drafter: str, target) -> None:
     """A DeepSpec-layout --drafter is checked against the target first, for errors naming the key."""
-    from minispark.deepspec import check_against_target, is_deepspec_dir
+    from minispark.model.deepspec import check_against_target, is_deepspec_dir
 
     if is_deepspec_dir(drafter):
         check_against_target(drafter, target)
@@ -673,7 +673,7 @@ def import_(
     device: Optional[str] = DeviceOpt,
 ) -> None:
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
-    from minispark.deepspec_export import import_deepspec
+    from minispark.model.deepspec_export import import_deepspec
 
     validate.checkpoint(source, "SOURCE")
     validate.replaceable_dir(out, "--out", DRAFTER_FILES)
@@ -692,7 +692,7 @@ def export(
     device: Optional[str] = DeviceOpt,
 ) -> None:
     """Export a minispark drafter in DeepSpec's layout (bf16 safetensors, config.json, serving README)."""
-    from minispark.deepspec_export import export_deepspec
+    from minispark.model.deepspec_export import export_deepspec
 
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")

@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from minispark.atomic import write_text_atomic
-from minispark.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
+from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
 from minispark.errors import MinisparkError
-from minispark.prompts import PromptSample, load_prompts
-from minispark.target import Target, load_target
+from minispark.data.prompts import PromptSample, load_prompts
+from minispark.serving.target import Target, load_target
 
 HELDOUT_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "heldout.jsonl"
 DEMO_CATEGORIES = ("chat", "code")
@@ -109,7 +109,7 @@ def compare_modes(target: Target, drafter: str, modes: Sequence[str], samples: S
 def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list[str]]:
     """(drafter spec, the drafting mode to show, notices): the shipped drafter in schedule mode
     (fixed γ without a confidence head), else ``lookup`` with a one-line notice."""
-    from minispark.generate import default_drafter, make_drafter
+    from minispark.serving.generate import default_drafter, make_drafter
 
     if drafter in ("lookup", "none"):
         return drafter, "lookup" if drafter == "lookup" else "target", []
@@ -252,8 +252,8 @@ class _Stages:
 def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
                  progress: bool = True, log: LogFn = print) -> PipelineResult:
     """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
-    from minispark.cache import CacheConfig, build_cache, default_prompts
-    from minispark.recipes import load_recipe
+    from minispark.data.cache import CacheConfig, build_cache, default_prompts
+    from minispark.training.recipes import load_recipe
 
     out, sizes = Path(out), sizes or PipelineSizes()
     recipe = load_recipe(sizes.recipe, sizes.train_overrides)
@@ -282,7 +282,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                          "recipe": sizes.recipe}, cache_stage)
 
     def train_stage() -> dict:
-        from minispark.train import LATEST_FILE, train
+        from minispark.training.train import LATEST_FILE, train
 
         resume = (train_dir / LATEST_FILE).exists()
         report = train(recipe, cache_dir, train_dir, resume=resume, progress=progress, target=get_target(),
@@ -294,9 +294,9 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
     stages.run("train", {"recipe": sizes.recipe, "overrides": sizes.train_overrides}, train_stage)
 
     def calibrate_stage() -> dict:
-        from minispark.rollouts import calibrate_drafter
-        from minispark.sampling import SamplingConfig
-        from minispark.serving import build_serving
+        from minispark.measuring.rollouts import calibrate_drafter
+        from minispark.serving.sampling import SamplingConfig
+        from minispark.serving.builder import build_serving
 
         t = get_target()
         sampling = SamplingConfig(1.0)
@@ -310,7 +310,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                calibrate_stage)
 
     def profile_stage() -> dict:
-        from minispark.profiler import ProfileConfig, profile_target, rich_progress
+        from minispark.measuring.profiler import ProfileConfig, profile_target, rich_progress
 
         # A shared or busy machine is the common case for a demo: the table is written and flagged.
         config = ProfileConfig(contexts=sizes.profile_contexts, max_tokens=recipe.block_size + 1,
@@ -325,7 +325,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                           profile_stage)["path"])
 
     def bench_stage() -> dict:
-        from minispark.profiler import rich_progress
+        from minispark.measuring.profiler import rich_progress
 
         t = get_target()
         config = BenchConfig(modes=sizes.bench_modes, max_new_tokens=sizes.bench_tokens)
@@ -339,8 +339,8 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
     chat_prompt = prompt_text(demo_samples(1, skip=sizes.bench_prompts + sizes.calibrate_prompts)[0])
 
     def chat_stage() -> dict:
-        from minispark.conversation import Conversation
-        from minispark.serving import build_serving
+        from minispark.serving.conversation import Conversation
+        from minispark.serving.builder import build_serving
 
         t = get_target()
         setup = build_serving(t, str(drafter), "schedule", sps=sps)

@@ -21,10 +21,10 @@ from dataclasses import replace
 
 import torch
 
-from minispark.memory import BatchShape, estimate_memory
-from minispark.memory_measure import build_synthetic
-from minispark.recipes import load_recipe
-from minispark.train import train_step
+from minispark.training.memory import BatchShape, estimate_memory
+from minispark.training.memory_measure import build_synthetic
+from minispark.training.recipes import load_recipe
+from minispark.training.train import train_step
 
 TOLERANCE, RTX3050_LIMIT_GB = 0.20, 5.5
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from minispark.checkpoint import copy_drafter
+from minispark.model.checkpoint import copy_drafter
 
 CARD = "README.md"
 LIMIT = 32 * 1024 * 1024

@@ -39,7 +39,7 @@ def test_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def embedded_target():
     """The embedded SmolLM2-135M-Instruct target (converted from its GGUF on first use)."""
-    from minispark.target import load_target
+    from minispark.serving.target import load_target
 
     return load_target()
 
@@ -49,10 +49,10 @@ def tiny_trained_drafter(tiny_dir, tmp_path_factory) -> tuple[Path, Path]:
     """(target dir, drafter dir): a DSpark drafter trained briefly on a tiny Llama's cache."""
     import json
 
-    from minispark.cache import CacheConfig, build_cache
-    from minispark.recipes import load_recipe
-    from minispark.target import load_target
-    from minispark.train import train
+    from minispark.data.cache import CacheConfig, build_cache
+    from minispark.training.recipes import load_recipe
+    from minispark.serving.target import load_target
+    from minispark.training.train import train
 
     target_dir = tiny_dir("llama")
     target = load_target(str(target_dir))

@@ -15,15 +15,15 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from minispark import accept as accept_module
-from minispark.accept import accept_greedy, accept_sampling, leading_true
-from minispark.draft_block import DraftBlock
-from minispark.drafters.base import Drafter
-from minispark.engine import speculative_generate
-from minispark.sampling import SamplingConfig, probabilities, sample
-from minispark.schedule import FixedLength, ScheduledLength
-from minispark.sps import SPSTable
-from minispark.target import PromptInputs, StepOutput
+from minispark.serving import accept as accept_module
+from minispark.serving.accept import accept_greedy, accept_sampling, leading_true
+from minispark.serving.draft_block import DraftBlock
+from minispark.serving.drafters.base import Drafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.sampling import SamplingConfig, probabilities, sample
+from minispark.serving.schedule import FixedLength, ScheduledLength
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import PromptInputs, StepOutput
 
 VOCAB = 5
 PROMPT = [3, 1]

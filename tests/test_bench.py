@@ -11,8 +11,8 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
-from minispark import engine
-from minispark.bench import (
+from minispark.serving import engine
+from minispark.measuring.bench import (
     MODES,
     BenchConfig,
     Mode,
@@ -24,13 +24,13 @@ from minispark.bench import (
     run_bench,
 )
 from minispark.cli import app
-from minispark.draft_block import FixedBlock
-from minispark.drafters.base import Drafter
+from minispark.serving.draft_block import FixedBlock
+from minispark.serving.drafters.base import Drafter
 from minispark.errors import MinisparkError
-from minispark.sampling import SamplingConfig
-from minispark.schedule import FixedLength
-from minispark.sps import SPSTable
-from minispark.target import load_target
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.schedule import FixedLength
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import load_target
 
 GAMMA = 4  # the tiny drafter's block size
 BREAKDOWN = ("propose_ms", "verify_ms", "accept_commit_ms", "target_ms_per_token", "draft_share")

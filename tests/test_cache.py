@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 import torch
 
-import minispark.cache as cache_module
-from minispark.cache import CacheConfig, build_cache, estimate_cache
-from minispark.cache_format import CACHE_DTYPES, CacheReader
+import minispark.data.cache as cache_module
+from minispark.data.cache import CacheConfig, build_cache, estimate_cache
+from minispark.data.cache_format import CACHE_DTYPES, CacheReader
 from minispark.errors import MinisparkError
-from minispark.regenerate import regenerate
-from minispark.sampling import SamplingConfig
-from minispark.target import load_target
+from minispark.data.regenerate import regenerate
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.target import load_target
 from minispark.tiny_models import build_tiny, make_test_image
 
 NUM_LAYERS = 6

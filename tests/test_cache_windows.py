@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from minispark.cache_windows import (answer_mask, estimate_bytes, full_bytes, layout_bytes, select_anchors,
+from minispark.data.cache_windows import (answer_mask, estimate_bytes, full_bytes, layout_bytes, select_anchors,
                                      valid_anchors, window_bounds, window_layout)
 
 

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from minispark.calibrate import (
+from minispark.measuring.calibrate import (
     Calibration,
     CalibrationError,
     auc,

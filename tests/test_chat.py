@@ -21,15 +21,15 @@ import pytest
 from rich.console import Console
 
 from minispark.chat import ChatREPL, estimate_speedup
-from minispark.checkpoint import save_drafter
-from minispark.conversation import Conversation
-from minispark.drafters.dspark import DSparkDrafter
-from minispark.engine import GenerationStats
-from minispark.generate import default_drafter
+from minispark.model.checkpoint import save_drafter
+from minispark.serving.conversation import Conversation
+from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.engine import GenerationStats
+from minispark.serving.generate import default_drafter
 from minispark.identity import target_id
-from minispark.serving import PROFILE_HINT, TRAIN_HINT, build_serving
-from minispark.sps import SPSTable
-from minispark.target import Target, load_target
+from minispark.serving.builder import PROFILE_HINT, TRAIN_HINT, build_serving
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import Target, load_target
 from tests.test_conversation import random_dspark
 
 REPO = Path(__file__).resolve().parent.parent
@@ -266,10 +266,10 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
     """γ defaults to the checkpoint's block size and may not exceed it; an explicit --sps table
     profiled elsewhere is a one-line warning (an error with strict); a calibration is refused for
     another target and warned about at other sampling settings."""
-    from minispark.calibrate import Calibration
-    from minispark.checkpoint import CALIBRATION_FILE
+    from minispark.measuring.calibrate import Calibration
+    from minispark.model.checkpoint import CALIBRATION_FILE
     from minispark.errors import MinisparkError
-    from minispark.sampling import SamplingConfig
+    from minispark.serving.sampling import SamplingConfig
 
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))

@@ -12,15 +12,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.conversation import Conversation
-from minispark.draft_model import DraftConfig, DraftModel
-from minispark.drafters.base import Drafter, NoDrafter
-from minispark.drafters.dspark import DSparkDrafter
-from minispark.drafters.lookup import LookupDrafter
-from minispark.engine import speculative_generate
-from minispark.sampling import SamplingConfig
-from minispark.schedule import FixedLength
-from minispark.target import Target, load_target
+from minispark.serving.conversation import Conversation
+from minispark.model.draft_model import DraftConfig, DraftModel
+from minispark.serving.drafters.base import Drafter, NoDrafter
+from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.drafters.lookup import LookupDrafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.schedule import FixedLength
+from minispark.serving.target import Target, load_target
 from tests.test_engine import OracleDrafter, assert_parity, hf_greedy
 
 MAX_NEW = 16

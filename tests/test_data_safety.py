@@ -140,9 +140,9 @@ def test_resume_never_writes_through_planted_symlinks(spelled_cache: Path, tmp_p
 
 def test_profile_writes_user_tables_looked_up_first(tiny_dir, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from minispark.serving import matching_sps_table
-    from minispark.sps import SPSTable, user_tables_dir
-    from minispark.target import load_target
+    from minispark.serving.builder import matching_sps_table
+    from minispark.serving.sps import SPSTable, user_tables_dir
+    from minispark.serving.target import load_target
 
     monkeypatch.setenv("MINISPARK_SPS_TABLES", str(tmp_path / "user-tables"))
     result = run("profile", "--target", tiny_dir("llama"), "--contexts", "8", "--max-tokens", "2", "--rounds", "1",
@@ -155,7 +155,7 @@ def test_profile_writes_user_tables_looked_up_first(tiny_dir, tmp_path: Path,
 
 
 def test_find_table_prefers_the_first_directory(tmp_path: Path) -> None:
-    from minispark.sps import SPSTable, find_table
+    from minispark.serving.sps import SPSTable, find_table
 
     tables = {}
     for name, sps in (("user", [1.0, 0.9]), ("shipped", [1.0, 0.5])):
@@ -189,7 +189,7 @@ def test_writes_replace_symlinks_instead_of_following_them(tmp_path: Path) -> No
 
 def test_same_target_spelled_differently(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:
     from minispark.identity import same_target, target_id
-    from minispark.target import load_target
+    from minispark.serving.target import load_target
 
     target = tiny_dir("llama")
     spellings = [str(target), str(target) + "/", f"{target}/../{target.name}"]

@@ -20,23 +20,23 @@ import torch.nn.functional as F
 from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
-from minispark.checkpoint import save_drafter
+from minispark.model.checkpoint import save_drafter
 from minispark.cli import app
-from minispark.deepspec import check_against_target
-from minispark.deepspec_export import export_deepspec, import_deepspec
-from minispark.draft_block import DraftBlock, Proposal
-from minispark.draft_cache import ContextCache
-from minispark.draft_model import DraftConfig, DraftModel
-from minispark.drafters.base import Drafter
-from minispark.drafters.dspark import DSparkDrafter
-from minispark.engine import speculative_generate
+from minispark.model.deepspec import check_against_target
+from minispark.model.deepspec_export import export_deepspec, import_deepspec
+from minispark.serving.draft_block import DraftBlock, Proposal
+from minispark.model.draft_cache import ContextCache
+from minispark.model.draft_model import DraftConfig, DraftModel
+from minispark.serving.drafters.base import Drafter
+from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.engine import speculative_generate
 from minispark.errors import MinisparkError
-from minispark.generate import generate, make_drafter
+from minispark.serving.generate import generate, make_drafter
 from minispark.identity import target_id
-from minispark.sampling import SamplingConfig, make_generator
-from minispark.schedule import FixedLength, ThresholdLength, make_length_policy
-from minispark.sps import SPSTable
-from minispark.target import Target, load_target
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.schedule import FixedLength, ThresholdLength, make_length_policy
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import Target, load_target
 from tests.test_engine import assert_parity, hf_greedy
 
 PROMPTS = ["Tell me a story.", "List three fruits and a vegetable."]
@@ -412,7 +412,7 @@ def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
 def test_draft_vocabulary_expands_exactly_to_the_full_vocabulary(target, tmp_path, head: str) -> None:
     """The full-vocabulary drafter DeepSpec's layout needs gives the original p_d (zero outside the
     draft vocabulary) and confidences, in float32 before the bf16 rounding of the export."""
-    from minispark.deepspec_export import expand_draft_vocab
+    from minispark.model.deepspec_export import expand_draft_vocab
 
     n = target.vocab_size // 3
     path = minispark_drafter(target, tmp_path / "drafter", window=0, head=head, draft_vocab=n)

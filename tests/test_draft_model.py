@@ -14,13 +14,13 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from scipy.stats import chi2, poisson
 
-from minispark.checkpoint import save_drafter
-from minispark.draft_model import DraftConfig, DraftModel, block_attention_mask
-from minispark.drafters.dspark import DSparkDrafter, load_drafter
-from minispark.engine import DecodeState, schedule
+from minispark.model.checkpoint import save_drafter
+from minispark.model.draft_model import DraftConfig, DraftModel, block_attention_mask
+from minispark.serving.drafters.dspark import DSparkDrafter, load_drafter
+from minispark.serving.engine import DecodeState, schedule
 from minispark.errors import MinisparkError
-from minispark.sampling import SamplingConfig, make_generator, probabilities
-from minispark.schedule import LengthPolicy
+from minispark.serving.sampling import SamplingConfig, make_generator, probabilities
+from minispark.serving.schedule import LengthPolicy
 
 D, V, GAMMA, M = 32, 97, 4, 3
 HEADS = ("none", "vanilla", "gated", "rnn")

@@ -13,17 +13,17 @@ import torch
 from typer.testing import CliRunner
 
 from minispark.cli import app
-from minispark.draft_skip import DraftSkip, SkipPolicy, simulate
-from minispark.draft_block import DraftBlock, Proposal
-from minispark.drafters.base import Drafter, NoDrafter
-from minispark.schedule import FixedLength
-from minispark.drafters.dspark import DSparkDrafter
-from minispark.drafters.lookup import LookupDrafter
-from minispark.engine import speculative_generate
-from minispark.generate import make_drafter
-from minispark.sampling import SamplingConfig
-from minispark.serving import build_serving
-from minispark.target import PromptInputs, Target, load_target
+from minispark.serving.draft_skip import DraftSkip, SkipPolicy, simulate
+from minispark.serving.draft_block import DraftBlock, Proposal
+from minispark.serving.drafters.base import Drafter, NoDrafter
+from minispark.serving.schedule import FixedLength
+from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.drafters.lookup import LookupDrafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.generate import make_drafter
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.builder import build_serving
+from minispark.serving.target import PromptInputs, Target, load_target
 from tests.test_accept import PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint
 from tests.test_engine import OracleDrafter, assert_parity, hf_greedy
 

@@ -8,16 +8,16 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from minispark.calibrate import Calibration
-from minispark.checkpoint import CALIBRATION_FILE
+from minispark.measuring.calibrate import Calibration
+from minispark.model.checkpoint import CALIBRATION_FILE
 from minispark.cli import app
-from minispark.generate import generate, make_drafter
-from minispark.rollouts import calibrate_drafter
-from minispark.sampling import SamplingConfig
-from minispark.schedule import FixedLength, ScheduledLength, ThresholdLength
-from minispark.serving import build_serving
-from minispark.sps import SPSTable
-from minispark.target import load_target
+from minispark.serving.generate import generate, make_drafter
+from minispark.measuring.rollouts import calibrate_drafter
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.schedule import FixedLength, ScheduledLength, ThresholdLength
+from minispark.serving.builder import build_serving
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import load_target
 from tests.test_engine import assert_parity, hf_greedy
 
 PROMPTS = ["Tell me a story.", "List three fruits and a vegetable.", "Why is the sky blue?"]

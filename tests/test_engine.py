@@ -10,13 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.draft_block import FixedBlock
-from minispark.drafters.base import Drafter, NoDrafter
-from minispark.drafters.lookup import LookupDrafter
-from minispark.engine import speculative_generate
-from minispark.sampling import SamplingConfig
-from minispark.schedule import FixedLength
-from minispark.target import PromptInputs, Target, load_target
+from minispark.serving.draft_block import FixedBlock
+from minispark.serving.drafters.base import Drafter, NoDrafter
+from minispark.serving.drafters.lookup import LookupDrafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.schedule import FixedLength
+from minispark.serving.target import PromptInputs, Target, load_target
 
 
 class OracleDrafter(Drafter):

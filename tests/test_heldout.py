@@ -13,14 +13,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from minispark.cache import CacheConfig, build_cache
+from minispark.data.cache import CacheConfig, build_cache
 from minispark.errors import MinisparkError
-from minispark.generate import generate, make_drafter
-from minispark.prompts import HELDOUT_FILE, PromptFileError
-from minispark.recipes import load_recipe
-from minispark.schedule import FixedLength
-from minispark.target import load_target
-from minispark.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
+from minispark.serving.generate import generate, make_drafter
+from minispark.data.prompts import HELDOUT_FILE, PromptFileError
+from minispark.training.recipes import load_recipe
+from minispark.serving.schedule import FixedLength
+from minispark.serving.target import load_target
+from minispark.training.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
 from tests.test_engine import assert_parity, hf_greedy
 
 TRAIN_PROMPTS = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly."]
@@ -97,10 +97,10 @@ def test_draft_vocabulary_drafter_keeps_greedy_parity(run):
 
 def test_greedy_proxy_equals_an_anchor_by_anchor_reference(run):
     """T = 0 proxy: leading positions where the drafter's argmax is the target's, bonus included."""
-    from minispark.anchor_batches import make_batch
-    from minispark.cache_format import CacheReader
-    from minispark.checkpoint import load_draft_model
-    from minispark.heldout import HeldoutProxy
+    from minispark.training.anchor_batches import make_batch
+    from minispark.data.cache_format import CacheReader
+    from minispark.model.checkpoint import load_draft_model
+    from minispark.training.heldout import HeldoutProxy
 
     target, root, report = run
     head = target.lm_head.weight.detach()

@@ -13,8 +13,8 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from minispark.draft_model import DraftConfig, DraftModel
-from minispark.losses import LossWeights, chunked_backward, position_weights, prefix_mask, reference_losses
+from minispark.model.draft_model import DraftConfig, DraftModel
+from minispark.training.losses import LossWeights, chunked_backward, position_weights, prefix_mask, reference_losses
 
 D, V, GAMMA, M = 32, 101, 4, 2
 WEIGHTS = LossWeights()

@@ -12,9 +12,9 @@ import torch
 
 from minispark import identity, profiler
 from minispark.errors import MinisparkError
-from minispark.profiler import ProfileConfig, format_table, plot_sps, profile_target
-from minispark.sps import SPSTable, find_table, table_filename
-from minispark.target import PromptInputs, TargetSession, load_target
+from minispark.measuring.profiler import ProfileConfig, format_table, plot_sps, profile_target
+from minispark.serving.sps import SPSTable, find_table, table_filename
+from minispark.serving.target import PromptInputs, TargetSession, load_target
 
 
 @pytest.fixture(autouse=True)

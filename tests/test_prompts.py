@@ -12,7 +12,7 @@ import pytest
 from PIL import Image
 
 from minispark.errors import MinisparkError
-from minispark.prompts import HELDOUT_FILE, PromptFileError, heldout_keys, load_prompts, prompt_file_hash, prompt_key
+from minispark.data.prompts import HELDOUT_FILE, PromptFileError, heldout_keys, load_prompts, prompt_file_hash, prompt_key
 
 CORPUS = Path(__file__).resolve().parent.parent / "examples" / "prompts"
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from minispark.errors import MinisparkError
-from minispark.memory import estimate_memory
-from minispark.recipes import RECIPE_DIR, TrainConfig, launch_command, list_recipes, load_recipe, read_recipe_file
+from minispark.training.memory import estimate_memory
+from minispark.training.recipes import RECIPE_DIR, TrainConfig, launch_command, list_recipes, load_recipe, read_recipe_file
 
 FILES = sorted(RECIPE_DIR.rglob("*"))
 
@@ -94,8 +94,8 @@ def test_config_round_trips_through_json():
 
 
 def test_mask_token_is_checked(tiny_dir) -> None:
-    from minispark.recipes import check_mask_token
-    from minispark.target import load_target
+    from minispark.training.recipes import check_mask_token
+    from minispark.serving.target import load_target
 
     target = load_target(str(tiny_dir("llama")))
     check_mask_token(16, target)  # <empty_output>: a special token no template uses

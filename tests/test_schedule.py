@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from minispark.calibrate import Calibration
+from minispark.measuring.calibrate import Calibration
 from minispark.errors import MinisparkError
-from minispark.schedule import (
+from minispark.serving.schedule import (
     FixedLength,
     LengthMode,
     ScheduledLength,
@@ -16,7 +16,7 @@ from minispark.schedule import (
     scheduled_length,
     scheduler_cost_us,
 )
-from minispark.sps import SPSTable, monotone_envelope
+from minispark.serving.sps import SPSTable, monotone_envelope
 
 
 def inline(curve):

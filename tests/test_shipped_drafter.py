@@ -6,11 +6,11 @@ and exact in the loop (greedy parity against target-only decoding).
 
 from __future__ import annotations
 
-from minispark.checkpoint import load_calibration
-from minispark.generate import SHIPPED_DRAFTERS, default_drafter, generate
+from minispark.model.checkpoint import load_calibration
+from minispark.serving.generate import SHIPPED_DRAFTERS, default_drafter, generate
 from minispark.identity import target_id
-from minispark.schedule import FixedLength
-from minispark.serving import build_serving
+from minispark.serving.schedule import FixedLength
+from minispark.serving.builder import build_serving
 from tests.test_engine import assert_parity, hf_greedy
 
 SHIPPED = SHIPPED_DRAFTERS / "smollm2-135m-dspark"

@@ -6,8 +6,8 @@ import math
 import numpy as np
 import pytest
 
-from minispark.schedule import ScheduledLength
-from minispark.simulate import (
+from minispark.serving.schedule import ScheduledLength
+from minispark.measuring.simulate import (
     C1,
     C2_AFTER,
     P_TARGET,
@@ -21,7 +21,7 @@ from minispark.simulate import (
     theta_table,
     verify_first_token,
 )
-from minispark.sps import SPSTable
+from minispark.serving.sps import SPSTable
 
 DRAWS = 100_000
 

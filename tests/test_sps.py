@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from minispark.sps import (
+from minispark.serving.sps import (
     SPSTable,
     SPSTableError,
     find_table,
@@ -165,7 +165,7 @@ def test_every_shipped_table_loads(path):
 
 
 def test_monotone_envelope():
-    from minispark.sps import monotone_envelope
+    from minispark.serving.sps import monotone_envelope
 
     # the shipped 2-thread CPU curve's shape: 2 and 3 tokens slower than 4 and 5
     curve = [1 / 64.8, 1 / 110.9, 1 / 136.0, 1 / 105.1, 1 / 94.4, 1 / 110.0]

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from minispark.cli import app
 from minispark.errors import MinisparkError
-from minispark.target import Target, load_target
+from minispark.serving.target import Target, load_target
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,7 @@ def test_text_positions_follow_mrope_temporal_component(tiny_dir, test_image) ->
 @pytest.mark.parametrize("bits", [4, 8])
 def test_quantized_target_generates(tiny_dir, bits: int) -> None:
     pytest.importorskip("bitsandbytes")
-    from minispark.generate import generate
+    from minispark.serving.generate import generate
 
     target = load_target(str(tiny_dir("llama")), load_in_4bit=bits == 4, load_in_8bit=bits == 8)
     assert type(target.decoder.layers[0].mlp.down_proj).__module__.startswith("bitsandbytes")
@@ -99,7 +99,7 @@ def test_quantized_target_generates(tiny_dir, bits: int) -> None:
 
 
 def test_stop_strings_cut_after_the_first_occurrence(tiny_llama: Target) -> None:
-    from minispark.generate import generate
+    from minispark.serving.generate import generate
 
     full = generate(tiny_llama, "Hello there", drafter="lookup", max_new_tokens=24)
     stop = full.text[5:9]

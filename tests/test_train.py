@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from minispark.cache import CacheConfig, build_cache
-from minispark.cache_format import CacheMismatchError, CacheReader
-from minispark.drafters.dspark import load_drafter
+from minispark.data.cache import CacheConfig, build_cache
+from minispark.data.cache_format import CacheMismatchError, CacheReader
+from minispark.serving.drafters.dspark import load_drafter
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
-from minispark.recipes import load_recipe
-from minispark.target import load_target
+from minispark.training.recipes import load_recipe
+from minispark.serving.target import load_target
 from minispark.tiny_models import build_tiny
-from minispark.anchor_batches import AnchorPlan, make_batch
-from minispark.draft_vocab import answer_token_counts
-from minispark.train import LATEST_FILE, Trainer, train
+from minispark.training.anchor_batches import AnchorPlan, make_batch
+from minispark.training.draft_vocab import answer_token_counts
+from minispark.training.train import LATEST_FILE, Trainer, train
 
 
 @pytest.fixture(scope="module")

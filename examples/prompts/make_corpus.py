@@ -8,7 +8,7 @@ tasks combine hand-written tasks with languages, and the pictures are drawn with
 is downloaded). The output is deterministic, so rerunning rewrites identical files.
 
     .venv/bin/python examples/prompts/make_corpus.py   # writes demo.jsonl, demo_vision.jsonl, images/*.png
-    .venv/bin/python -m minispark.prompts examples/prompts/demo.jsonl
+    .venv/bin/python -m minispark.data.prompts examples/prompts/demo.jsonl
 """
 
 from __future__ import annotations

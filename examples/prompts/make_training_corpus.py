@@ -6,7 +6,7 @@ corpus_writing.py, vision_prompts.py), filled by one seeded RNG; nothing comes f
 evaluation set. Outputs (deterministic: rerunning rewrites identical files):
 
 - ``corpus.jsonl``: the training prompts (chat, writing, math, code, multiturn), deduplicated by
-  :func:`minispark.prompts.prompt_key` and mixed so that every prefix keeps the category shares.
+  :func:`minispark.data.prompts.prompt_key` and mixed so that every prefix keeps the category shares.
 - ``heldout.jsonl``: the fixed held-out split from heldout_prompts.py (reserved topics, tasks and
   math scenarios); no training prompt shares its key, and no training run may read it.
 - ``corpus_vision.jsonl``: image prompts interleaved with the first lines of ``corpus.jsonl``.
@@ -31,7 +31,7 @@ import corpus_writing
 import heldout_prompts
 import vision_prompts
 
-from minispark.prompts import PromptSample, prompt_key
+from minispark.data.prompts import PromptSample, prompt_key
 
 HERE = Path(__file__).resolve().parent
 SEED = 20261130

@@ -1,5 +1,0 @@
-"""Drafters: objects that propose draft blocks for the speculative loop (see ``base.Drafter``)."""
-
-from minispark.drafters.base import Drafter, NoDrafter
-
-__all__ = ["Drafter", "NoDrafter"]

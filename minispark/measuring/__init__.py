@@ -1,0 +1,1 @@
+"""Measuring: bench, profiler, calibration, rollouts, the scheduler simulator."""

@@ -1,0 +1,424 @@
+"""``minispark bench``: every decoding mode on every prompt, side by side in one process.
+
+Modes: ``target`` (minispark with no drafter, the reference every ratio and parity is taken
+against), ``hf`` (transformers ``generate``), ``hf-lookup`` (its prompt-lookup decoding),
+``lookup`` (minispark's n-gram drafter) and, with a trained drafter, ``fixed`` (γ drafts every
+round), ``threshold`` (stop at the first c_k below a threshold), ``schedule`` (Algorithm 1 on the
+SPS table's monotone envelope with draft-skip, what ``generate`` serves with), ``schedule-noskip``
+(the same, drafting every round: the comparison draft-skip has to win) and ``schedule-raw``
+(Algorithm 1 on the raw table, with draft-skip: the comparison the envelope has to win).
+
+Each repeat runs every prompt in every mode; the order rotates per prompt and repeat, so slow
+drift (heat, neighbours) spreads evenly over the modes. Per mode: total and median tok/s, speedup
+over ``target`` (overall and on the worst prompt), τ, acceptance per position, drafts verified per
+round, rounds draft-skipped, the per-round time split of the loop (propose / verify /
+accept+commit ms, target-only ms per token and draft_share = propose ms ÷ target-only ms per
+token) and, at T = 0, parity: whether every output equals ``target``'s token for token. At T > 0 outputs are samples and no parity is
+claimed. The report names the hardware, versions and load the numbers were taken on.
+
+    minispark bench --modes target,hf,hf-lookup,lookup --num-prompts 2 --max-new-tokens 32
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, Sequence
+
+import torch
+import transformers
+
+import minispark
+from minispark.atomic import save_figure
+from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.draft_skip import DraftSkip
+from minispark.serving.engine import GenerationStats, speculative_generate
+from minispark.errors import MinisparkError
+from minispark.serving.generate import make_drafter
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.schedule import FixedLength, LengthPolicy
+from minispark.serving.target import PromptInputs, Target
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+MODES = ("target", "hf", "hf-lookup", "lookup", "fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw")
+BASELINE_MODES = ["target", "hf", "hf-lookup", "lookup"]
+DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw")
+CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw")
+
+BENCH_PROMPTS = [
+    "Add type hints and a docstring to this function:\n\ndef area(width, height):\n    return width * height\n",
+    "Explain what a hash map is and when to use one.",
+    "Rewrite this sentence in the passive voice: The committee approved the new budget on Monday.",
+    "Write a Python function that checks whether a string is a palindrome, with tests.",
+    "Summarize: The city council met on Tuesday to discuss the new park. Residents asked for more trees, "
+    "a playground and better lighting. The council agreed to fund the playground this year.",
+    "List the planets of the solar system in order, with one fact about each.",
+]
+
+#: ``run(inputs, max_new_tokens, seed)`` → (generated ids, loop stats or None for HF modes).
+Runner = Callable[[PromptInputs, int, int], tuple[list[int], GenerationStats | None]]
+#: ``progress(done, total, message)``, as the profiler's.
+ProgressFn = Callable[[int, int, str], None]
+
+
+@dataclass
+class BenchConfig:
+    """What to run: the modes (``target`` is always run, first), generation and drafting settings."""
+
+    modes: list[str] = field(default_factory=lambda: list(BASELINE_MODES))
+    max_new_tokens: int = 128
+    sampling: SamplingConfig = SamplingConfig()
+    gamma: int | None = None  # None: the drafter's block size (build_modes resolves it)
+    threshold: float = DEFAULT_THRESHOLD
+    repeats: int = 1
+    seed: int = 0
+    warmup: bool = True
+
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.modes if m not in MODES]
+        if unknown:
+            raise MinisparkError(f"--modes: unknown mode {unknown[0]!r} (choose from {', '.join(MODES)})")
+        self.modes = ["target"] + [m for m in dict.fromkeys(self.modes) if m != "target"]
+        for ok, message in ((self.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
+                            (self.gamma is None or self.gamma >= 1, "--gamma must be >= 1"),
+                            (self.repeats >= 1, "--repeats must be >= 1"),
+                            (0.0 <= self.threshold <= 1.0, "--threshold must be in [0, 1]")):
+            if not ok:
+                raise MinisparkError(message)
+
+
+@dataclass
+class Mode:
+    """One benchmarked way of generating; ``drafting`` modes report τ and acceptance."""
+
+    name: str
+    run: Runner
+    drafting: bool = False
+
+
+@dataclass
+class BenchPrompt:
+    inputs: PromptInputs
+    label: str
+
+
+@dataclass
+class Run:
+    """One mode on one prompt in one repeat."""
+
+    prompt: int
+    ids: list[int]
+    seconds: float
+    stats: GenerationStats | None
+
+
+# ---------------------------------------------------------------------- prompts and modes
+def builtin_prompts(target: Target, limit: int | None = None) -> list[BenchPrompt]:
+    return [BenchPrompt(target.encode(prompt=p), p.split("\n")[0][:40])
+            for p in BENCH_PROMPTS[: limit or len(BENCH_PROMPTS)]]
+
+
+def file_prompts(target: Target, path: str | Path, limit: int = 16, category: str | None = None) -> list[BenchPrompt]:
+    """The last ``limit`` prompts of a prompt file (the held-out tail, as ``calibrate`` reads it),
+    only those of ``category`` when given (e.g. chat or code of ``examples/prompts/heldout.jsonl``)."""
+    from minispark.data.prompts import load_prompts
+
+    samples = [s for s in load_prompts(path) if (target.is_vlm or not s.images)
+               and (category is None or s.category == category)]
+    if not samples:
+        where = f" of category {category!r}" if category else ""
+        raise MinisparkError(f"--prompts {path}: no prompt{where} usable with target {target.name}")
+    return [BenchPrompt(target.encode(**s.encode_kwargs()), s.id or s.category or f"line {s.line}")
+            for s in samples[-limit:]]
+
+
+def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable[[], LengthPolicy],
+                   sampling: SamplingConfig, drafting: bool = True, draft_skip: bool = False) -> Mode:
+    """``policy()`` builds each run's length policy; ``draft_skip`` gives each run a fresh :class:`DraftSkip`."""
+    def run(inputs: PromptInputs, max_new_tokens: int, seed: int) -> tuple[list[int], GenerationStats]:
+        with target.session(drafter.feature_layers) as session:
+            result = speculative_generate(session, inputs, drafter, sampling, policy(), max_new_tokens=max_new_tokens,
+                                          eos_ids=target.eos_token_ids, generator=make_generator(seed, target.device),
+                                          skip=DraftSkip() if draft_skip else None)
+        return result.token_ids, result.stats
+
+    return Mode(name, run, drafting)
+
+
+def hf_mode(name: str, target: Target, sampling: SamplingConfig, lookup: int | None) -> Mode:
+    """transformers ``generate`` (greedy, or sampling with the same transform), optionally with
+    prompt-lookup decoding of ``lookup`` tokens."""
+    extra = {"prompt_lookup_num_tokens": lookup} if lookup else {}
+    if sampling.greedy:
+        extra["do_sample"] = False
+    else:
+        extra.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k)
+
+    def run(inputs: PromptInputs, max_new_tokens: int, seed: int) -> tuple[list[int], None]:
+        torch.manual_seed(seed)
+        out = target.model.generate(inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
+                                    max_new_tokens=max_new_tokens, pad_token_id=0,
+                                    eos_token_id=sorted(target.eos_token_ids), **inputs.model_kwargs, **extra)
+        return out[0, inputs.length:].tolist(), None
+
+    return Mode(name, run, drafting=False)
+
+
+def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = None,
+                sps_path: str | Path | None = None, strict: bool = False) -> tuple[list[Mode], list[str]]:
+    """The runnable modes of ``config.modes`` and one-line notices for those skipped (and the
+    builder's hints). ``config.gamma`` is resolved here (the drafter's block size by default), so
+    the report records the γ that ran."""
+    from minispark.serving.builder import build_serving
+
+    sampling = config.sampling
+    notices: list[str] = []
+    setup = None
+    if drafter_spec is not None and any(m in DRAFTER_MODES for m in config.modes):
+        setup = build_serving(target, drafter_spec, None, config.gamma, config.threshold,
+                              Path(sps_path) if sps_path is not None else None, sampling, strict)
+        notices += setup.hints
+        config.gamma = setup.gamma
+    lookup = make_drafter("lookup", target)
+    config.gamma = resolve_gamma(lookup, "lookup", config.gamma)
+    gamma = config.gamma
+    modes = []
+    for name in config.modes:
+        if name == "target":
+            modes.append(minispark_mode(name, target, NoDrafter(), lambda: FixedLength(0), sampling, drafting=False))
+        elif name in ("hf", "hf-lookup"):
+            modes.append(hf_mode(name, target, sampling, gamma if name == "hf-lookup" else None))
+        elif name == "lookup":
+            modes.append(minispark_mode(name, target, lookup, lambda: FixedLength(gamma), sampling))
+        elif setup is None:
+            notices.append(f"skipping {name}: it needs a trained drafter (--drafter DIR)")
+        elif name in CONFIDENCE_MODES and not setup.drafter.has_confidence:
+            notices.append(f"skipping {name}: drafter {drafter_spec} has no confidence head")
+        else:
+            mode = "schedule" if name.startswith("schedule") else name
+            envelope = name != "schedule-raw"
+            setup.policy_for(mode, envelope)  # refuses a table too short for γ, before any run
+            modes.append(minispark_mode(name, target, setup.drafter,
+                                        lambda m=mode, e=envelope: setup.policy_for(m, e), sampling,
+                                        draft_skip=name != "schedule-noskip"))
+    return modes, notices
+
+
+# ---------------------------------------------------------------------- running
+def run_bench(target: Target, modes: Sequence[Mode], prompts: Sequence[BenchPrompt], config: BenchConfig,
+              progress: ProgressFn | None = None, *, drafter: str | None = None,
+              notices: Sequence[str] = ()) -> dict:
+    """Run every mode on every prompt ``config.repeats`` times, interleaved; the report as a dict.
+
+    ``modes[0]`` must be ``target``: speedups, parity and target-only ms per token refer to it.
+    """
+    if not modes or modes[0].name != "target":
+        raise ValueError("run_bench: the first mode must be 'target' (the reference)")
+    if not prompts:
+        raise MinisparkError("bench: no prompts to run")
+    load_before = _load_average()
+    if config.warmup:  # first calls pay one-off costs (allocator, kernels, lazy imports)
+        warm = target.encode(prompt="Hi")
+        for mode in modes:
+            mode.run(warm, min(8, config.max_new_tokens), config.seed)
+    runs: dict[str, list[Run]] = {mode.name: [] for mode in modes}
+    total, done = config.repeats * len(prompts) * len(modes), 0
+    for repeat in range(config.repeats):
+        for index, prompt in enumerate(prompts):
+            turn = repeat * len(prompts) + index
+            seed = config.seed + turn  # the same seed for every mode on this prompt and repeat
+            for mode in list(modes[turn % len(modes):]) + list(modes[: turn % len(modes)]):
+                start = time.perf_counter()
+                ids, stats = mode.run(prompt.inputs, config.max_new_tokens, seed)
+                seconds = time.perf_counter() - start
+                runs[mode.name].append(Run(index, ids, seconds, stats))
+                done += 1
+                if progress is not None:
+                    progress(done, total, f"{mode.name} · prompt {index + 1}/{len(prompts)} · "
+                                          f"{len(ids) / seconds:.1f} tok/s")
+    return {
+        "summary": _summary(modes, runs, config),
+        "prompts": _prompt_rows(modes, runs, prompts, config),
+        "target": target.name,
+        "target_identity": target.identity(),
+        "drafter": drafter,
+        "settings": {**{k: v for k, v in asdict(config).items() if k != "sampling"}, **asdict(config.sampling),
+                     "num_prompts": len(prompts), "order": "rotated per prompt and repeat"},
+        "notices": list(notices),
+        "hardware": _hardware(target, load_before),
+        "versions": {"minispark": minispark.__version__, "torch": torch.__version__,
+                     "transformers": transformers.__version__, "python": platform.python_version()},
+    }
+
+
+def _merged(stats: list[GenerationStats]) -> GenerationStats:
+    merged = GenerationStats()
+    for s in stats:
+        merged.rounds += s.rounds
+        merged.accepted_lengths += s.accepted_lengths
+        merged.proposed_lengths += s.proposed_lengths
+        merged.new_tokens += s.new_tokens
+        merged.propose_s += s.propose_s
+        merged.verify_s += s.verify_s
+        merged.accept_commit_s += s.accept_commit_s
+        merged.skipped_rounds += s.skipped_rounds
+    return merged
+
+
+def _summary(modes: Sequence[Mode], runs: dict[str, list[Run]], config: BenchConfig) -> dict:
+    reference = {run.prompt: run.ids for run in runs["target"]}  # repeat 0 wins: later ones must match it
+    target_loop = _merged([run.stats for run in runs["target"]])
+    target_ms = 1e3 * (target_loop.propose_s + target_loop.verify_s + target_loop.accept_commit_s) / target_loop.rounds
+    by_prompt = {name: _per_prompt_rate(mode_runs) for name, mode_runs in runs.items()}
+    base_rate = sum(len(r.ids) for r in runs["target"]) / sum(r.seconds for r in runs["target"])
+    summary = {}
+    for mode in modes:
+        mode_runs = runs[mode.name]
+        rate = sum(len(r.ids) for r in mode_runs) / sum(r.seconds for r in mode_runs)
+        row: dict = {
+            "tokens_per_s": rate,
+            "median_tokens_per_s": statistics.median(len(r.ids) / r.seconds for r in mode_runs),
+            "speedup_vs_target": rate / base_rate,
+            "worst_prompt_speedup": min(by_prompt[mode.name][p] / by_prompt["target"][p] for p in by_prompt["target"]),
+            "tokens": sum(len(r.ids) for r in mode_runs),
+            "seconds": sum(r.seconds for r in mode_runs),
+            "runs": len(mode_runs),
+        }
+        stats = [r.stats for r in mode_runs if r.stats is not None]
+        loop = _merged(stats) if stats else None
+        if mode.drafting and loop is not None and loop.rounds:
+            row.update(tau=loop.tau, acceptance_per_position=loop.acceptance_per_position,
+                       drafts_per_round=sum(loop.proposed_lengths) / loop.rounds, rounds=loop.rounds,
+                       skipped_rounds=loop.skipped_rounds)
+        elif mode.drafting:
+            row.update(tau=None, acceptance_per_position=None, drafts_per_round=None, rounds=None,
+                       skipped_rounds=None)
+        timed = loop is not None and loop.rounds > 0  # HF modes have no loop to split
+        propose_ms = 1e3 * loop.propose_s / loop.rounds if timed else None
+        row.update(propose_ms=propose_ms,
+                   verify_ms=1e3 * loop.verify_s / loop.rounds if timed else None,
+                   accept_commit_ms=1e3 * loop.accept_commit_s / loop.rounds if timed else None,
+                   target_ms_per_token=target_ms,
+                   draft_share=propose_ms / target_ms if timed else None)
+        if config.sampling.greedy:
+            row["parity"] = all(r.ids == reference[r.prompt] for r in mode_runs)
+        else:
+            row["outputs"] = f"samples at T={config.sampling.temperature:g}: no token-level parity claim"
+        summary[mode.name] = row
+    return summary
+
+
+def _per_prompt_rate(runs: list[Run]) -> dict[int, float]:
+    tokens: dict[int, int] = {}
+    seconds: dict[int, float] = {}
+    for r in runs:
+        tokens[r.prompt] = tokens.get(r.prompt, 0) + len(r.ids)
+        seconds[r.prompt] = seconds.get(r.prompt, 0.0) + r.seconds
+    return {p: tokens[p] / seconds[p] for p in tokens}
+
+
+def _prompt_rows(modes: Sequence[Mode], runs: dict[str, list[Run]], prompts: Sequence[BenchPrompt],
+                 config: BenchConfig) -> list[dict]:
+    rows = [{"index": i, "label": p.label, "prompt_tokens": p.inputs.length, "modes": {}} for i, p in enumerate(prompts)]
+    reference = {run.prompt: run.ids for run in runs["target"]}
+    for mode in modes:
+        for i, row in enumerate(rows):
+            mine = [r for r in runs[mode.name] if r.prompt == i]
+            cell: dict = {"tokens": [len(r.ids) for r in mine], "seconds": [r.seconds for r in mine],
+                          "tokens_per_s": sum(len(r.ids) for r in mine) / sum(r.seconds for r in mine)}
+            stats = [r.stats for r in mine if r.stats is not None]
+            if mode.drafting and stats:
+                cell["tau"] = _merged(stats).tau
+            if config.sampling.greedy:
+                cell["parity"] = all(r.ids == reference[i] for r in mine)
+            row["modes"][mode.name] = cell
+    return rows
+
+
+def _load_average() -> float | None:
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+
+
+def _hardware(target: Target, load_before: float | None) -> dict:
+    from minispark.identity import device_name
+
+    return {"device": device_name(target.device), "torch_device": str(target.device),
+            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "load_1min_before": load_before, "load_1min_after": _load_average()}
+
+
+# ---------------------------------------------------------------------- reporting
+def _fmt(value: float | None, digits: int = 2) -> str:
+    return "–" if value is None else f"{value:.{digits}f}"
+
+
+def render_bench(report: dict) -> Table:
+    """The one rich table: a row per mode."""
+    from rich.table import Table
+
+    settings, hardware = report["settings"], report["hardware"]
+    greedy = settings["temperature"] == 0
+    first = next(iter(report["summary"].values()))
+    table = Table(title=f"{report['target']} · drafter {report['drafter'] or '–'} · {settings['num_prompts']} prompts × "
+                        f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
+                        f"{hardware['device']} · target-only {first['target_ms_per_token']:.1f} ms/token")
+    columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "skipped",
+               "acceptance per position", "propose ms", "verify ms", "acc+commit ms", "draft share",
+               "parity" if greedy else "outputs")
+    for column in columns:
+        table.add_column(column, justify="left" if column in ("mode", "acceptance per position") else "right")
+    for name, row in report["summary"].items():
+        acceptance = row.get("acceptance_per_position")
+        table.add_row(
+            name, _fmt(row["tokens_per_s"]), _fmt(row["median_tokens_per_s"]), _fmt(row["speedup_vs_target"], 3),
+            _fmt(row["worst_prompt_speedup"], 3), _fmt(row.get("tau")), _fmt(row.get("drafts_per_round")),
+            "–" if row.get("skipped_rounds") is None else f"{row['skipped_rounds']}/{row['rounds']}",
+            " ".join(f"{a:.2f}" for a in acceptance) if acceptance else "–",
+            _fmt(row["propose_ms"], 1), _fmt(row["verify_ms"], 1), _fmt(row["accept_commit_ms"], 1),
+            "–" if row["draft_share"] is None else f"{row['draft_share']:.0%}",
+            ("yes" if row["parity"] else "[red]no[/red]") if greedy else "samples",
+        )
+    return table
+
+
+def plot_bench(report: dict, path: str | Path) -> Path:
+    """PNG: tok/s per mode (speedup over target on each bar) and acceptance per draft position."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    summary = report["summary"]
+    fig, (ax_rate, ax_acc) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = list(summary)
+    bars = ax_rate.bar(names, [summary[n]["tokens_per_s"] for n in names], color="tab:blue")
+    for bar, name in zip(bars, names):
+        ax_rate.annotate(f"{summary[name]['speedup_vs_target']:.2f}×", (bar.get_x() + bar.get_width() / 2,
+                         bar.get_height()), ha="center", va="bottom", fontsize=8)
+    ax_rate.set(ylabel="tokens / s (total)", title="throughput (× target on each bar)")
+    ax_rate.tick_params(axis="x", rotation=30)
+    for name in names:
+        acceptance = summary[name].get("acceptance_per_position")
+        if acceptance:
+            ax_acc.plot(range(1, len(acceptance) + 1), acceptance, marker="o", ms=3, label=name)
+    ax_acc.set(xlabel="draft position k", ylabel="acceptance rate", title="acceptance per position", ylim=(0, 1.02))
+    if ax_acc.lines:
+        ax_acc.legend(fontsize=8)
+    for ax in (ax_rate, ax_acc):
+        ax.grid(alpha=0.3)
+    settings = report["settings"]
+    fig.suptitle(f"{report['target']} · T={settings['temperature']:g} · {settings['num_prompts']} prompts × "
+                 f"{settings['repeats']} · {report['hardware']['device']}", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path

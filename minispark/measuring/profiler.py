@@ -1,0 +1,520 @@
+"""Throttle-aware SPS profiler: the target's forward step time for 1..max_tokens new tokens.
+
+The scheduler (design notes §8, §8.1) needs SPS(n), steps per second of one target forward over n
+new tokens (anchor + drafts) after a KV cache of the current context length, on the device and
+precision it serves with. This module measures that grid and writes it as an
+:class:`~minispark.serving.sps.SPSTable` to ``<user tables>/<device>__<target>.json``
+(:func:`~minispark.serving.sps.user_tables_dir`; the shipped ``sps_tables/`` are only read).
+
+Small GPUs throttle after a few seconds of load and shared CPUs change speed with their neighbours
+(§14.2), so one timing per size would mostly measure *when* it ran. Per context length:
+
+1. build the KV cache once (random token ids, prefilled in chunks); every timed step of n tokens
+   is followed by ``crop(context)``, so each step sees exactly the same cache;
+2. warm up (untimed passes over every size), then time a reference size a few times: the baseline;
+3. run ``rounds`` rounds, each timing every size once in a fresh shuffled order, bracketed by the
+   reference size at its start and end; a round whose reference median drifts more than
+   ``drift_bound`` from the baseline is discarded and re-measured after ``cooldown_s`` of rest
+   (up to ``max_remeasure`` times; after that the least-drifted attempt is kept and counted, and
+   the baseline is re-taken: the speed has settled at a new level, or the first baseline was
+   itself measured in a disturbed moment, and either way later rounds should be judged against
+   the current level rather than all be re-measured);
+4. report the median, the min and the spread (p90 − p10)/median of the kept rounds per size.
+
+Drift control cannot tell a machine that is busy the whole time from an idle one. On CPU the load
+average is therefore read before and after (minus the profiler's own share): a table measured
+while other processes wanted the cores is refused (``allow_busy`` records it anyway, flagged), and
+every table stores the readings in ``metadata["machine_load"]``.
+
+CUDA steps are timed with events after a synchronize; CPU steps with ``perf_counter``.
+
+    minispark profile --contexts 256,1024 --max-tokens 16   # embedded target, this device
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import gc
+import math
+import os
+import platform
+import random
+import shutil
+import statistics
+import subprocess
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+
+from minispark.atomic import save_figure
+from minispark.errors import MinisparkError
+from minispark.identity import device_name, dtype_name, target_quantization
+from minispark.serving.sps import SPSTable, user_tables_dir
+from minispark.serving.target import PromptInputs, Target, TargetSession, load_target
+
+#: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
+ProgressFn = Callable[[int, int, str], None]
+#: Prefill chunk: a 4096-token cache is built in 1024-token forwards (bounded attention memory).
+PREFILL_CHUNK = 1024
+
+
+@dataclass
+class ProfileConfig:
+    """What to measure and how hard to fight noise.
+
+    contexts:        KV-cache lengths to profile (those beyond the model's positions are skipped)
+    max_tokens:      profile n = 1..max_tokens new tokens per step (≥ γ+1 for the scheduler)
+    rounds:          kept rounds per context; each times every size once, shuffled
+    warmup:          untimed passes over every size per context before the baseline
+    reference_tokens: the size timed at each round's start and end to detect drift
+    reference_repeats: timings of the reference size that make the baseline
+    drift_bound:     relative |reference median / baseline − 1| above which a round is re-measured
+    max_remeasure:   re-measurements per round before keeping the least-drifted attempt
+    cooldown_s:      rest before re-measuring a drifted round (lets a throttled device cool)
+    seed:            shuffling and token ids
+    note:            free text stored in the table's metadata (e.g. "shared CPU, noisy")
+    allow_busy:      write the table even when the machine was busy (warn and flag it instead)
+    """
+
+    contexts: list[int] = field(default_factory=lambda: [256, 1024, 4096])
+    max_tokens: int = 16
+    rounds: int = 10
+    warmup: int = 2
+    reference_tokens: int = 1
+    reference_repeats: int = 5
+    drift_bound: float = 0.10
+    max_remeasure: int = 2
+    cooldown_s: float = 5.0
+    seed: int = 0
+    note: str = ""
+    allow_busy: bool = False
+
+    def __post_init__(self) -> None:
+        self.contexts = sorted({int(c) for c in self.contexts})
+        checks = [
+            (bool(self.contexts) and self.contexts[0] >= 0, "--contexts: need lengths >= 0"),
+            (self.max_tokens >= 1, "--max-tokens must be >= 1"),
+            (self.rounds >= 1, "--rounds must be >= 1"),
+            (self.warmup >= 0, "--warmup must be >= 0"),
+            (1 <= self.reference_tokens <= self.max_tokens, "reference_tokens must be in 1..max_tokens"),
+            (self.reference_repeats >= 1, "reference_repeats must be >= 1"),
+            (self.drift_bound > 0, "--drift-bound must be > 0"),
+            (self.max_remeasure >= 0, "--max-remeasure must be >= 0"),
+            (self.cooldown_s >= 0, "--cooldown must be >= 0"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise MinisparkError(message)
+
+    @property
+    def tokens(self) -> list[int]:
+        return list(range(1, self.max_tokens + 1))
+
+
+# ---------------------------------------------------------------------- device
+def driver_version(device: torch.device) -> str:
+    """The NVIDIA driver version for CUDA (nvidia-smi), ``"n/a"`` for CPU."""
+    if device.type != "cuda":
+        return "n/a"
+    if shutil.which("nvidia-smi"):
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                 capture_output=True, text=True, timeout=10, check=True).stdout
+            if out.strip():
+                return out.strip().splitlines()[0]
+    return f"unknown (CUDA runtime {torch.version.cuda})"
+
+
+# ---------------------------------------------------------------------- timing
+class StepTimer:
+    """Seconds one callable takes on ``device``.
+
+    With no ``timer``: CUDA events around the call (after a synchronize, so earlier queued work is
+    not counted), or ``time.perf_counter`` on CPU. An injected ``timer`` (a clock in seconds) is
+    read exactly twice per call, before and after, with synchronizes around it on CUDA.
+    """
+
+    def __init__(self, device: torch.device, timer: Callable[[], float] | None = None) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.use_events = self.cuda and timer is None
+        self.timer = timer or time.perf_counter
+
+    def __call__(self, fn: Callable[[], Any]) -> float:
+        if self.use_events:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize(self.device)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        t0 = self.timer()
+        fn()
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+        return self.timer() - t0
+
+
+def _spread(times: list[float]) -> float:
+    """(p90 − p10) / median: the relative spread the SPS table stores."""
+    return (_quantile(times, 0.9) - _quantile(times, 0.1)) / statistics.median(times)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """Linear-interpolated quantile (numpy's default method)."""
+    ordered = sorted(values)
+    pos = q * (len(ordered) - 1)
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (pos - low) * (ordered[high] - ordered[low])
+
+
+# ---------------------------------------------------------------------- profiling
+@dataclass
+class _ContextResult:
+    samples: dict[int, list[float]]  # n tokens → kept timings (one per kept round)
+    baselines_s: list[float]         # the first baseline, then one per re-baselining
+    drifts: list[float]              # |drift| of every attempted round, in order
+    remeasured: int                  # attempts discarded for drift
+    kept_drifted: int                # rounds kept although still beyond the bound
+
+
+def _build_cache(session: TargetSession, ids: torch.Tensor) -> None:
+    """Prefill ``ids`` (1, L) into the empty session in chunks of PREFILL_CHUNK tokens."""
+    length = ids.shape[1]
+    if length == 0:
+        return
+    first = min(length, PREFILL_CHUNK)
+    session.prefill(PromptInputs(input_ids=ids, text_positions=torch.arange(length)), length=first)
+    for start in range(first, length, PREFILL_CHUNK):
+        session.step(ids[0, start:start + PREFILL_CHUNK])
+
+
+def _one_round(timed: Callable[[int], float], sizes: list[int], ref: int, rng: random.Random,
+               on_step: Callable[[], None]) -> tuple[float, dict[int, float]]:
+    """Every size once in a fresh shuffled order, bracketed by the reference size.
+
+    Returns the median of the two reference timings and {n tokens: seconds}.
+    """
+    order = list(sizes)
+    rng.shuffle(order)
+    refs = [timed(ref)]
+    times = {}
+    for n in order:
+        times[n] = timed(n)
+        on_step()
+    refs.append(timed(ref))
+    return statistics.median(refs), times
+
+
+def _profile_context(target: Target, config: ProfileConfig, context: int, measure: StepTimer,
+                     sleep: Callable[[float], None], rng: random.Random,
+                     tick: Callable[..., None]) -> _ContextResult:
+    generator = torch.Generator().manual_seed(config.seed + context)
+    ids = torch.randint(0, target.vocab_size, (1, context + config.max_tokens), generator=generator)
+    ids = ids.to(target.device)
+    draft = ids[0, context:]  # (max_tokens,) the "new" tokens; their values do not change the cost
+    sizes, ref = config.tokens, config.reference_tokens
+
+    with target.session() as session:
+        _build_cache(session, ids[:, :context])
+
+        def timed(n: int) -> float:
+            seconds = measure(lambda: session.step(draft[:n]))
+            session.crop(context)  # every step sees the same cache
+            return seconds
+
+        def take_baseline() -> float:
+            return statistics.median(timed(ref) for _ in range(config.reference_repeats))
+
+        for _ in range(config.warmup):
+            for n in sizes:
+                timed(n)
+        result = _ContextResult({n: [] for n in sizes}, [take_baseline()], [], 0, 0)
+        for r in range(config.rounds):
+            label = f"context {context}, round {r + 1}/{config.rounds}"
+            attempts = []  # (|drift|, times) per attempt at this round
+            for attempt in range(config.max_remeasure + 1):
+                if attempt:
+                    tick(0, f"{label}: drifted {attempts[-1][0]:.0%}, cooling down and re-measuring",
+                         replanned=len(sizes))
+                    sleep(config.cooldown_s)
+                    result.remeasured += 1
+                reference, times = _one_round(timed, sizes, ref, rng, lambda: tick(1, label))
+                attempts.append((abs(reference / result.baselines_s[-1] - 1.0), times))
+                result.drifts.append(attempts[-1][0])
+                if attempts[-1][0] <= config.drift_bound:
+                    break
+            drift, times = min(attempts, key=lambda a: a[0])
+            if drift > config.drift_bound:
+                result.kept_drifted += 1
+                result.baselines_s.append(take_baseline())
+            for n, seconds in times.items():
+                result.samples[n].append(seconds)
+    return result
+
+
+def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn | None = None, *,
+                   timer: Callable[[], float] | None = None,
+                   sleep: Callable[[float], None] = time.sleep) -> SPSTable:
+    """Measure the SPS table of ``target`` on the device it is loaded on (see the module docstring).
+
+    ``timer`` and ``sleep`` are injectable for tests (a fake clock that throttles, a cooldown that
+    cools it); by default CUDA events / ``perf_counter`` and ``time.sleep``.
+    """
+    max_positions = getattr(target.text_config, "max_position_embeddings", None)
+    contexts = [c for c in config.contexts
+                if max_positions is None or c + config.max_tokens <= max_positions]
+    skipped = [c for c in config.contexts if c not in contexts]
+    if skipped:
+        warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
+                      f"exceeds {target.name}'s {max_positions} positions", stacklevel=2)
+    if not contexts:
+        raise MinisparkError(f"--contexts: none of {config.contexts} fits {target.name}'s "
+                             f"{max_positions} positions")
+
+    device = target.device
+    load_before = machine_load(device)
+    _check_load(load_before, "before profiling", config.allow_busy)
+    measure = StepTimer(device, timer)
+    rng = random.Random(config.seed)
+    total = len(contexts) * config.rounds * config.max_tokens
+    done = 0
+
+    def tick(steps: int, message: str, *, replanned: int = 0) -> None:
+        nonlocal done, total
+        done += steps
+        total += replanned  # a discarded round is measured again
+        if progress is not None:
+            progress(done, total, message)
+
+    started = time.monotonic()
+    results: list[_ContextResult] = []
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # a collection inside a timed step is noise, not model cost
+    try:
+        for context in contexts:
+            gc.collect()
+            results.append(_profile_context(target, config, context, measure, sleep, rng, tick))
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+
+    wall_s = time.monotonic() - started
+    load_after = machine_load(device, own_seconds=wall_s)
+    _check_load(load_after, "during profiling", config.allow_busy)
+    metadata = _metadata(target, config, device, skipped, wall_s)
+    if load_before is not None and load_after is not None:
+        metadata["machine_load"] = {"before": load_before.as_dict(), "after": load_after.as_dict(),
+                                    "busy": load_before.busy or load_after.busy}
+    metadata["drift"] = {
+        str(context): {
+            "baselines_s": res.baselines_s,
+            "max_abs_drift": max(res.drifts),
+            "median_abs_drift": statistics.median(res.drifts),
+            "remeasured_rounds": res.remeasured,
+            "kept_drifted_rounds": res.kept_drifted,
+        }
+        for context, res in zip(contexts, results)
+    }
+    samples = [[res.samples[n] for n in config.tokens] for res in results]  # [context][token][round]
+    return SPSTable(
+        device=device_name(device),
+        target=target.name,
+        dtype=dtype_name(target.dtype),
+        quantization=target_quantization(target),
+        contexts=contexts,
+        tokens=config.tokens,
+        seconds=[[statistics.median(times) for times in row] for row in samples],
+        seconds_min=[[min(times) for times in row] for row in samples],
+        seconds_spread=[[_spread(times) for times in row] for row in samples],
+        metadata=metadata,
+    )
+
+
+#: Load (runnable processes) others may add beyond the cores torch leaves free before the machine
+#: counts as busy: half a core, so a table is only written when the profiler had its cores alone.
+BUSY_SLACK = 0.5
+#: Time constant of the kernel's 1-minute load average (an exponential moving average).
+LOAD_TIME_CONSTANT_S = 60.0
+
+
+def read_load() -> tuple[float, int] | None:
+    """(1-minute load average, core count), or None where the OS does not report it."""
+    if not hasattr(os, "getloadavg"):
+        return None
+    return os.getloadavg()[0], os.cpu_count() or 1
+
+
+@dataclass
+class MachineLoad:
+    """One load reading. ``own`` is the profiler's estimated share of ``load_1min``: its torch
+    threads, ramped in by the load average's time constant over ``own_seconds`` of profiling."""
+
+    load_1min: float
+    cores: int
+    threads: int
+    own: float
+
+    @property
+    def others(self) -> float:
+        return max(0.0, self.load_1min - self.own)
+
+    @property
+    def busy(self) -> bool:
+        return self.others > max(0, self.cores - self.threads) + BUSY_SLACK
+
+    def describe(self) -> str:
+        return (f"1-min load {self.load_1min:.2f} on {self.cores} cores, {self.others:.2f} of it from other "
+                f"processes, with {self.threads} torch threads")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"load_1min": round(self.load_1min, 2), "others": round(self.others, 2), "cores": self.cores,
+                "threads": self.threads, "busy": self.busy}
+
+
+def machine_load(device: torch.device, own_seconds: float = 0.0) -> MachineLoad | None:
+    """The CPU load when profiling on CPU (None on GPUs or where the OS does not report it)."""
+    reading = read_load() if device.type == "cpu" else None
+    if reading is None:
+        return None
+    threads = torch.get_num_threads()
+    own = threads * (1.0 - math.exp(-own_seconds / LOAD_TIME_CONSTANT_S))
+    return MachineLoad(reading[0], reading[1], threads, own)
+
+
+def _check_load(load: MachineLoad | None, when: str, allow_busy: bool) -> None:
+    """Refuse (or, with ``allow_busy``, warn) when other processes were competing for the cores."""
+    if load is None or not load.busy:
+        return
+    message = (f"profile: the machine is busy {when} ({load.describe()}); its timings would include "
+               f"contention. Profile on an idle machine or with fewer --threads")
+    if not allow_busy:
+        raise MinisparkError(f"{message}, or pass --allow-busy to write a table flagged as busy")
+    warnings.warn(f"{message}; --allow-busy: the table is written and flagged as busy", stacklevel=3)
+
+
+def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipped: list[int],
+              wall_s: float) -> dict[str, Any]:
+    import transformers
+
+    meta: dict[str, Any] = {
+        "torch": torch.__version__,
+        "driver": driver_version(device),
+        "date": dt.datetime.now(dt.timezone.utc).replace(microsecond=0).isoformat(),
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "torch_device": str(device),
+        "target_identity": target.identity(),
+        "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
+        "config": asdict(config),
+        "contexts_skipped": skipped,
+        "wall_seconds": round(wall_s, 1),
+    }
+    if device.type == "cuda":
+        meta["cuda"] = torch.version.cuda or "unknown"
+    else:
+        meta["threads"] = torch.get_num_threads()
+    if config.note:
+        meta["note"] = config.note
+    return meta
+
+
+# ---------------------------------------------------------------------- reporting
+def format_table(table: SPSTable, tokens: list[int] | None = None) -> str:
+    """Median ms per step (min in brackets) for ``tokens`` at every context, as aligned text."""
+    tokens = [n for n in (tokens or table.tokens) if n in table.tokens]
+    head = f"{'context':>8} " + " ".join(f"{'n=' + str(n):>20}" for n in tokens)
+    lines = [f"{table.device} / {table.target} ({table.dtype}, {table.quantization}): ms per step, "
+             f"median [min] spread", head]
+    for ci, context in enumerate(table.contexts):
+        cells = []
+        for n in tokens:
+            j = table.tokens.index(n)
+            cells.append(f"{table.seconds[ci][j] * 1e3:7.2f} [{table.seconds_min[ci][j] * 1e3:6.2f}] "
+                         f"{table.seconds_spread[ci][j]:4.0%}")
+        lines.append(f"{context:>8} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def plot_sps(table: SPSTable, path: str | Path) -> Path:
+    """PNG: step time (median, min) vs tokens per context, and the cost relative to one token."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig, (ax_ms, ax_rel) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for ci, context in enumerate(table.contexts):
+        med = [s * 1e3 for s in table.seconds[ci]]
+        low = [s * 1e3 for s in table.seconds_min[ci]]
+        line, = ax_ms.plot(table.tokens, med, marker="o", ms=3, label=f"context {context}")
+        ax_ms.plot(table.tokens, low, ls="--", lw=0.8, color=line.get_color())
+        ax_rel.plot(table.tokens, [m / med[0] for m in med], marker="o", ms=3, color=line.get_color(),
+                    label=f"context {context}")
+    ax_ms.set(xlabel="tokens per forward (anchor + drafts)", ylabel="ms per step (— median, -- min)",
+              title="target step time")
+    ax_rel.set(xlabel="tokens per forward (anchor + drafts)", ylabel="step time / step time at 1 token",
+               title="relative cost (1 = free extra tokens)")
+    for ax in (ax_ms, ax_rel):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{table.device} / {table.target} ({table.dtype}, {table.quantization}), "
+                 f"{table.metadata.get('date', '')}", fontsize=9)
+    fig.tight_layout()
+    save_figure(fig, path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@contextlib.contextmanager
+def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[ProgressFn | None]:
+    """A rich progress bar on stderr as a ``progress`` callback (``None`` when disabled)."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
+                   TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
+    task = bar.add_task("", total=None)
+
+    def update(done: int, total: int, message: str) -> None:
+        bar.update(task, completed=done, total=total, description=message)
+
+    with bar:
+        yield update
+
+
+# ---------------------------------------------------------------------- one call for the CLI
+def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str | None = None,
+                device: str | None = None, load_in_4bit: bool = False, load_in_8bit: bool = False,
+                threads: int | None = None, out_dir: str | Path | None = None, plot: str | Path | None = None,
+                show_progress: bool = True) -> tuple[SPSTable, Path]:
+    """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot);
+    ``out_dir`` defaults to the user's table directory, never the shipped ``sps_tables/``."""
+    out_dir = user_tables_dir() if out_dir is None else out_dir
+    if threads is not None:
+        if threads < 1:
+            raise MinisparkError("--threads must be >= 1")
+        torch.set_num_threads(threads)
+    loaded = load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
+                         load_in_8bit=load_in_8bit)
+    with rich_progress(show_progress) as progress:
+        table = profile_target(loaded, config, progress)
+    path = table.save(table.path_in(out_dir))
+    if plot is not None:
+        plot_sps(table, plot)
+    return table, path

@@ -1,0 +1,106 @@
+"""Roll out the real speculative loop and record what calibration needs: per round, the raw
+confidences c_1..c_γ the drafter reported and how many draft tokens survived verification.
+
+A :class:`RecordingDrafter` wraps any drafter with a confidence head; the engine runs unchanged, so
+the recorded rounds are exactly the rounds served. ``calibrate_drafter`` then fits Sequential
+Temperature Scaling (``calibrate.fit_sts``) on them and stores it beside the checkpoint.
+
+    minispark calibrate --drafter runs/draft-smollm2/drafter --prompts examples/prompts/demo.jsonl
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from minispark.measuring.calibrate import Calibration, fit_sts, position_metrics
+from minispark.model.checkpoint import CALIBRATION_FILE, sampling_record
+from minispark.serving.draft_block import DraftBlock
+from minispark.serving.drafters.base import Drafter
+from minispark.serving.engine import speculative_generate
+from minispark.errors import MinisparkError
+from minispark.identity import target_id
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.schedule import FixedLength
+from minispark.serving.target import PromptInputs, Target
+
+
+class RecordingDrafter(Drafter):
+    """Delegates to ``inner`` and records each round's confidences and accepted count."""
+
+    def __init__(self, inner: Drafter) -> None:
+        if not inner.has_confidence:
+            raise MinisparkError(f"drafter {inner.name} has no confidence head: nothing to calibrate")
+        self.inner = inner
+        self.name = inner.name
+        self.has_confidence = True
+        self.feature_layers = inner.feature_layers
+        self.confidences: list[list[float]] = []
+        self.accepted: list[int] = []
+        self._block: DraftBlock | None = None  # this round's block (its confidences grow as it is scheduled)
+
+    def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
+        self.inner.reset(cached_ids, features, text_positions)
+
+    def propose(self, ids: torch.Tensor, anchor_position: int, sampling: SamplingConfig,
+                generator: torch.Generator) -> DraftBlock:
+        # The block's confidences list grows as the engine schedules it; read at commit, it holds
+        # every position the round drew.
+        self._block = self.inner.propose(ids, anchor_position, sampling, generator)
+        return self._block
+
+    def commit(self, num_accepted: int, new_cached_ids: torch.Tensor, features: torch.Tensor | None,
+               text_positions: torch.Tensor) -> None:
+        self.confidences.append([float(c) for c in self._block.confidences[: len(self._block.tokens)]])
+        self.accepted.append(num_accepted)
+        self.inner.commit(num_accepted, new_cached_ids, features, text_positions)
+
+
+@dataclass
+class Rollouts:
+    """confidences: (rounds, γ) raw c_k, NaN where position k was not proposed; accepted: (rounds,)."""
+
+    confidences: np.ndarray
+    accepted: np.ndarray
+
+
+def collect_rollouts(target: Target, drafter: Drafter, prompts: Sequence[PromptInputs], gamma: int,
+                     sampling: SamplingConfig, max_new_tokens: int = 128, seed: int = 0,
+                     progress: Callable[[int], None] | None = None) -> Rollouts:
+    """Run the loop with a fixed γ (every position proposed) and record every round."""
+    recorder = RecordingDrafter(drafter)
+    generator = make_generator(seed, target.device)
+    for index, inputs in enumerate(prompts):
+        with target.session(recorder.feature_layers) as session:
+            speculative_generate(session, inputs, recorder, sampling, FixedLength(gamma),
+                                 max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids, generator=generator)
+        if progress:
+            progress(index + 1)
+    table = np.full((len(recorder.confidences), gamma), np.nan)  # (rounds, γ)
+    for row, values in enumerate(recorder.confidences):
+        table[row, : len(values)] = values
+    return Rollouts(confidences=table, accepted=np.asarray(recorder.accepted, dtype=np.int64))
+
+
+def calibrate_drafter(target: Target, drafter: Drafter, drafter_dir: str | Path, prompts: Sequence[PromptInputs],
+                      gamma: int, sampling: SamplingConfig, max_new_tokens: int = 128, seed: int = 0,
+                      progress: Callable[[int], None] | None = None) -> dict:
+    """Roll out ``drafter`` (loaded from ``drafter_dir``, e.g. by ``serving.build_serving``), fit
+    STS, save it as ``calibration.json`` in the drafter directory, report before/after."""
+    rollouts = collect_rollouts(target, drafter, prompts, gamma, sampling, max_new_tokens, seed, progress)
+    if len(rollouts.accepted) == 0:
+        raise MinisparkError("calibration: no rounds were recorded (empty prompts?)")
+    calibration: Calibration = fit_sts(rollouts.confidences, rollouts.accepted, drafter=str(drafter_dir),
+                                       target=target.name)
+    # What loading checks (checkpoint.load_calibration): the target and the sampling fitted for.
+    calibration.target_identity = target_id(target.identity())
+    calibration.sampling = sampling_record(sampling)
+    path = calibration.save(Path(drafter_dir) / CALIBRATION_FILE)
+    before = position_metrics(rollouts.confidences, rollouts.accepted)
+    after = position_metrics(rollouts.confidences, rollouts.accepted, calibration)
+    return {"path": str(path), "rounds": int(len(rollouts.accepted)), "temperatures": calibration.temperatures,
+            "before": before, "after": after, "rollouts": rollouts, "calibration": calibration}

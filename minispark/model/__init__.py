@@ -1,0 +1,1 @@
+"""The drafter model: config, layers, heads, draft context, checkpoint formats (DeepSpec interop)."""

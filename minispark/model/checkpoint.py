@@ -1,0 +1,153 @@
+"""The drafter directory format, in one place.
+
+A drafter directory holds:
+
+* ``config.json`` — the :class:`DraftConfig` (architecture, the target identity it was trained
+  against, block size γ, feature layers, compute dtype);
+* ``model.safetensors`` — every weight except the frozen embedding and lm_head (``FROZEN``), which
+  are always taken from the target at load time;
+* ``calibration.json`` (optional) — Sequential Temperature Scaling from ``minispark calibrate``,
+  with the target identity and the sampling settings it was fitted for.
+
+Every write is atomic (a reader sees the old directory or the complete new one). Loading refuses a
+drafter trained for another target, and a calibration fitted for another target; a calibration
+fitted at other sampling settings loads with a one-line warning. A directory in DeepSpec's layout
+(``Qwen3DSparkModel``, see :mod:`minispark.model.deepspec`) loads too.
+
+    .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+from minispark.atomic import write_dir_atomic
+from minispark.measuring.calibrate import Calibration
+from minispark.model.deepspec import is_deepspec_dir, load_deepspec_model
+from minispark.model.draft_config import DraftConfig
+from minispark.model.draft_model import DraftModel
+from minispark.errors import MinisparkError
+from minispark.identity import same_target
+from minispark.serving.sampling import SamplingConfig
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+CALIBRATION_FILE = "calibration.json"
+#: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score).
+DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE)
+#: Weights shared with the target and never stored: the frozen embedding and lm_head.
+FROZEN = ("embed_tokens.", "lm_head.")
+
+
+def trainable_weights(model: DraftModel) -> dict[str, torch.Tensor]:
+    """The weights a checkpoint stores: everything but the frozen embedding and lm_head."""
+    return {k: v for k, v in model.state_dict().items() if not k.startswith(FROZEN)}
+
+
+def save_drafter(model: DraftModel, path: str | Path, config: DraftConfig | None = None,
+                 extra: Callable[[Path], None] | None = None) -> Path:
+    """Write ``config.json`` (``config``, default the model's) + ``model.safetensors`` to ``path``
+    atomically; ``extra(tmp)`` adds files (a trainer's state) before the directory appears."""
+
+    def fill(tmp: Path) -> None:
+        (config or model.config).save(tmp / CONFIG_FILE)
+        weights = {k: v.detach().contiguous().cpu() for k, v in trainable_weights(model).items()}
+        save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"target": model.config.target})
+        if extra is not None:
+            extra(tmp)
+
+    return write_dir_atomic(path, fill)
+
+
+def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype | None = None) -> Path:
+    """Copy a drafter's files (config, weights, calibration if any) to ``dest`` atomically;
+    ``weight_dtype`` recasts the floating-point weights (the loader casts them back to the config's
+    compute dtype), e.g. bf16 to ship a drafter small."""
+    source = Path(source)
+
+    def fill(tmp: Path) -> None:
+        for name in DRAFTER_FILES:
+            if name != WEIGHTS_FILE and (source / name).is_file():
+                shutil.copy2(source / name, tmp / name)
+        if weight_dtype is None:
+            shutil.copy2(source / WEIGHTS_FILE, tmp / WEIGHTS_FILE)
+            return
+        with safe_open(str(source / WEIGHTS_FILE), framework="pt") as handle:
+            metadata = handle.metadata()
+            weights = {k: handle.get_tensor(k) for k in handle.keys()}
+        cast = {k: v.to(weight_dtype) if v.is_floating_point() else v for k, v in weights.items()}
+        save_file(cast, str(tmp / WEIGHTS_FILE), metadata=metadata)
+
+    return write_dir_atomic(dest, fill)
+
+
+def read_weights(path: str | Path, device: torch.device | str) -> dict[str, torch.Tensor]:
+    """The tensors stored in ``path/model.safetensors``."""
+    return load_file(str(Path(path) / WEIGHTS_FILE), device=str(device))
+
+
+def apply_weights(model: DraftModel, weights: dict[str, torch.Tensor], path: str | Path) -> None:
+    """Load stored ``weights`` into ``model`` (frozen weights excepted); a mismatch is a one-line
+    error naming ``path``'s weights file."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if not k.startswith(FROZEN)]
+    if missing or unexpected:
+        raise MinisparkError(f"{Path(path) / WEIGHTS_FILE} does not match its config: missing {missing}, "
+                             f"unexpected {unexpected}")
+
+
+def load_draft_model(
+    path: str | Path,
+    target_embed: torch.Tensor,
+    target_lm_head: torch.Tensor,
+    device: torch.device | str,
+    target_identity: str | None = None,
+) -> DraftModel:
+    """Rebuild a :class:`DraftModel` from a drafter directory and the target's frozen weights.
+
+    ``target_identity``, when given, must equal the identity the drafter was trained against; a
+    DeepSpec-layout directory records no identity and is checked by shapes (it is given this one)."""
+    path = Path(path)
+    if is_deepspec_dir(path):
+        return load_deepspec_model(path, target_embed, target_lm_head, device, target=target_identity or "deepspec")
+    config = DraftConfig.load(path / CONFIG_FILE)
+    if target_identity is not None and not same_target(config.target, target_identity):
+        raise MinisparkError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
+    weights = read_weights(path, device)
+    vocab_ids = weights.get("vocab_ids") if config.draft_vocab else None  # which lm_head rows to take
+    model = DraftModel.from_target(config, target_embed.to(device), target_lm_head.to(device), vocab_ids)
+    apply_weights(model, weights, path)
+    return model
+
+
+def sampling_record(sampling: SamplingConfig) -> dict[str, float | int]:
+    """The sampling settings a calibration is fitted for, as stored in ``calibration.json``."""
+    return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
+
+
+def load_calibration(drafter_dir: str | Path, target_identity: str | None = None,
+                     sampling: SamplingConfig | None = None) -> tuple[Calibration | None, str | None]:
+    """The drafter's STS calibration (None without ``calibration.json``) and a one-line warning
+    when it was fitted at other sampling settings than ``sampling``. A calibration fitted for
+    another target than ``target_identity`` is refused. Files written before these fields existed
+    record neither and are taken as they are."""
+    path = Path(drafter_dir) / CALIBRATION_FILE
+    if not path.is_file():
+        return None, None
+    calibration = Calibration.load(path)
+    if target_identity is not None and calibration.target_identity \
+            and not same_target(calibration.target_identity, target_identity):
+        raise MinisparkError(f"{path} was fitted for target {calibration.target_identity!r}, not "
+                             f"{target_identity!r}; re-run `minispark calibrate`")
+    warning = None
+    if sampling is not None and calibration.sampling and calibration.sampling != sampling_record(sampling):
+        fitted = ", ".join(f"{k} {v:g}" for k, v in calibration.sampling.items())
+        warning = (f"{path} was fitted at {fitted}; confidences may be miscalibrated at these sampling "
+                   f"settings (re-run `minispark calibrate` with them)")
+    return calibration, warning

@@ -1,0 +1,88 @@
+"""The draft-side inference cache (design notes §11.2): per-layer K/V of the projected target
+features of committed tokens. Each round appends the newly committed span and drops rows that fell
+out of the window; draft-block K/V are never cached, so the drafter never re-reads the context.
+
+    .venv/bin/python -m pytest -q tests/test_draft_model.py -k cache
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from minispark.model.draft_config import DraftConfig
+
+
+class ContextCache:
+    """Per-layer context K/V of committed tokens (§11.2), preallocated and grown by doubling.
+
+    Holds, for each draft layer, K (rotary applied) and V of the *projected* target features of
+    the tokens in the target KV cache, plus their 1D text positions. Draft-block K/V are never
+    stored. Rows live in ``[start, end)`` of the buffers; dropping old rows moves ``start``.
+    """
+
+    def __init__(self, config: DraftConfig, device: torch.device | str, dtype: torch.dtype, capacity: int = 256) -> None:
+        self.shape = (config.num_layers, config.num_kv_heads)  # buffers: (L, Hkv, cap, D)
+        self.head_dim = config.head_dim
+        self.device, self.dtype = torch.device(device), dtype
+        self._allocate(capacity)
+
+    def _allocate(self, capacity: int) -> None:
+        shape = (*self.shape, capacity, self.head_dim)
+        self.keys = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.values = torch.zeros(shape, device=self.device, dtype=self.dtype)
+        self.pos = torch.zeros(capacity, device=self.device, dtype=torch.long)
+        self.start = self.end = 0
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    @property
+    def positions(self) -> torch.Tensor:
+        """(n,) text positions of the held rows."""
+        return self.pos[self.start : self.end]
+
+    def layer_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Per layer (K, V), each (1, Hkv, n, D)."""
+        k, v = self.keys[:, :, self.start : self.end], self.values[:, :, self.start : self.end]
+        return [(k[i][None], v[i][None]) for i in range(k.shape[0])]
+
+    def clear(self) -> None:
+        self.start = self.end = 0
+
+    def append(self, layer_kv: list[tuple[torch.Tensor, torch.Tensor]], positions: torch.Tensor) -> None:
+        """Add rows: ``layer_kv`` per layer (1, Hkv, n, D) each, ``positions`` (n,)."""
+        n = positions.numel()
+        if self.end + n > self.pos.numel():
+            self._make_room(n)
+        new_k = torch.stack([k[0] for k, _ in layer_kv])  # (L, Hkv, n, D)
+        new_v = torch.stack([v[0] for _, v in layer_kv])
+        self.keys[:, :, self.end : self.end + n] = new_k
+        self.values[:, :, self.end : self.end + n] = new_v
+        self.pos[self.end : self.end + n] = positions
+        self.end += n
+
+    def _make_room(self, n: int) -> None:
+        held = len(self)
+        old = (self.keys, self.values, self.pos, self.start, self.end)
+        capacity = self.pos.numel()
+        while held + n > capacity:
+            capacity *= 2
+        if capacity != self.pos.numel():
+            self._allocate(capacity)
+        keys, values, pos, start, end = old
+        # Compact to the front (copy via clone: source and destination may overlap).
+        self.keys[:, :, :held] = keys[:, :, start:end].clone()
+        self.values[:, :, :held] = values[:, :, start:end].clone()
+        self.pos[:held] = pos[start:end].clone()
+        self.start, self.end = 0, held
+
+    def drop_before(self, position: int) -> None:
+        """Forget rows with text position < ``position`` (positions increase along the rows)."""
+        self.start += int((self.positions < position).sum())
+
+    def crop(self, position: int) -> None:
+        """Forget rows with text position >= ``position`` (roll back to an earlier context)."""
+        self.end = self.start + int((self.positions < position).sum())

@@ -1,0 +1,130 @@
+"""What a decoding command runs with: one builder resolves the drafter, γ, the SPS table, the
+calibration and the length policy for ``generate``, ``chat``, ``demo``, ``bench`` and ``calibrate``.
+
+``build_serving(target, drafter, mode, gamma, threshold, sps, sampling)`` applies the defaults every
+command shares (the constants are in :mod:`minispark.defaults`):
+
+* drafter: the one shipped for the target under ``drafters/`` (else the n-gram ``lookup`` drafter,
+  with a hint on how to train one); an explicit ``--drafter`` wins, ``none`` is target-only decoding;
+* γ: the drafter's block size (``DEFAULT_GAMMA`` for drafters without one); a larger γ is an error;
+* SPS table: the profiled table for this device, target, dtype and quantization; an explicit
+  ``--sps`` table profiled for something else gets a one-line warning (an error with ``strict``);
+* mode: ``schedule`` when the drafter has a confidence head and a table exists (else ``threshold``,
+  with a hint to run ``minispark profile``); ``fixed`` without a confidence head;
+* calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
+* draft-skip (``draft_skip.py``): on in schedule mode, off in the others (there γ or a threshold
+  is what was asked for), never without a drafter.
+
+    .venv/bin/python -m pytest -q tests/test_chat.py -k defaults
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from minispark.measuring.calibrate import Calibration
+from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.draft_skip import DraftSkip
+from minispark.errors import MinisparkError
+from minispark.identity import device_name, dtype_name, target_id, target_quantization
+from minispark.serving.sampling import SamplingConfig
+from minispark.serving.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
+from minispark.serving.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch, user_tables_dir
+from minispark.serving.target import Target
+
+TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
+              "`minispark cache` + `minispark train` and pass --drafter DIR")
+PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
+
+
+@dataclass
+class ServingSetup:
+    """The drafter, γ, length policy, draft-skip, SPS table and calibration a command runs with, and why (hints)."""
+
+    drafter: Drafter
+    drafter_spec: str
+    mode: str
+    gamma: int
+    policy: LengthPolicy
+    sps_table: SPSTable | None
+    calibration: Calibration | None = None
+    threshold: float = DEFAULT_THRESHOLD
+    hints: list[str] = field(default_factory=list)
+    skip: DraftSkip | None = None  # None: the drafter runs every round
+
+    def policy_for(self, mode: str, envelope: bool = True) -> LengthPolicy:
+        """A fresh policy of another mode with the same drafter, γ, table and calibration (bench
+        runs several side by side); schedule mode without a table uses the generic curve."""
+        if isinstance(self.drafter, NoDrafter):
+            return FixedLength(0)
+        return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
+                                  threshold=self.threshold, sps_table=self.sps_table or SPSTable.generic(),
+                                  calibration=self.calibration, envelope=envelope)
+
+
+def matching_sps_table(target: Target, path: Path | None, strict: bool = False) -> tuple[SPSTable | None, str | None]:
+    """``path`` if given (with a one-line warning when it was profiled for another device, target,
+    dtype or quantization; ``strict`` refuses it), else the profiled table for this run, else None."""
+    device, dtype, quantization = device_name(target.device), dtype_name(target.dtype), target_quantization(target)
+    if path is not None:
+        table = SPSTable.load(path)
+        return table, table_mismatch(table, path, device=device, target=target.name, dtype=dtype,
+                                     quantization=quantization, strict=strict)
+    try:
+        return find_table([user_tables_dir(), SHIPPED_TABLES], device, target.name, dtype=dtype,
+                          quantization=quantization, strict=True), None
+    except SPSTableError:
+        return None, None
+
+
+def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
+                  threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None,
+                  sampling: SamplingConfig | None = None, strict: bool = False,
+                  draft_skip: bool | None = None) -> ServingSetup:
+    """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`."""
+    from minispark.model.checkpoint import load_calibration
+    from minispark.serving.generate import default_drafter, make_drafter
+
+    if mode is not None and mode not in LengthMode.__members__.values():
+        raise MinisparkError(f"--mode {mode}: choose {', '.join(m.value for m in LengthMode)}")
+    hints = []
+    draft = None
+    if drafter is None:
+        shipped = default_drafter(target)
+        if shipped is not None:
+            try:
+                draft, drafter = make_drafter(str(shipped), target), str(shipped)
+            except MinisparkError as exc:  # e.g. trained on another conversion of the target
+                hints.append(f"shipped drafter not usable ({exc})")
+        if draft is None:
+            drafter = "lookup"
+            hints.append(TRAIN_HINT.format(target=target.name))
+    if draft is None:
+        draft = make_drafter(drafter, target)
+    gamma = resolve_gamma(draft, drafter, gamma)
+    table, mismatch = matching_sps_table(target, sps, strict)
+    if mismatch:
+        hints.append(mismatch)
+    chosen = mode is None
+    if mode is None:
+        mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
+    if table is None:
+        fallback = "no speedup estimate"
+        if mode == "schedule":
+            table, fallback = SPSTable.generic(), "schedule mode uses the generic cost model"
+        elif mode == "threshold" and chosen:
+            fallback = f"threshold mode ({threshold:g})"
+        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback))
+    calibration = None
+    if draft.has_confidence and mode != "fixed":  # calibrate (fixed mode) refits it instead
+        calibration, warning = load_calibration(drafter, target_id(target.identity()), sampling)
+        if warning:
+            hints.append(warning)
+    if draft_skip is None:
+        draft_skip = mode == "schedule"
+    skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None
+    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip)
+    setup.policy = setup.policy_for(mode)
+    return setup

@@ -1,0 +1,149 @@
+"""Draft-skip: leave the drafter out of rounds where drafting is predicted not to pay.
+
+A drafted round costs the drafter's forward plus a verify of 1 + ℓ tokens and yields 1 + n tokens
+(n accepted drafts); a target-only step costs one 1-token step and yields 1 token. Where the
+drafter is rarely right (a weak drafter, a hard stretch of text) every drafted round loses the
+drafter's time, even when the length policy then verifies nothing (ℓ = 0). :class:`DraftSkip`
+decides *before* the drafter runs whether this round drafts at all; a skipped round is a plain
+target step (verify the anchor alone), so a hard stretch costs exactly target-only decoding.
+
+The rule, in units of one target-only step t₁ (measured on the rounds that verified one token):
+
+    surplus = E[1 + n] − E[propose s + step s] / t₁      over recent drafted rounds
+
+is how many tokens a drafted round wins over the target step it replaces; the round drafts iff the
+surplus is positive. Both expectations are exponentially weighted averages (weight ``weight`` on
+the newest drafted round), so the estimate follows the text's difficulty and the machine's load.
+Measured times rather than the SPS table: the break-even depends on the drafter's own cost, which
+the table does not hold, and the measured one is what the user waits for.
+
+While skipping, the policy probes: after ``min_interval`` skipped rounds it drafts one round. A
+probe that does not pay on its own doubles the wait, up to ``max_interval``; one that pays brings
+the next probe back to ``min_interval``, and once the average surplus is positive every round
+drafts again. A long hard stretch thus pays one drafter forward per ``max_interval`` rounds, and a
+stretch where drafting pays again is found within a few probes.
+
+Lossless: every decision is a function of earlier rounds only (their tokens, acceptance and
+timings), never of this round's draft, so the round's output law is the target's whichever way
+the decision goes (tests/test_draft_skip.py runs the joint-distribution test with skips on).
+
+    python -m minispark.serving.draft_skip     # simulated hard/easy stretches: rounds drafted, cost vs target-only
+"""
+
+from __future__ import annotations
+
+import random
+from abc import ABC, abstractmethod
+
+
+class SkipPolicy(ABC):
+    """Asked before each round whether to run the drafter; told each round's outcome after it."""
+
+    @abstractmethod
+    def should_draft(self) -> bool:
+        """Whether this round runs the drafter. Called once per round, before anything of it exists."""
+
+    @abstractmethod
+    def observe(self, drafted: bool, proposed: int, accepted: int, propose_s: float, step_s: float) -> None:
+        """The round's outcome: whether it drafted, ℓ drafts verified, n accepted, the seconds of
+        the propose step and of the rest of the round (verify, accept, commit)."""
+
+
+class DraftSkip(SkipPolicy):
+    """Skip the drafter while the expected surplus of a drafted round is not positive (module docstring)."""
+
+    def __init__(self, weight: float = 0.25, min_interval: int = 2, max_interval: int = 32) -> None:
+        if not 0.0 < weight <= 1.0:
+            raise ValueError(f"draft-skip weight must be in (0, 1], got {weight}")
+        if not 1 <= min_interval <= max_interval:
+            raise ValueError(f"need 1 <= min_interval <= max_interval, got {min_interval}, {max_interval}")
+        self.weight = weight
+        self.min_interval = min_interval
+        self.max_interval = max_interval
+        self.tokens: float | None = None  # E[1 + n] over drafted rounds
+        self.seconds: float | None = None  # E[propose + step seconds] over drafted rounds
+        self.target_step_s: float | None = None  # E[step seconds] of rounds that verified 1 token
+        self.interval = min_interval  # skipped rounds before the next probe
+        self._skipped = 0
+        self._probing = False  # this round drafts only to test whether drafting pays again
+
+    @property
+    def surplus(self) -> float | None:
+        """Tokens a drafted round is expected to win over one target step; None until measurable."""
+        if self.tokens is None or self.seconds is None or self.target_step_s is None:
+            return None
+        return self.tokens - self.seconds / self.target_step_s
+
+    def should_draft(self) -> bool:
+        self._probing = False
+        if self.tokens is None:
+            return True  # nothing drafted yet: try
+        surplus = self.surplus
+        if surplus is None:
+            return False  # no 1-token step yet (e.g. γ every round): take one to learn the break-even
+        if surplus > 0.0:
+            self.interval, self._skipped = self.min_interval, 0
+            return True
+        if self._skipped >= self.interval:
+            self._skipped, self._probing = 0, True
+            return True
+        self._skipped += 1
+        return False
+
+    def observe(self, drafted: bool, proposed: int, accepted: int, propose_s: float, step_s: float) -> None:
+        if proposed == 0:  # a 1-token verify, skipped or drafted with ℓ = 0: the target-only step time
+            self.target_step_s = self._average(self.target_step_s, step_s)
+        if not drafted:
+            return
+        if self._probing:  # a probe that pays on its own brings the next probe close; one that loses, later
+            won = self.target_step_s is not None and 1.0 + accepted > (propose_s + step_s) / self.target_step_s
+            self.interval = self.min_interval if won else min(2 * self.interval, self.max_interval)
+        self.tokens = self._average(self.tokens, 1.0 + accepted)
+        self.seconds = self._average(self.seconds, propose_s + step_s)
+
+    def _average(self, old: float | None, new: float) -> float:
+        return new if old is None else old + self.weight * (new - old)
+
+
+def simulate(stretches: list[tuple[int, float]], draft_cost: float = 0.5, verify_cost: float = 0.08,
+             gamma: int = 7, seed: int = 0) -> dict:
+    """Expected effect on synthetic text: ``stretches`` of (rounds, per-draft acceptance α).
+
+    Costs are in target steps: a drafted round costs ``draft_cost`` plus a verify of 1 + ℓ tokens
+    at 1 + ``verify_cost``·ℓ; it verifies ℓ = γ drafts, each accepted with probability α given the
+    previous one was. Returns tokens per target-step time with and without draft-skip (target-only
+    = 1.0) and the share of rounds skipped."""
+    rng = random.Random(seed)
+    result = {}
+    for name, policy in (("always", None), ("draft-skip", DraftSkip())):
+        tokens = time = 0.0
+        rounds = skipped = 0
+        for count, alpha in stretches:
+            for _ in range(count):
+                drafted = policy is None or policy.should_draft()
+                accepted = 0
+                if drafted:
+                    while accepted < gamma and rng.random() < alpha:
+                        accepted += 1
+                proposed = gamma if drafted else 0
+                step = 1.0 + verify_cost * proposed
+                if policy is not None:
+                    policy.observe(drafted, proposed, accepted, draft_cost if drafted else 0.0, step)
+                tokens += 1 + accepted
+                time += step + (draft_cost if drafted else 0.0)
+                rounds += 1
+                skipped += not drafted
+        result[name] = {"speedup_vs_target": tokens / time, "skipped_share": skipped / rounds}
+    return result
+
+
+if __name__ == "__main__":
+    cases = {
+        "hard (α 0.1)": [(2000, 0.1)],
+        "easy (α 0.8)": [(2000, 0.8)],
+        "mixed (hard/easy stretches of 50)": [(50, 0.1), (50, 0.8)] * 20,
+    }
+    for label, stretches in cases.items():
+        outcome = simulate(stretches)
+        print(f"{label:>34}: " + ", ".join(f"{name} {v['speedup_vs_target']:.3f}× target "
+                                            f"({v['skipped_share']:.0%} skipped)" for name, v in outcome.items()))

@@ -1,0 +1,124 @@
+"""The DSpark drafter: a trained :class:`~minispark.model.draft_model.DraftModel` plus its draft context
+(the K/V of the target features of committed tokens), behind the shared
+:class:`~minispark.serving.drafters.base.Drafter` interface. The directory it loads from is
+:mod:`minispark.model.checkpoint`'s.
+
+    .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minispark.model.checkpoint import load_draft_model
+from minispark.model.draft_cache import ContextCache
+from minispark.model.draft_model import DraftModel
+from minispark.serving.draft_block import DraftBlock
+from minispark.serving.drafters.base import Drafter
+from minispark.serving.sampling import SamplingConfig
+
+class DSparkDrafter(Drafter):
+    """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
+
+    The draft cache holds per-layer K/V of the projected features of every token in the target
+    KV cache (bounded by the window W). A prefill's rows are projected at once; ``commit`` only
+    queues the newly cached span, and the queue is projected in one batch when the cache is next
+    read (the next proposal). So rounds that draft-skip leaves the drafter out of cost it nothing,
+    and the next proposal equals the one a drafter that was never skipped would make.
+    """
+
+    name = "dspark"
+
+    def __init__(self, model: DraftModel, capacity: int = 256) -> None:
+        self.model = model.eval()
+        self.config = model.config
+        self.feature_layers = tuple(model.config.feature_layers)
+        self.has_confidence = model.config.confidence_head
+        self.max_gamma = model.config.block_size
+        weight = model.lm_head.weight
+        self._cache = ContextCache(model.config, weight.device, weight.dtype, capacity)
+        # Committed rows not yet projected into the cache: [(features (n, m·d), positions (n,))].
+        self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def cache(self) -> ContextCache:
+        """The draft context with every committed row in it (the queued rows projected first)."""
+        self._flush()
+        return self._cache
+
+    @torch.no_grad()
+    def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
+        self._cache.clear()
+        self._pending.clear()
+        self._append(features, text_positions)
+        self._flush()  # with the prefill, not charged to the first round's proposal
+
+    @torch.no_grad()
+    def propose(
+        self,
+        ids: torch.Tensor,
+        anchor_position: int,
+        sampling: SamplingConfig,
+        generator: torch.Generator,
+    ) -> DraftBlock:
+        anchor = ids[-1]
+        hidden = self.model.forward_block(self.cache, anchor, int(anchor_position))  # (γ, d)
+        return self.model.draft_block(hidden, anchor, sampling, generator)
+
+    @torch.no_grad()
+    def commit(
+        self,
+        num_accepted: int,
+        new_cached_ids: torch.Tensor,
+        features: torch.Tensor | None,
+        text_positions: torch.Tensor,
+    ) -> None:
+        self._append(features, text_positions)
+
+    @torch.no_grad()
+    def extend(self, new_cached_ids: torch.Tensor, features: torch.Tensor | None,
+               text_positions: torch.Tensor) -> None:
+        self._append(features, text_positions)
+        self._flush()
+
+    def rollback(self, text_position: int) -> None:
+        self._cache.crop(text_position)
+        kept = [(f[p < text_position], p[p < text_position]) for f, p in self._pending]
+        self._pending = [(f, p) for f, p in kept if p.numel()]
+
+    def _append(self, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
+        """Queue committed rows (checked now, projected by :meth:`_flush`)."""
+        if features is None:
+            raise ValueError("the DSpark drafter needs target features for every cached token")
+        if features.shape[0] != text_positions.numel() or features.shape[-1] != self.config.feature_size:
+            raise ValueError(
+                f"features {tuple(features.shape)} do not match {text_positions.numel()} positions "
+                f"× feature size {self.config.feature_size}"
+            )
+        if text_positions.numel():
+            self._pending.append((features, text_positions.to(dtype=torch.long)))
+
+    @torch.no_grad()
+    def _flush(self) -> None:
+        """Project the queued rows into the cache, all in one batch."""
+        if not self._pending:
+            return
+        device = self.model.lm_head.weight.device
+        features = torch.cat([f.to(device) for f, _ in self._pending])  # (n, m·d)
+        positions = torch.cat([p.to(device) for _, p in self._pending])  # (n,)
+        self._pending.clear()
+        layer_kv = self.model.context_kv(features[None], positions[None])  # (1, Hkv, n, D) each
+        self._cache.append(layer_kv, positions)
+
+
+def load_drafter(
+    path: str | Path,
+    target_embed: torch.Tensor,
+    target_lm_head: torch.Tensor,
+    device: torch.device | str,
+    target_identity: str | None = None,
+) -> DSparkDrafter:
+    """A ready :class:`DSparkDrafter` from a drafter directory (see :func:`~minispark.model.checkpoint.load_draft_model`)."""
+    return DSparkDrafter(load_draft_model(path, target_embed, target_lm_head, device, target_identity))

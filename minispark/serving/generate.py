@@ -1,0 +1,180 @@
+"""Text-level generation: prompt and images in, text and metrics out, through the speculative loop.
+
+This is the Python API behind ``minispark generate`` (``conversation.py`` runs chat turns on it):
+it builds the drafter and length policy from names, applies the chat template, runs
+``engine.speculative_generate`` and decodes the result.
+
+    python -c "from minispark.serving.generate import generate; from minispark.serving.target import load_target; \
+print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from minispark.serving.draft_skip import SkipPolicy
+from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.drafters.lookup import LookupDrafter
+from minispark.serving.engine import GenerationResult, speculative_generate
+from minispark.errors import MinisparkError
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.schedule import FixedLength, LengthPolicy
+from minispark.serving.target import Target
+
+#: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
+SHIPPED_DRAFTERS = Path(__file__).resolve().parents[2] / "drafters"
+DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
+
+
+@dataclass
+class GenerateOutput:
+    text: str
+    result: GenerationResult
+    seed: int
+
+    def as_dict(self, target: Target, drafter: Drafter) -> dict:
+        return {
+            "text": self.text,
+            "token_ids": self.result.token_ids,
+            "stop_reason": self.result.stop_reason,
+            "target": target.name,
+            "drafter": drafter.name,
+            "seed": self.seed,
+            **self.result.stats.as_dict(),
+        }
+
+
+def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path | None:
+    """The shipped drafter for ``target``: a directory under ``drafters/`` whose ``config.json``
+    names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
+    target name, which loading then checks), or None when nothing matches."""
+    from minispark.identity import same_target, target_id
+
+    want = target_id(target.identity())
+    same_name = []
+    for config_path in sorted(directory.glob("*/config.json")):
+        try:
+            named = str(json.loads(config_path.read_text()).get("target", ""))
+        except (OSError, ValueError, AttributeError) as exc:
+            raise MinisparkError(f"shipped drafter {config_path}: unreadable config ({exc})") from None
+        if same_target(named, want):
+            return config_path.parent
+        if named.split("@")[0] == target.name:
+            same_name.append(config_path.parent)
+    return same_name[0] if same_name else None
+
+
+def make_drafter(spec: str, target: Target) -> Drafter:
+    """``none``, ``lookup``, or a DSpark checkpoint directory."""
+    if spec == "none":
+        return NoDrafter()
+    if spec == "lookup":
+        return LookupDrafter()
+    if Path(spec).is_dir():
+        from minispark.serving.drafters.dspark import load_drafter
+        from minispark.identity import target_id
+
+        try:
+            drafter = load_drafter(Path(spec), target.model.get_input_embeddings().weight, target.lm_head.weight,
+                                   target.device, target_identity=target_id(target.identity()))
+        except (ValueError, MinisparkError) as exc:
+            raise MinisparkError(f"--drafter {spec}: {exc}") from None
+        target.check_layers(drafter.feature_layers)
+        return drafter
+    raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
+
+
+def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int) -> int:
+    """``max_new_tokens`` capped (with a warning) to the room the target's context leaves after the
+    prompt; a prompt that alone fills the context is refused rather than decoded into garbage."""
+    limit = getattr(target.text_config, "max_position_embeddings", None)
+    if limit is None:
+        return max_new_tokens
+    if prompt_tokens >= limit:
+        raise MinisparkError(f"--prompt: {prompt_tokens} tokens, but {target.name} has a context of {limit} "
+                             "positions; shorten the prompt")
+    room = limit - prompt_tokens
+    if max_new_tokens > room:
+        warnings.warn(f"--max-new-tokens {max_new_tokens}: only {room} tokens fit after the {prompt_tokens}-token "
+                      f"prompt in {target.name}'s context of {limit}; generating at most {room}", stacklevel=2)
+    return min(max_new_tokens, room)
+
+
+def stop_on_strings(target: Target, stop_strings: Sequence[str]) -> Callable[[list[int]], int | None] | None:
+    """A ``stop`` callback for the engine: the shortest prefix whose text contains a stop string."""
+    if not stop_strings:
+        return None
+
+    def decode(ids: list[int]) -> str:
+        return target.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def stop(new_ids: list[int]) -> int | None:
+        if not any(s in decode(new_ids) for s in stop_strings):
+            return None
+        low, high = 1, len(new_ids)  # containment is monotone in the prefix length: bisect it
+        while low < high:
+            mid = (low + high) // 2
+            if any(s in decode(new_ids[:mid]) for s in stop_strings):
+                high = mid
+            else:
+                low = mid + 1
+        return low
+
+    return stop
+
+
+def text_streamer(target: Target, on_text: Callable[[str], None]) -> Callable[[list[int]], None]:
+    """An ``on_tokens`` callback for the engine that passes newly committed *text* to ``on_text``."""
+    streamed: list[int] = []
+    printed = [""]
+
+    def on_tokens(ids: list[int]) -> None:
+        # Decode the whole reply each time: byte-level BPE can split a character across tokens.
+        streamed.extend(ids)
+        text = target.tokenizer.decode(streamed, skip_special_tokens=True)
+        if len(text) > len(printed[0]) and not text.endswith("\ufffd"):
+            on_text(text[len(printed[0]):])
+            printed[0] = text
+
+    return on_tokens
+
+
+def generate(
+    target: Target,
+    prompt: str | None = None,
+    *,
+    images: Sequence[str | Path] = (),
+    messages: list[dict] | None = None,
+    drafter: Drafter | str = "none",
+    sampling: SamplingConfig = SamplingConfig(),
+    policy: LengthPolicy | None = None,
+    gamma: int | None = None,
+    max_new_tokens: int = 256,
+    stop_strings: Sequence[str] = (),
+    seed: int | None = None,
+    on_text: Callable[[str], None] | None = None,
+    skip: SkipPolicy | None = None,
+) -> GenerateOutput:
+    """Generate a reply to ``prompt`` (or ``messages``) with speculative decoding; ``skip``
+    (draft-skip) leaves the drafter out of rounds where drafting is predicted not to pay."""
+    if isinstance(drafter, str):
+        drafter = make_drafter(drafter, target)
+    if policy is None:
+        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, gamma))
+    inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
+    max_new_tokens = fit_context(target, inputs.length, max_new_tokens)
+    generator = make_generator(seed, target.device)
+    used_seed = generator.initial_seed()
+    on_tokens = text_streamer(target, on_text) if on_text is not None else None
+    with target.session(drafter.feature_layers) as session:
+        result = speculative_generate(
+            session, inputs, drafter, sampling=sampling, policy=policy, max_new_tokens=max_new_tokens,
+            eos_ids=target.eos_token_ids, stop=stop_on_strings(target, stop_strings), on_tokens=on_tokens,
+            generator=generator, skip=skip,
+        )
+    text = target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+    return GenerateOutput(text=text, result=result, seed=used_seed)

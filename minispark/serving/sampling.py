@@ -1,0 +1,100 @@
+"""Sampling configuration and the logits → distribution transform shared by target and drafters.
+
+Speculative sampling is lossless only if the target distribution used to accept draft tokens is the
+same one the plain sampler would draw from. Every place that turns logits into probabilities
+(the verifier, the bonus/residual sampler, every drafter) goes through :func:`probabilities` so that
+temperature, top-k and top-p are applied identically.
+
+    python -c "from minispark.serving.sampling import *; import torch; print(probabilities(torch.randn(2, 8), SamplingConfig(1.0, top_k=3)))"
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from minispark.errors import MinisparkError
+
+
+@dataclass(frozen=True)
+class SamplingConfig:
+    """How tokens are drawn. ``temperature == 0`` means greedy (argmax) decoding.
+
+    ``top_k == 0`` and ``top_p == 1.0`` disable those filters.
+    """
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):
+            raise MinisparkError(f"--temperature must be a finite number >= 0, got {self.temperature}")
+        if self.top_k < 0:
+            raise MinisparkError(f"--top-k must be >= 0, got {self.top_k}")
+        if not 0.0 < self.top_p <= 1.0:
+            raise MinisparkError(f"--top-p must be in (0, 1], got {self.top_p}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """Apply temperature, then top-k, then top-p to ``logits`` (..., V); removed entries become -inf.
+
+    Greedy configs are returned unscaled (only the argmax matters).
+    """
+    if config.greedy:
+        return logits
+    logits = logits.float() / config.temperature
+    vocab = logits.shape[-1]
+    if 0 < config.top_k < vocab:
+        kth = torch.topk(logits, config.top_k, dim=-1).values[..., -1:]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if config.top_p < 1.0:
+        # Sort only the entries still finite (top-k leaves few): same order and masses as a full sort,
+        # without sorting the whole vocabulary every step.
+        kept = int(torch.isfinite(logits).sum(dim=-1).max())
+        if kept * 8 < vocab:
+            sorted_logits, order = torch.topk(logits, kept, dim=-1, sorted=True)  # (..., kept) descending
+        else:
+            sorted_logits, order = torch.sort(logits, dim=-1, descending=True)  # (..., V)
+        sorted_probs = sorted_logits.softmax(dim=-1)
+        # Keep the smallest prefix whose mass reaches top_p: drop a token when the mass strictly
+        # before it already reaches top_p (so the most likely token is always kept).
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        drop_sorted = mass_before >= config.top_p
+        drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, drop_sorted)
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
+    """The distribution tokens are drawn from: (..., V) float32 summing to 1.
+
+    For greedy configs this is the one-hot of the argmax, so greedy and sampling share one
+    acceptance code path where convenient.
+    """
+    if config.greedy:
+        return torch.nn.functional.one_hot(logits.argmax(dim=-1), logits.shape[-1]).float()
+    return filter_logits(logits, config).softmax(dim=-1)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row of ``probs`` (..., V) → (...,) long."""
+    flat = probs.reshape(-1, probs.shape[-1])  # (N, V)
+    drawn = torch.multinomial(flat, 1, generator=generator).squeeze(-1)  # (N,)
+    return drawn.reshape(probs.shape[:-1])
+
+
+def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
+    """A seeded generator; ``None`` draws a fresh seed (still reported so runs can be replayed)."""
+    generator = torch.Generator(device=device)
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator

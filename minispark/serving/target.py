@@ -1,0 +1,496 @@
+"""The target model: loading (embedded GGUF, local dir, hub id, 4/8-bit), prompts, and KV-cached steps.
+
+Everything model-specific lives here so the decoding engine sees only token ids and tensors:
+chat templates, images (through qwen-vl-utils and the model's processor), M-RoPE positions, and
+hidden-state capture for the drafter's KV-injection features.
+
+    python -c "from minispark.serving.target import load_target; t = load_target(); print(t.name, t.num_layers)"
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Sequence
+
+import torch
+
+from minispark.atomic import write_json_atomic
+from minispark.serving.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
+from minispark.errors import MinisparkError
+from minispark.identity import torch_dtype
+from minispark.validate import PICKLE_WEIGHTS, allow_pickle_weights, safetensors_only, target_location
+
+VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
+TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
+
+
+@dataclass
+class PromptInputs:
+    """A tokenized prompt (batch of one).
+
+    input_ids:      (1, P) long
+    model_kwargs:   extra forward inputs for the prefill (pixel_values, image_grid_thw, ...)
+    text_positions: (P,) long, 1D text-stream position (M-RoPE temporal component; arange otherwise)
+    position_ids:   (3, 1, P) M-RoPE positions, or None for 1D-RoPE models
+    """
+
+    input_ids: torch.Tensor
+    text_positions: torch.Tensor
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    position_ids: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[1])
+
+
+@dataclass
+class StepOutput:
+    """What one KV-cached target forward returns for its n new tokens.
+
+    logits:       (n, V) float32 (only the last row for a prefill)
+    features:     (n, m·d) concatenated raw outputs of the captured decoder layers, or None
+    final_hidden: (n, d) final-norm hidden (pre lm_head), or None
+    """
+
+    logits: torch.Tensor
+    features: torch.Tensor | None = None
+    final_hidden: torch.Tensor | None = None
+
+
+class Target:
+    """A loaded target model with its tokenizer (and processor for VLMs)."""
+
+    def __init__(self, name: str, model: torch.nn.Module, tokenizer: Any, processor: Any | None,
+                 model_dir: Path | None) -> None:
+        self.name = name
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.processor = processor
+        self.model_dir = model_dir
+        config = model.config
+        self.model_type: str = config.model_type
+        self.text_config = config.get_text_config()
+        self.is_vlm = self.model_type in VLM_TYPES
+        self.uses_mrope = self.is_vlm
+        self.decoder = model.model.language_model if hasattr(model.model, "language_model") else model.model
+        self.num_layers: int = self.text_config.num_hidden_layers
+        self.hidden_size: int = self.text_config.hidden_size
+        self.lm_head: torch.nn.Module = model.get_output_embeddings()
+        self.final_norm: torch.nn.Module = self.decoder.norm
+        self.vocab_size: int = self.lm_head.weight.shape[0]
+        self.eos_token_ids = _eos_ids(model, tokenizer)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    # ------------------------------------------------------------------ identity and layers
+    def identity(self) -> dict[str, str]:
+        """Name plus content hashes of weights/config and tokenizer, to refuse mismatched artifacts."""
+        return {
+            "name": self.name,
+            "weights_hash": _dir_hash(self.model_dir, ("config.json", *self._weight_patterns())),
+            "tokenizer_hash": _dir_hash(self.model_dir, ("tokenizer*.json", "chat_template*", "vocab*",
+                                                         "merges.txt", "*processor*.json")),
+        }
+
+    def _weight_patterns(self) -> tuple[str, ...]:
+        """safetensors; pickle files only for a directory loaded with --allow-pickle-weights."""
+        if self.model_dir is None or any(self.model_dir.glob("*.safetensors")):
+            return ("*.safetensors",)
+        return PICKLE_WEIGHTS
+
+    def auto_layers(self, m: int | None = None) -> list[int]:
+        """m decoder layers (3–5 by depth) spread evenly from layer 1, never the last one."""
+        n = self.num_layers
+        if m is None:
+            m = max(1, min(5, (n - 1) // 7 + 1, n - 1))
+        if n < 2:
+            raise MinisparkError(f"target {self.name} has {n} layer(s): no non-final layer to capture")
+        step = max(1, (n - 2) // max(1, m - 1)) if m > 1 else 1
+        layers = [min(1 + i * step, n - 2) for i in range(m)]
+        return sorted(set(layers))
+
+    def check_layers(self, layers: Sequence[int]) -> list[int]:
+        """Validate captured layer ids: in range, and never the final layer."""
+        for layer in layers:
+            if layer == self.num_layers - 1 or layer == -1:
+                raise MinisparkError(
+                    f"--layers: layer {layer} is the final decoder layer of {self.name}; its hidden state "
+                    "is post-norm in transformers' outputs and inconsistent with hooked features"
+                )
+            if not 0 <= layer < self.num_layers:
+                raise MinisparkError(f"--layers: layer {layer} out of range for {self.name} "
+                                     f"({self.num_layers} layers)")
+        return list(layers)
+
+    # ------------------------------------------------------------------ prompts
+    def encode(self, messages: list[dict] | None = None, *, prompt: str | None = None,
+               images: Sequence[str | Path] = (), add_generation_prompt: bool = True) -> PromptInputs:
+        """Apply the chat template (and the processor for images) to one conversation."""
+        if messages is None:
+            if prompt is None:
+                raise MinisparkError("encode: give messages or a prompt")
+            content: list[dict] = [{"type": "image", "image": str(p)} for p in images]
+            content.append({"type": "text", "text": prompt})
+            messages = [{"role": "user", "content": content if images else prompt}]
+        image_paths = _message_images(messages)
+        for path in image_paths:
+            if not Path(path).is_file():
+                raise MinisparkError(f"image not found: {path}")
+        if image_paths and not self.is_vlm:
+            raise MinisparkError(f"target {self.name} is text-only ({self.model_type}); it cannot take images")
+        if self.is_vlm:
+            return self._encode_vlm(messages, add_generation_prompt)
+        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+        ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
+
+    def _encode_vlm(self, messages: list[dict], add_generation_prompt: bool) -> PromptInputs:
+        from qwen_vl_utils import process_vision_info
+
+        text = self.processor.apply_chat_template(messages, tokenize=False,
+                                                  add_generation_prompt=add_generation_prompt)
+        image_inputs, _ = process_vision_info(messages)
+        batch = self.processor(text=[text], images=image_inputs, return_tensors="pt")
+        input_ids = batch.pop("input_ids").to(self.device)
+        batch.pop("attention_mask", None)
+        kwargs = {k: v.to(self.device) for k, v in batch.items()}
+        if "pixel_values" in kwargs:
+            kwargs["pixel_values"] = kwargs["pixel_values"].to(self.dtype)
+        position_ids, _ = self.mrope_positions(input_ids, kwargs)
+        return PromptInputs(input_ids=input_ids, text_positions=position_ids[0, 0].cpu(),
+                            model_kwargs=kwargs, position_ids=position_ids)
+
+    def mrope_positions(self, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> tuple[torch.Tensor, int]:
+        """(3, 1, P) M-RoPE positions and the rope delta (position − index after the last image)."""
+        length = input_ids.shape[1]
+        if kwargs.get("image_grid_thw") is None and kwargs.get("video_grid_thw") is None:
+            positions = torch.arange(length, device=input_ids.device).view(1, 1, -1).expand(3, 1, -1)
+            return positions, 0
+        rope_kwargs = {k: kwargs[k] for k in ("mm_token_type_ids", "image_grid_thw", "video_grid_thw",
+                                              "second_per_grid_ts") if kwargs.get(k) is not None}
+        positions, deltas = self.model.model.get_rope_index(input_ids, **rope_kwargs)
+        return positions, int(deltas.reshape(-1)[0])
+
+    def extend(self, inputs: PromptInputs, new_ids: torch.Tensor) -> PromptInputs:
+        """Append generated tokens; their positions continue +1 after the last one."""
+        n = int(new_ids.numel())
+        start = int(inputs.text_positions[-1]) + 1 if inputs.length else 0
+        new_positions = torch.arange(start, start + n)
+        position_ids = None
+        if inputs.position_ids is not None:
+            extra = new_positions.to(inputs.position_ids.device).view(1, 1, -1).expand(3, 1, -1)
+            position_ids = torch.cat([inputs.position_ids, extra], dim=2)  # (3, 1, P+n)
+        ids = torch.cat([inputs.input_ids, new_ids.view(1, -1).to(inputs.input_ids.device)], dim=1)
+        kwargs = dict(inputs.model_kwargs)
+        if "mm_token_type_ids" in kwargs:  # generated tokens are text (type 0)
+            types = kwargs["mm_token_type_ids"]
+            kwargs["mm_token_type_ids"] = torch.cat([types, types.new_zeros(1, n)], dim=1)
+        return replace(inputs, input_ids=ids, text_positions=torch.cat([inputs.text_positions, new_positions]),
+                       position_ids=position_ids, model_kwargs=kwargs)
+
+    # ------------------------------------------------------------------ forwards
+    def session(self, capture_layers: Sequence[int] = (), capture_final: bool = False) -> "TargetSession":
+        """A KV-cached decoding session; use as a context manager so hooks are removed."""
+        return TargetSession(self, self.check_layers(capture_layers), capture_final)
+
+    @torch.no_grad()
+    def capture(self, inputs: PromptInputs, layers: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """One full forward: raw outputs of ``layers`` (P, m, d) and the final-norm hidden (P, d), fp32 CPU."""
+        with self.session(layers, capture_final=True) as session:
+            out = session.prefill(inputs, all_logits=False)
+        m = len(layers)
+        features = out.features.float().cpu().view(inputs.length, m, self.hidden_size)  # (P, m, d)
+        return features, out.final_hidden.float().cpu()
+
+
+class TargetSession:
+    """KV-cached forwards over one sequence, with optional hidden-state capture hooks."""
+
+    def __init__(self, target: Target, capture_layers: Sequence[int], capture_final: bool) -> None:
+        from transformers import DynamicCache
+
+        self.target = target
+        self.cache = DynamicCache(config=target.model.config)
+        # (cache_length,) on the target device (no sync per step): the tokens the KV cache holds
+        self.ids = torch.empty(0, dtype=torch.long, device=target.device)
+        self.rope_delta = 0
+        self._captured: dict[int, torch.Tensor] = {}
+        self._final: list[torch.Tensor] = []
+        self.capture_layers = list(capture_layers)
+        self._hooks = [target.decoder.layers[i].register_forward_hook(self._layer_hook(i))
+                       for i in self.capture_layers]
+        if capture_final:
+            self._hooks.append(target.final_norm.register_forward_hook(
+                lambda _m, _i, out: self._final.append(out)))
+        self.capture_final = capture_final
+
+    def __enter__(self) -> "TargetSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    def _layer_hook(self, index: int):
+        def hook(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+            self._captured[index] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+    @property
+    def cache_length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def _collect(self, logits: torch.Tensor) -> StepOutput:
+        features = None
+        if self.capture_layers:
+            # (1, n, d) per layer → (n, m·d), layer-major within a row as the drafter's fc expects.
+            features = torch.cat([self._captured.pop(i)[0] for i in self.capture_layers], dim=-1)
+        final = self._final.pop()[0] if self.capture_final else None
+        return StepOutput(logits=logits[0].float(), features=features, final_hidden=final)
+
+    @torch.no_grad()
+    def prefill(self, inputs: PromptInputs, length: int | None = None, all_logits: bool = False,
+                start: int = 0) -> StepOutput:
+        """Forward prompt tokens [start, length) (all by default) after the ``start`` cached ones.
+
+        ``start`` > 0 continues a session on a longer prompt (a new chat turn): the cache must hold
+        exactly ``inputs``' first ``start`` tokens. Positions, the rope delta and the images come
+        from the whole prompt, so the result equals a prefill of ``inputs`` from scratch.
+        """
+        length = inputs.length if length is None else length
+        if start != self.cache_length:
+            raise RuntimeError(f"prefill from token {start} on a session holding {self.cache_length}")
+        if not torch.equal(inputs.input_ids[0, :start].cpu(), self.ids.cpu()):
+            raise RuntimeError("prefill: the cached tokens are not a prefix of the prompt")
+        if not start < length <= inputs.length:
+            raise RuntimeError(f"prefill: empty or out-of-range span [{start}, {length}) of {inputs.length}")
+        kwargs = _span_inputs(self.target, inputs, start, length)
+        if inputs.position_ids is not None:
+            _, self.rope_delta = self.target.mrope_positions(inputs.input_ids, inputs.model_kwargs)
+            kwargs["position_ids"] = inputs.position_ids[:, :, start:length]
+        elif start:
+            kwargs["position_ids"] = torch.arange(start, length, device=self.target.device).view(1, -1)
+        tokens = inputs.input_ids[:, start:length]
+        out = self.target.model(input_ids=tokens, cache=self.cache, use_cache=True,
+                                logits_to_keep=0 if all_logits else 1, **kwargs)
+        self.ids = torch.cat([self.ids, tokens[0].to(self.ids.device)])
+        return self._collect(out.logits)
+
+    def reusable(self, inputs: PromptInputs) -> int:
+        """How many cached tokens a prefill of ``inputs`` can keep: their common prefix with the
+        cache, never splitting an image's placeholder run, and leaving at least one token to forward
+        besides the anchor (so every prefill returns features)."""
+        prompt = inputs.input_ids[0].cpu()
+        n = min(self.cache_length, max(0, inputs.length - 2))
+        differs = (prompt[:n] != self.ids[:n].cpu()).nonzero()
+        keep = int(differs[0]) if differs.numel() else n
+        image_id = getattr(self.target.model.config, "image_token_id", None)
+        while 0 < keep < inputs.length and image_id is not None and prompt[keep] == image_id \
+                and prompt[keep - 1] == image_id:
+            keep -= 1
+        return keep
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> StepOutput:
+        """Forward ``tokens`` (n,) after the cached ones; logits for every new token."""
+        n = tokens.numel()
+        start = self.cache_length
+        positions = torch.arange(start, start + n, device=tokens.device) + self.rope_delta  # (n,)
+        if self.target.uses_mrope:
+            position_ids = positions.view(1, 1, n).expand(3, 1, n)
+        else:
+            position_ids = positions.view(1, n)
+        out = self.target.model(input_ids=tokens.view(1, n), position_ids=position_ids, cache=self.cache,
+                                use_cache=True)
+        self.ids = torch.cat([self.ids, tokens.reshape(-1).to(self.ids.device)])
+        return self._collect(out.logits)
+
+    def text_positions(self, start: int, n: int) -> torch.Tensor:
+        """1D text positions of cache indices [start, start+n) past the prompt's last image."""
+        return torch.arange(start, start + n) + self.rope_delta
+
+    def crop(self, length: int) -> None:
+        """Drop cached tokens beyond ``length`` (rejected drafts); no re-prefill needed."""
+        excess = self.cache_length - length
+        if excess > 0:
+            self.cache.crop(-excess)  # transformers 5.x: a negative count drops the last tokens
+            self.ids = self.ids[:length]
+
+
+def _span_inputs(target: Target, inputs: PromptInputs, start: int, end: int) -> dict[str, Any]:
+    """The extra forward inputs for prompt tokens [start, end): the images whose placeholder runs lie
+    inside the span (pixel rows and grid rows of the others dropped) and the span's token types."""
+    kwargs = dict(inputs.model_kwargs)
+    if "mm_token_type_ids" in kwargs:
+        kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, start:end]
+    if start == 0 and end == inputs.length:
+        return kwargs
+    if kwargs.get("video_grid_thw") is not None:
+        raise MinisparkError("a prompt with video cannot be forwarded in parts (chat turns take images only)")
+    grid = kwargs.get("image_grid_thw")
+    if grid is None:
+        return kwargs
+    merge = target.model.config.vision_config.spatial_merge_size
+    is_image = (inputs.input_ids[0] == target.model.config.image_token_id).cpu()
+    before, inside = int(is_image[:start].sum()), int(is_image[start:end].sum())
+    rows = grid.prod(-1).cpu()  # (N,) pixel rows per image, in prompt order
+    token_ends = torch.cumsum(rows // merge**2, 0).tolist()  # placeholder tokens up to each image
+    bounds = [0] + token_ends
+    if before not in bounds or before + inside not in bounds:
+        raise RuntimeError(f"prompt span [{start}, {end}) splits an image's placeholder tokens")
+    first, last = bounds.index(before), bounds.index(before + inside)
+    row_bounds = [0] + torch.cumsum(rows, 0).tolist()
+    kwargs.pop("pixel_values")
+    kwargs.pop("image_grid_thw")
+    if last > first:
+        kwargs["pixel_values"] = inputs.model_kwargs["pixel_values"][row_bounds[first]:row_bounds[last]]
+        kwargs["image_grid_thw"] = grid[first:last]
+    return kwargs
+
+
+# ---------------------------------------------------------------------- loading
+def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
+    """``None``/"auto": bf16 on CUDA (fp16 without bf16 support), fp32 on CPU."""
+    if dtype in (None, "auto"):
+        if device.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.float32
+    try:
+        return torch_dtype(dtype)
+    except MinisparkError as exc:
+        raise MinisparkError(f"--dtype: {exc}") from None
+
+
+def resolve_device(device: str | None) -> torch.device:
+    if device in (None, "auto"):
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise MinisparkError(f"--device {device}: CUDA is not available on this machine")
+    return torch.device(device)
+
+
+def load_target(source: str | None = None, *, dtype: str | None = None, device: str | None = None,
+                load_in_4bit: bool = False, load_in_8bit: bool = False,
+                trust_remote_code: bool = False) -> Target:
+    """Load a target from a hub id, a local directory, or the embedded default (``None``/"embedded")."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, \
+        AutoTokenizer, BitsAndBytesConfig
+
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # the CLI shows its own status; keep stderr to one line on errors
+    if load_in_4bit and load_in_8bit:
+        raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
+    if source in (None, "", "embedded", EMBEDDED_NAME):
+        name, location = EMBEDDED_NAME, embedded_model_dir()
+    else:
+        location = target_location(source)
+        # A local directory is named by its resolved path, so every spelling of it is one target.
+        name = str(location.resolve()) if location is not None else source
+        if location is not None:
+            safetensors_only(location, source)
+    ref = str(location) if location is not None else name
+    try:
+        config = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MinisparkError(f"--target {source}: cannot load a model config ({first})") from None
+    model_type = config.model_type
+    if model_type not in VLM_TYPES | TEXT_TYPES and not trust_remote_code:
+        raise MinisparkError(f"--target {source}: unsupported model type {model_type!r} "
+                             f"(supported: {', '.join(sorted(VLM_TYPES | TEXT_TYPES))})")
+    torch_device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, torch_device)
+    kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
+    if not allow_pickle_weights():
+        kwargs["use_safetensors"] = True  # a hub repo with only pickle weights is refused too
+    if load_in_4bit or load_in_8bit:
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit,
+            bnb_4bit_compute_dtype=torch_dtype, bnb_4bit_quant_type="nf4")
+        kwargs["device_map"] = {"": torch_device.index or 0} if torch_device.type == "cuda" else {"": "cpu"}
+    model_cls = AutoModelForImageTextToText if model_type in VLM_TYPES else AutoModelForCausalLM
+    model = model_cls.from_pretrained(ref, **kwargs)
+    if "device_map" not in kwargs:
+        model = model.to(torch_device)
+    tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
+    processor = AutoProcessor.from_pretrained(ref, trust_remote_code=trust_remote_code) \
+        if model_type in VLM_TYPES else None
+    if location is None:
+        location = _hub_snapshot_dir(model)
+    return Target(name, model, tokenizer, processor, location)
+
+
+def _hub_snapshot_dir(model: torch.nn.Module) -> Path | None:
+    path = getattr(model.config, "_name_or_path", "")
+    return Path(path) if path and Path(path).is_dir() else None
+
+
+def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config, tokenizer):
+        value = getattr(source, "eos_token_id", None)
+        if value is None:
+            continue
+        ids.update(value if isinstance(value, (list, tuple, set)) else [value])
+    for token in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+        token_id = tokenizer.convert_tokens_to_ids(token) if token in tokenizer.get_vocab() else None
+        if token_id is not None:
+            ids.add(int(token_id))
+    return {int(i) for i in ids}
+
+
+def _message_images(messages: list[dict]) -> list[str]:
+    paths = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            for item in content:
+                if isinstance(item, dict) and item.get("type") == "image":
+                    image = item.get("image")
+                    if isinstance(image, (str, Path)):
+                        paths.append(str(image).removeprefix("file://"))
+    return paths
+
+
+def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
+    """sha256 over the files matching ``patterns``, memoized by (path, size, mtime) in the user cache."""
+    if model_dir is None:
+        return "unknown"
+    files = sorted({p for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
+    memo_path = cache_root() / "hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    digest = hashlib.sha256()
+    changed = False
+    for path in files:
+        stat = path.stat()
+        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in memo:
+            file_digest = hashlib.sha256()
+            with path.open("rb") as handle:
+                for chunk in iter(lambda: handle.read(1 << 22), b""):
+                    file_digest.update(chunk)
+            memo[key] = file_digest.hexdigest()
+            changed = True
+        digest.update(path.name.encode() + memo[key].encode())
+    if changed:
+        write_json_atomic(memo_path, memo)
+    return digest.hexdigest()[:16]

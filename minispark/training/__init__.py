@@ -1,0 +1,1 @@
+"""Training: recipes, anchor batches, losses, memory planning, held-out scoring, the trainer."""

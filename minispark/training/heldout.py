@@ -1,0 +1,138 @@
+"""Held-out acceptance during training: the offline τ proxy on a cache of prompts training never sees.
+
+A drafter that memorises its training answers looks excellent on its own data (training-set τ ≈ 2.8)
+and useless on new prompts (τ ≈ 1.1), so runs are judged on held-out data. ``HeldoutProxy`` takes a
+fixed, evenly spread slice of anchors from an evaluation cache (``minispark cache --split heldout``,
+built from ``examples/prompts/heldout.jsonl``) and scores the drafter on it without gradients:
+
+    accept_k = 1 − ½‖p_d,k − p_t,k‖₁   (teacher-forced, T = 1: the expected acceptance of x_k)
+    τ_proxy  = 1 + Σ_k Π_{i≤k} accept_i  (bonus included), averaged over blocks
+
+which is the expected accepted length of a γ-token round at T = 1 started from a real context of the
+target's own answers — what the real loop measures on the same prompts (``minispark bench --temperature 1``).
+The greedy proxy (T = 0) counts the leading positions where the drafter's argmax equals the target's;
+it conditions the Markov head on the cached (sampled) answer, not on the greedy continuation, so it
+is an estimate of the T = 0 loop, not an identity. The trainer evaluates every ``eval_every`` steps
+and keeps the checkpoint with the best T = 1 τ_proxy; ``main`` scores finished drafters:
+
+    minispark train --recipe cpu-smollm2 --cache runs/cache --heldout-cache runs/cache-heldout --out runs/draft
+    .venv/bin/python -m minispark.training.heldout runs/cache-heldout runs/draft/drafter drafters/smollm2-135m-dspark
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from minispark.training.anchor_batches import make_batch
+from minispark.data.cache_format import CacheReader
+from minispark.model.draft_model import DraftModel
+from minispark.training.losses import prefix_mask
+
+
+@dataclass
+class HeldoutScore:
+    """τ proxy and per-position acceptance on the held-out slice, plus its size."""
+
+    tau: float
+    acceptance: list[float]
+    blocks: int
+    tau_greedy: float = float("nan")
+    acceptance_greedy: list[float] | None = None
+
+    def to_json(self) -> dict:
+        # Unrounded: the best checkpoint is chosen by comparing these values.
+        return {"heldout_tau": self.tau, "heldout_acceptance": self.acceptance, "heldout_blocks": self.blocks,
+                "heldout_tau_greedy": self.tau_greedy, "heldout_acceptance_greedy": self.acceptance_greedy}
+
+
+class HeldoutProxy:
+    """A fixed slice of ``max_anchors`` held-out anchors, batched once, scored on demand."""
+
+    def __init__(self, reader: CacheReader, gamma: int, max_anchors: int = 512, batch_anchors: int = 64,
+                 device: str | torch.device = "cpu", full_lm_head: torch.Tensor | None = None) -> None:
+        # The target's whole lm_head (V, d): p_t over every token, so a drafter with a draft
+        # vocabulary is charged for the target mass it cannot propose.
+        self.full_lm_head = full_lm_head
+
+
+        picks = np.unique(np.linspace(0, len(reader) - 1, num=min(len(reader), max_anchors)).round().astype(int))
+        anchors = [reader[int(i)] for i in picks]
+        self.batches = [make_batch(anchors[i:i + batch_anchors], gamma).to(device)
+                        for i in range(0, len(anchors), batch_anchors)]
+        self.gamma = gamma
+
+    @torch.no_grad()
+    def score(self, model: DraftModel, autocast: contextlib.AbstractContextManager | None = None) -> HeldoutScore:
+        was_training = model.training
+        model.eval()
+        acc_sum = torch.zeros(self.gamma, dtype=torch.float64)
+        greedy_sum = torch.zeros(self.gamma, dtype=torch.float64)
+        counts = torch.zeros(self.gamma, dtype=torch.float64)
+        tau_sum, greedy_tau_sum, blocks = 0.0, 0.0, 0
+        for batch in self.batches:
+            with autocast or contextlib.nullcontext():
+                fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
+                                          batch.anchor_positions, batch.context_valid)
+                logits = model.head_logits(fwd.hidden, fwd.prev_tokens)  # (B, A, γ, V)
+            p_d = logits.float().softmax(-1)  # (B, A, γ, N)
+            if self.full_lm_head is None:
+                p_t = model.lm_head(batch.target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
+                l1 = (p_d - p_t).abs().sum(-1)
+            else:
+                weight = self.full_lm_head.to(batch.target_hidden.device)
+                p_t = (batch.target_hidden.to(weight.dtype) @ weight.T).float().softmax(-1)  # (B, A, γ, V)
+                if model.config.draft_vocab:
+                    inside = p_t[..., model.vocab_ids]  # (B, A, γ, N)
+                    l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
+                else:
+                    l1 = (p_d - p_t).abs().sum(-1)
+            draft_top = p_d.argmax(-1)  # (B, A, γ) in draft-vocabulary ids when there is one
+            if model.config.draft_vocab:
+                draft_top = model.vocab_ids[draft_top]
+            match = (draft_top == p_t.argmax(-1)).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
+            accept = (1.0 - 0.5 * l1).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
+            mask = prefix_mask(batch.valid).reshape(-1, self.gamma).cpu()
+            live = mask[:, 0]
+            accept, match, mask = accept[live], match[live], mask[live].double()
+            acc_sum += (accept * mask).sum(0)
+            greedy_sum += (match * mask).sum(0)
+            counts += mask.sum(0)
+            tau_sum += float((1.0 + (torch.cumprod(accept, -1) * mask).sum(-1)).sum())
+            greedy_tau_sum += float((1.0 + (torch.cumprod(match, -1) * mask).sum(-1)).sum())
+            blocks += int(live.sum())
+        model.train(was_training)
+        per = lambda sums: [float(s / c) if c else float("nan") for s, c in zip(sums, counts)]  # noqa: E731
+        return HeldoutScore(tau=tau_sum / max(blocks, 1), acceptance=per(acc_sum), blocks=blocks,
+                            tau_greedy=greedy_tau_sum / max(blocks, 1), acceptance_greedy=per(greedy_sum))
+
+
+def main(argv: list[str]) -> None:
+    """Score drafter directories on a held-out cache (the trainer's slice); one JSON line each."""
+    import json
+    import sys
+
+    from minispark.model.checkpoint import load_draft_model
+    from minispark.serving.target import load_target
+
+    if len(argv) < 2:
+        sys.exit("usage: python -m minispark.training.heldout HELDOUT_CACHE DRAFTER_DIR [DRAFTER_DIR ...]")
+    reader = CacheReader(argv[0], verify=False)
+    target = load_target("embedded" if reader.config["target"]["name"] == "SmolLM2-135M-Instruct"
+                         else reader.config["target"]["name"], device="cpu")
+    embed, head = target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach()
+    proxies: dict[int, HeldoutProxy] = {}
+    for path in argv[1:]:
+        model = load_draft_model(path, embed, head, "cpu").float()
+        gamma = model.config.block_size
+        proxy = proxies.setdefault(gamma, HeldoutProxy(reader, gamma, full_lm_head=head))
+        print(json.dumps({"drafter": path} | proxy.score(model).to_json()), flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])

@@ -1,0 +1,435 @@
+"""Training recipes: the :class:`TrainConfig` dataclass, recipe files in ``recipes/``, and overrides.
+
+A recipe is a TOML file whose header comment gives the launch command. Its sections only group
+the keys for the reader; every key is one :class:`TrainConfig` field, so overrides name the bare
+field (``lr=3e-4``, ``feature_layers=1,9,17``) and may also spell the section (``train.lr=3e-4``)::
+
+    # minispark train --recipe tiny
+    [draft]
+    block_size = 4
+    [train]
+    steps = 60
+
+``load_recipe("tiny", ["steps=10"])`` finds ``recipes/tiny.toml`` (or takes a path), checks every
+key and type, applies the overrides and returns the config; any problem raises a one-line
+:class:`MinisparkError` naming the file or the override at fault.
+
+    .venv/bin/python -c "from minispark.training.recipes import load_recipe; print(load_recipe('tiny', ['steps=5']))"
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+import types
+import typing
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from minispark.model.draft_config import HEAD_TYPES, DraftConfig
+from minispark.errors import MinisparkError
+
+RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
+CHOICES = {
+    "head": HEAD_TYPES,
+    "cache_dtype": ("bf16", "fp16", "fp32"),
+    "device": ("auto", "cpu", "cuda"),
+    "dtype": ("auto", "fp32", "bf16"),
+    "optimizer": ("auto", "adamw", "adamw8bit"),
+}
+
+
+@dataclass
+class TrainConfig:
+    """Everything ``minispark train`` takes. ``None`` means "take it from the target or the cache".
+
+    target: hidden_size / vocab_size / tie_embeddings describe the target for ``--dry-run`` (no
+        model is loaded) and are checked against the real target when training.
+    cache: what ``minispark cache`` must have been run with (layers, window, γ = ``block_size``);
+        anchors_per_sample / max_new_tokens / max_prompt_tokens size the packed batch for the
+        memory estimate.
+    draft: DraftConfig overrides; attention sizes and MLP width default to the target's.
+    train: optimisation, precision, logging. ``chunk_anchors`` anchors' γ×V logits at a time.
+        Data ablations without rebuilding the cache: ``max_samples`` trains on the first N samples
+        only, ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
+        sparser cache at the same generation cost), ``feature_noise`` adds EAGLE-style Gaussian
+        noise of that many RMS units to the target features (0 = off for all three). ``patience``
+        stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
+    loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma).
+    """
+
+    # [target]
+    target: str | None = None
+    hidden_size: int | None = None
+    vocab_size: int | None = None
+    tie_embeddings: bool | None = None
+    # [cache]
+    feature_layers: list[int] | None = None
+    window: int = 32
+    cache_dtype: str = "bf16"
+    anchors_per_sample: int = 32
+    max_new_tokens: int = 512
+    max_prompt_tokens: int = 512
+    # [draft]
+    num_layers: int = 2
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    head: str = "vanilla"
+    markov_rank: int = 256
+    block_size: int = 7
+    confidence_head: bool = True
+    mask_token_id: int | None = None
+    draft_vocab: int = 0
+    # [train]
+    steps: int = 1000
+    batch_anchors: int = 32
+    anchor_run: int = 0
+    max_samples: int = 0
+    max_anchors_per_sample: int = 0
+    feature_noise: float = 0.0
+    lr: float = 6e-4
+    warmup_frac: float = 0.04
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    seed: int = 0
+    chunk_anchors: int = 8
+    grad_checkpointing: bool = False
+    compile: bool = False
+    device: str = "auto"
+    dtype: str = "auto"
+    optimizer: str = "auto"
+    log_every: int = 10
+    checkpoint_every: int = 200
+    keep_checkpoints: int = 2
+    cache_dir: str | None = None
+    out_dir: str | None = None
+    heldout_cache: str | None = None
+    eval_every: int = 0
+    eval_anchors: int = 512
+    patience: int = 0
+    # [loss]
+    alpha_ce: float = 0.1
+    alpha_tv: float = 0.9
+    alpha_conf: float = 1.0
+    loss_decay_gamma: float = 4.0
+    # not a file key: the recipe it came from
+    name: str = field(default="custom", metadata={"internal": True})
+
+    def __post_init__(self) -> None:
+        for key, choices in CHOICES.items():
+            if getattr(self, key) not in choices:
+                raise MinisparkError(f"{key}: {getattr(self, key)!r} is not one of {', '.join(choices)}")
+        positive = ("num_layers", "markov_rank", "block_size", "steps", "batch_anchors", "chunk_anchors",
+                    "log_every", "checkpoint_every", "keep_checkpoints", "anchors_per_sample", "max_new_tokens",
+                    "loss_decay_gamma", "lr")
+        for key in positive:  # written as "not > 0" so that nan fails too
+            if not 0 < getattr(self, key) < float("inf"):
+                raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
+        for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
+                    "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+            if not 0 <= getattr(self, key) < float("inf"):
+                raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
+        if not 0 <= self.warmup_frac < 1:
+            raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
+        if self.feature_layers is not None:
+            self.feature_layers = [int(i) for i in self.feature_layers]
+            if not self.feature_layers or self.feature_layers != sorted(set(self.feature_layers)):
+                raise MinisparkError(f"feature_layers: need strictly increasing layer ids, got {self.feature_layers}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], where: str = "config") -> "TrainConfig":
+        unknown = sorted(set(data) - set(_HINTS))
+        if unknown:
+            raise MinisparkError(f"{where}: unknown train config keys {unknown}")
+        return cls(**{key: check_value(key, value, where) for key, value in data.items()})
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    # ------------------------------------------------------------------ derived settings
+    @property
+    def resolved_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    @property
+    def compute_dtype(self) -> str:
+        """"bf16" (autocast) or "fp32"; "auto" is bf16 on CUDA, fp32 on CPU."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bf16" if self.resolved_device == "cuda" else "fp32"
+
+    @property
+    def optimizer_name(self) -> str:
+        """"adamw8bit" (bitsandbytes) or "adamw" (torch, fused); "auto" is 8-bit on CUDA."""
+        if self.optimizer != "auto":
+            return self.optimizer
+        return "adamw8bit" if self.resolved_device == "cuda" else "adamw"
+
+
+SECTIONS: dict[str, tuple[str, ...]] = {
+    "target": ("target", "hidden_size", "vocab_size", "tie_embeddings"),
+    "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
+    "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
+              "block_size", "confidence_head", "mask_token_id", "draft_vocab"),
+    "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
+              "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
+              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience"),
+    "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "loss_decay_gamma"),
+}
+FILE_KEYS = {key for keys in SECTIONS.values() for key in keys}
+_HINTS = typing.get_type_hints(TrainConfig)
+assert FILE_KEYS == {f.name for f in fields(TrainConfig) if not f.metadata.get("internal")}, "SECTIONS out of date"
+
+
+# ---------------------------------------------------------------------- typing of values
+def _base_type(key: str) -> tuple[Any, bool]:
+    """(the non-None type of field ``key``, whether None is allowed)."""
+    hint = _HINTS[key]
+    args = typing.get_args(hint)
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
+        rest = [a for a in args if a is not type(None)]
+        return rest[0], True
+    return hint, False
+
+
+def _type_name(kind: Any) -> str:
+    return "list of ints" if typing.get_origin(kind) is list else kind.__name__
+
+
+def check_value(key: str, value: Any, where: str) -> Any:
+    """``value`` (already parsed, e.g. from TOML) checked against the type of field ``key``."""
+    kind, nullable = _base_type(key)
+    if value is None and nullable:
+        return None
+    ok = {bool: isinstance(value, bool), int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool), str: isinstance(value, str)}
+    if typing.get_origin(kind) is list:
+        if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            return list(value)
+    elif ok.get(kind):
+        return float(value) if kind is float else value
+    raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}{' or none' if nullable else ''}, got {value!r}")
+
+
+def parse_value(key: str, text: str, where: str) -> Any:
+    """Parse the string of a ``key=value`` override into the type of field ``key``."""
+    kind, nullable = _base_type(key)
+    raw = text.strip()
+    if nullable and raw.lower() in ("none", "null", ""):
+        return None
+    try:
+        if kind is bool:
+            flags = {"true": True, "1": True, "yes": True, "on": True, "false": False, "0": False, "no": False,
+                     "off": False}
+            return flags[raw.lower()]
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        if typing.get_origin(kind) is list:
+            return [int(x) for x in raw.strip("[]").split(",") if x.strip()]
+        return raw
+    except (KeyError, ValueError):
+        raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}, got {text!r}") from None
+
+
+def _unknown(key: str, where: str) -> MinisparkError:
+    close = difflib.get_close_matches(key, sorted(FILE_KEYS), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return MinisparkError(f"{where}: unknown recipe key {key!r}{hint}")
+
+
+# ---------------------------------------------------------------------- files and overrides
+def recipe_path(name_or_path: str | Path) -> Path:
+    """A recipe file: an existing path, or ``recipes/NAME.toml``."""
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    shipped = RECIPE_DIR / f"{name_or_path}.toml"
+    if shipped.is_file():
+        return shipped
+    names = ", ".join(list_recipes()) or "none found"
+    raise MinisparkError(f"--recipe {name_or_path}: no such file or shipped recipe (shipped: {names})")
+
+
+def list_recipes() -> list[str]:
+    """Names of the shipped recipes."""
+    return sorted(p.stem for p in RECIPE_DIR.rglob("*.toml"))
+
+
+def read_recipe_file(path: Path) -> dict[str, Any]:
+    """The flat key → value mapping of one recipe file, every key and type checked."""
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise MinisparkError(f"{path}: unreadable recipe ({exc})") from None
+    flat: dict[str, Any] = {}
+    for section, table in data.items():
+        if section not in SECTIONS or not isinstance(table, dict):
+            raise MinisparkError(f"{path}: unknown section [{section}] (sections: {', '.join(SECTIONS)})")
+        for key, value in table.items():
+            if key not in SECTIONS[section]:
+                if key in FILE_KEYS:
+                    home = next(s for s, keys in SECTIONS.items() if key in keys)
+                    raise MinisparkError(f"{path}: {key} belongs in [{home}], not [{section}]")
+                raise _unknown(f"{section}.{key}", str(path))
+            flat[key] = check_value(key, value, f"{path} [{section}]")
+    return flat
+
+
+def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """``settings`` updated with ``key=value`` strings (``section.key=value`` also accepted)."""
+    settings = dict(settings)
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise MinisparkError(f"override {item!r}: expected key=value")
+        section, dot, bare = key.rpartition(".")
+        if dot:
+            if section not in SECTIONS or bare not in SECTIONS[section]:
+                raise _unknown(key, "override")
+            key = bare
+        if key not in FILE_KEYS:
+            raise _unknown(key, "override")
+        settings[key] = parse_value(key, text, f"override {item!r}")
+    return settings
+
+
+def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of a recipe file (or shipped recipe name) with overrides applied."""
+    path = recipe_path(name_or_path)
+    settings = apply_overrides(read_recipe_file(path), list(overrides or []))
+    try:
+        return TrainConfig(**settings, name=path.stem)
+    except MinisparkError as exc:
+        raise MinisparkError(f"{path}: {exc}") from None
+
+
+def launch_command(path: Path) -> str:
+    """The launch command in a recipe's header (its first ``# minispark train`` comment line)."""
+    for line in path.read_text().splitlines():
+        if line.startswith("# minispark train"):
+            return line[2:].strip()
+    return ""
+
+
+def config_differences(old: TrainConfig, new: TrainConfig, ignore: tuple[str, ...] = ()) -> list[str]:
+    """Names of the fields whose values differ, in field order."""
+    return [f.name for f in fields(TrainConfig)
+            if f.name not in ignore and getattr(old, f.name) != getattr(new, f.name)]
+
+
+# ---------------------------------------------------------------------- TrainConfig → DraftConfig
+@dataclass(frozen=True)
+class TargetDims:
+    """The target sizes a draft model is built from (read from a loaded target, or from the recipe)."""
+
+    hidden_size: int
+    vocab_size: int
+    num_heads: int | None = None
+    num_kv_heads: int | None = None
+    head_dim: int | None = None
+    intermediate_size: int | None = None
+    rope_theta: float = 1_000_000.0
+    rms_eps: float = 1e-6
+    tie_embeddings: bool = False
+
+
+def check_target_dims(config: TrainConfig, dims: TargetDims) -> None:
+    """Refuse a target whose sizes differ from what the recipe declares."""
+    for key in ("hidden_size", "vocab_size", "tie_embeddings"):
+        want, have = getattr(config, key), getattr(dims, key)
+        if want is not None and want != have:
+            raise MinisparkError(f"{key}: the recipe says {want}, but the target has {have}")
+
+
+def recipe_dims(config: TrainConfig) -> TargetDims:
+    """Target sizes from the recipe alone (``--dry-run`` loads no model)."""
+    for key in ("hidden_size", "vocab_size"):
+        if getattr(config, key) is None:
+            raise MinisparkError(f"{key}: not set in recipe {config.name!r}; --dry-run needs it ([target] section)")
+    return TargetDims(hidden_size=config.hidden_size, vocab_size=config.vocab_size,
+                      tie_embeddings=bool(config.tie_embeddings))
+
+
+def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[int] | None = None,
+                 mask_token_id: int | None = None, target: str = "unknown", dtype: str = "float32") -> DraftConfig:
+    """The :class:`DraftConfig` a recipe trains: recipe values first, then the target's."""
+    def pick(key: str, fallback: Any) -> Any:
+        value = getattr(config, key)
+        value = fallback if value is None else value
+        if value is None:
+            raise MinisparkError(f"{key}: not set in recipe {config.name!r} and not known from a target "
+                                 "(--dry-run needs it in the recipe)")
+        return value
+
+    heads = pick("num_heads", dims.num_heads)
+    return DraftConfig(
+        target=target, hidden_size=dims.hidden_size, vocab_size=dims.vocab_size,
+        num_heads=heads, num_kv_heads=pick("num_kv_heads", dims.num_kv_heads),
+        head_dim=pick("head_dim", dims.head_dim or dims.hidden_size // heads),
+        intermediate_size=pick("intermediate_size", dims.intermediate_size),
+        feature_layers=tuple(pick("feature_layers", feature_layers)),
+        mask_token_id=pick("mask_token_id", mask_token_id),
+        num_layers=config.num_layers, rms_eps=dims.rms_eps, rope_theta=dims.rope_theta,
+        block_size=config.block_size, window=config.window, head=config.head, markov_rank=config.markov_rank,
+        confidence_head=config.confidence_head, draft_vocab=config.draft_vocab, dtype=dtype)
+
+
+def target_dims(target: Any) -> TargetDims:
+    """Sizes of a loaded :class:`~minispark.serving.target.Target` (its text decoder)."""
+    tc = target.text_config
+    rope = getattr(tc, "rope_parameters", None) or {}
+    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
+    return TargetDims(hidden_size=target.hidden_size, vocab_size=target.vocab_size,
+                      num_heads=tc.num_attention_heads, num_kv_heads=tc.num_key_value_heads,
+                      head_dim=getattr(tc, "head_dim", None), intermediate_size=tc.intermediate_size,
+                      rope_theta=float(theta or getattr(tc, "rope_theta", None) or 1_000_000.0),
+                      rms_eps=float(getattr(tc, "rms_norm_eps", 1e-6)),
+                      tie_embeddings=bool(getattr(target.model.config, "tie_word_embeddings", False)))
+
+
+def mask_token(config: TrainConfig, target: Any) -> int:
+    """The recipe's mask id (checked), else the first id past the tokenizer (an id no text can produce)."""
+    if config.mask_token_id is not None:
+        check_mask_token(config.mask_token_id, target)
+        return config.mask_token_id
+    if target.vocab_size > len(target.tokenizer):
+        return len(target.tokenizer)
+    raise MinisparkError(f"mask_token_id: target {target.name} has no unused token id past its tokenizer; set "
+                         "mask_token_id in the recipe to a token the target never generates")
+
+
+def check_mask_token(token_id: int, target: Any) -> None:
+    """Refuse a mask id the target could meet in real text: it must be an unused embedding row past
+    the tokenizer, or a special token that is not EOS/BOS/PAD and never appears in chat templates."""
+    tokenizer = target.tokenizer
+    where = f"mask_token_id={token_id}"
+    if not 0 <= token_id < target.vocab_size:
+        raise MinisparkError(f"{where}: outside the vocabulary of {target.name} ({target.vocab_size} ids)")
+    if token_id >= len(tokenizer):
+        return
+    reserved = {tokenizer.eos_token_id, tokenizer.bos_token_id, tokenizer.pad_token_id} | set(target.eos_token_ids)
+    if token_id in reserved:
+        raise MinisparkError(f"{where}: is the target's EOS/BOS/PAD token")
+    if token_id not in set(tokenizer.all_special_ids) and token_id not in {
+            i for i, t in tokenizer.added_tokens_decoder.items() if t.special}:
+        raise MinisparkError(f"{where} ({tokenizer.convert_ids_to_tokens(token_id)!r}) is an ordinary token that "
+                             "normal text produces; pick a reserved special token or an id past the tokenizer")
+    conversation = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi, who are you?"},
+                    {"role": "assistant", "content": "I am an assistant."}]
+    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
+    if token_id in tokenizer(rendered, add_special_tokens=True)["input_ids"]:
+        raise MinisparkError(f"{where} ({tokenizer.convert_ids_to_tokens(token_id)!r}) appears in the chat template")

@@ -10,7 +10,8 @@ import warnings
 import pytest
 import torch
 
-from minispark import identity, profiler
+from minispark import identity
+from minispark.measuring import profiler
 from minispark.errors import MinisparkError
 from minispark.measuring.profiler import ProfileConfig, format_table, plot_sps, profile_target
 from minispark.serving.sps import SPSTable, find_table, table_filename

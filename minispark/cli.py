@@ -22,7 +22,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from minispark import validate
+from minispark import defaults, validate
 from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
 from minispark.serving.embedded import EMBEDDED_NAME
 from minispark.errors import MinisparkError
@@ -508,13 +508,17 @@ def profile(
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
     load_in_8bit: bool = EightBitOpt,
-    contexts: str = typer.Option("256,1024,4096", "--contexts", help="KV-cache lengths to profile."),
-    max_tokens: int = typer.Option(16, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
-    rounds: int = typer.Option(10, "--rounds", help="Shuffled rounds per context."),
-    warmup: int = typer.Option(2, "--warmup", help="Untimed passes over every size per context."),
-    drift_bound: float = typer.Option(0.10, "--drift-bound", help="Relative reference drift that re-measures a round."),
-    max_remeasure: int = typer.Option(2, "--max-remeasure", help="Re-measurements of a drifted round at most."),
-    cooldown: float = typer.Option(5.0, "--cooldown", help="Seconds to rest before re-measuring a drifted round."),
+    contexts: str = typer.Option(",".join(map(str, defaults.PROFILE_CONTEXTS)), "--contexts",
+                                 help="KV-cache lengths to profile."),
+    max_tokens: int = typer.Option(defaults.PROFILE_MAX_TOKENS, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
+    rounds: int = typer.Option(defaults.PROFILE_ROUNDS, "--rounds", help="Shuffled rounds per context."),
+    warmup: int = typer.Option(defaults.PROFILE_WARMUP, "--warmup", help="Untimed passes over every size per context."),
+    drift_bound: float = typer.Option(defaults.PROFILE_DRIFT_BOUND, "--drift-bound",
+                                      help="Relative reference drift that re-measures a round."),
+    max_remeasure: int = typer.Option(defaults.PROFILE_MAX_REMEASURE, "--max-remeasure",
+                                      help="Re-measurements of a drifted round at most."),
+    cooldown: float = typer.Option(defaults.PROFILE_COOLDOWN_S, "--cooldown",
+                                   help="Seconds to rest before re-measuring a drifted round."),
     seed: int = SeedOpt,
     threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (CPU targets)."),
     note: str = typer.Option("", "--note", help="Free text stored in the table's metadata."),

@@ -1,5 +1,6 @@
-"""The serving defaults the library and the CLI share, kept free of imports so the CLI can show them
-in ``--help`` without loading torch. ``serving.build_serving`` is where they are applied.
+"""The defaults the library and the CLI share (serving and profiling), kept free of imports so the
+CLI can show them in ``--help`` without loading torch. ``serving.builder.build_serving`` applies the
+serving ones, ``measuring.profiler.ProfileConfig`` the profiling ones.
 
     python -c "from minispark.defaults import DEFAULT_GAMMA; print(DEFAULT_GAMMA)"
 """
@@ -8,3 +9,14 @@ in ``--help`` without loading torch. ``serving.build_serving`` is where they are
 DEFAULT_GAMMA = 7
 #: Confidence threshold of the threshold length policy.
 DEFAULT_THRESHOLD = 0.5
+
+#: `minispark profile` / ``ProfileConfig``: KV-cache lengths, tokens per step 1..N, shuffled rounds
+#: per context, untimed warm-up passes, drift bound that re-measures a round, re-measurements per
+#: round, cool-down seconds before one.
+PROFILE_CONTEXTS = (256, 1024, 4096)
+PROFILE_MAX_TOKENS = 16
+PROFILE_ROUNDS = 10
+PROFILE_WARMUP = 2
+PROFILE_DRIFT_BOUND = 0.10
+PROFILE_MAX_REMEASURE = 2
+PROFILE_COOLDOWN_S = 5.0

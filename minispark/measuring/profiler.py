@@ -53,6 +53,7 @@ import torch
 
 from minispark.atomic import save_figure
 from minispark.errors import MinisparkError
+from minispark import defaults
 from minispark.identity import device_name, dtype_name, target_quantization
 from minispark.serving.sps import SPSTable, user_tables_dir
 from minispark.serving.target import PromptInputs, Target, TargetSession, load_target
@@ -81,15 +82,15 @@ class ProfileConfig:
     allow_busy:      write the table even when the machine was busy (warn and flag it instead)
     """
 
-    contexts: list[int] = field(default_factory=lambda: [256, 1024, 4096])
-    max_tokens: int = 16
-    rounds: int = 10
-    warmup: int = 2
+    contexts: list[int] = field(default_factory=lambda: list(defaults.PROFILE_CONTEXTS))
+    max_tokens: int = defaults.PROFILE_MAX_TOKENS
+    rounds: int = defaults.PROFILE_ROUNDS
+    warmup: int = defaults.PROFILE_WARMUP
     reference_tokens: int = 1
     reference_repeats: int = 5
-    drift_bound: float = 0.10
-    max_remeasure: int = 2
-    cooldown_s: float = 5.0
+    drift_bound: float = defaults.PROFILE_DRIFT_BOUND
+    max_remeasure: int = defaults.PROFILE_MAX_REMEASURE
+    cooldown_s: float = defaults.PROFILE_COOLDOWN_S
     seed: int = 0
     note: str = ""
     allow_busy: bool = False

@@ -207,7 +207,7 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
             setup.policy_for(mode, envelope)  # refuses a table too short for γ, before any run
             modes.append(minispark_mode(name, target, setup.drafter,
                                         lambda m=mode, e=envelope: setup.policy_for(m, e), sampling,
-                                        draft_skip=name != "schedule-noskip"))
+                                        draft_skip=mode == "schedule" and name != "schedule-noskip"))
     return modes, notices
 
 

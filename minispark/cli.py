@@ -714,5 +714,28 @@ def _print_conversion(report) -> None:
                   f"{'on' if c.confidence_head else 'off'}, γ={c.block_size}, window {c.window}", highlight=False)
 
 
+def run(argv: list[str] | None = None) -> None:
+    """The ``minispark`` console entry point: ``app``, with click's usage errors (an unknown option,
+    a value of the wrong type) as one ``error:`` line and exit status 2, like every other bad input."""
+    try:  # typer vendors click from 0.25 on
+        from typer._click.exceptions import ClickException
+    except ImportError:
+        from click.exceptions import ClickException
+
+    try:
+        code = app(args=argv, prog_name="minispark", standalone_mode=False)
+    except ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        command = ctx.command_path if ctx is not None else "minispark"
+        message = " ".join(exc.format_message().split())
+        err_console.print(f"error: {message} (see `{command} --help`)", highlight=False, soft_wrap=True,
+                          markup=False)
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        err_console.print("aborted", markup=False)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
 if __name__ == "__main__":
-    app()
+    run()

@@ -257,3 +257,21 @@ def test_no_design_note_sections_in_help() -> None:
     for name in ("generate", "chat", "bench", "cache", "train", "profile", "calibrate", "simulate"):
         result = CliRunner().invoke(app, [name, "--help"])
         assert result.exit_code == 0 and "§" not in result.output, name
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["generate", "--gamma", "abc"], "--gamma"),
+    (["generate", "--bogus"], "--bogus"),
+    (["frobnicate"], "frobnicate"),
+    (["bench", "--modes"], "--modes"),
+])
+def test_console_entry_point_turns_usage_errors_into_one_line(argv, names, capsys) -> None:
+    """What the installed `minispark` script runs: click's usage errors become one line, exit 2."""
+    from minispark.cli import run
+
+    with pytest.raises(SystemExit) as exit_info:
+        run(argv)
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert exit_info.value.code == 2 and captured.out == ""
+    assert len(lines) == 1 and lines[0].startswith("error:") and names in lines[0]

@@ -275,3 +275,27 @@ def test_console_entry_point_turns_usage_errors_into_one_line(argv, names, capsy
     lines = captured.err.strip().splitlines()
     assert exit_info.value.code == 2 and captured.out == ""
     assert len(lines) == 1 and lines[0].startswith("error:") and names in lines[0]
+
+
+def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_path) -> None:
+    """bench and calibrate name the prompt file's line; chat refuses the turn and keeps the session."""
+    from minispark.data.prompts import PromptFileError, load_prompt_inputs
+    from minispark.errors import MinisparkError
+    from minispark.measuring.bench import file_prompts
+    from minispark.serving.conversation import Conversation
+    from minispark.serving.drafters.base import NoDrafter
+    from minispark.serving.target import load_target
+
+    target = load_target(str(tiny_dir("llama")))
+    long = " ".join(["word"] * (target.text_config.max_position_embeddings + 10))
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "Hi there."}) + "\n" + json.dumps({"prompt": long}) + "\n")
+    with pytest.raises(PromptFileError, match=r"prompts.jsonl:2: \d+ tokens fill .* context of 4096"):
+        file_prompts(target, path)
+    with pytest.raises(PromptFileError, match=r"prompts.jsonl:2:"):
+        load_prompt_inputs(target, path, 2)
+    conversation = Conversation(target, NoDrafter(), max_new_tokens=4)
+    with pytest.raises(MinisparkError, match="the conversation: .* /reset"):
+        conversation.say(long)
+    assert conversation.messages == [] or len(conversation.messages) <= 1  # nothing was added
+    assert len(conversation.say("Hi there.").token_ids) > 0

@@ -279,4 +279,15 @@ def load_prompt_inputs(target: Target, path: Path | str, limit: int, *, held_out
     if not target.is_vlm:
         samples = [s for s in samples if not s.images]
     picked = samples[-limit:] if held_out else samples[:limit]
-    return [target.encode(**sample.encode_kwargs()) for sample in picked]
+    return [encode_within_context(target, sample, path) for sample in picked]
+
+
+def encode_within_context(target: Target, sample: PromptSample, path: Path | str) -> PromptInputs:
+    """``sample`` encoded for ``target``; a prompt that alone fills the target's context is refused
+    (naming its file and line) rather than decoded into garbage for minutes."""
+    inputs = target.encode(**sample.encode_kwargs())
+    limit = getattr(target.text_config, "max_position_embeddings", None)
+    if limit is not None and inputs.length >= limit:
+        raise PromptFileError(path, sample.line, f"{inputs.length} tokens fill {target.name}'s context of "
+                              f"{limit} positions; shorten this prompt")
+    return inputs

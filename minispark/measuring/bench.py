@@ -128,14 +128,14 @@ def builtin_prompts(target: Target, limit: int | None = None) -> list[BenchPromp
 def file_prompts(target: Target, path: str | Path, limit: int = 16, category: str | None = None) -> list[BenchPrompt]:
     """The last ``limit`` prompts of a prompt file (the held-out tail, as ``calibrate`` reads it),
     only those of ``category`` when given (e.g. chat or code of ``examples/prompts/heldout.jsonl``)."""
-    from minispark.data.prompts import load_prompts
+    from minispark.data.prompts import encode_within_context, load_prompts
 
     samples = [s for s in load_prompts(path) if (target.is_vlm or not s.images)
                and (category is None or s.category == category)]
     if not samples:
         where = f" of category {category!r}" if category else ""
         raise MinisparkError(f"--prompts {path}: no prompt{where} usable with target {target.name}")
-    return [BenchPrompt(target.encode(**s.encode_kwargs()), s.id or s.category or f"line {s.line}")
+    return [BenchPrompt(encode_within_context(target, s, path), s.id or s.category or f"line {s.line}")
             for s in samples[-limit:]]
 
 

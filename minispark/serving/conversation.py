@@ -24,7 +24,7 @@ import torch
 from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.engine import GenerationStats, speculative_generate
-from minispark.serving.generate import stop_on_strings, text_streamer
+from minispark.serving.generate import fit_context, stop_on_strings, text_streamer
 from minispark.serving.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.serving.target import Target
@@ -111,10 +111,12 @@ class Conversation:
         paths = [str(p) for p in images]
         content = [{"type": "image", "image": p} for p in paths] + [{"type": "text", "text": text}]
         inputs = self.target.encode(self.messages + [{"role": "user", "content": content if paths else text}])
+        max_new_tokens = fit_context(self.target, inputs.length, self.max_new_tokens, what="the conversation",
+                                     fix="/reset to start a new one")
         cached = self.session.cache_length
         result = speculative_generate(
             self.session, inputs, self.drafter, sampling=self.sampling, policy=self.policy,
-            max_new_tokens=self.max_new_tokens, eos_ids=self.target.eos_token_ids, stop=self.stop,
+            max_new_tokens=max_new_tokens, eos_ids=self.target.eos_token_ids, stop=self.stop,
             on_tokens=text_streamer(self.target, on_text) if on_text is not None else None,
             generator=self.generator, reuse=True, interrupt=interrupt, skip=self.skip)
         committed = inputs.input_ids[0].tolist() + result.token_ids

@@ -88,15 +88,16 @@ def make_drafter(spec: str, target: Target) -> Drafter:
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
 
 
-def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int) -> int:
+def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int, what: str = "--prompt",
+                fix: str = "shorten the prompt") -> int:
     """``max_new_tokens`` capped (with a warning) to the room the target's context leaves after the
     prompt; a prompt that alone fills the context is refused rather than decoded into garbage."""
     limit = getattr(target.text_config, "max_position_embeddings", None)
     if limit is None:
         return max_new_tokens
     if prompt_tokens >= limit:
-        raise MinisparkError(f"--prompt: {prompt_tokens} tokens, but {target.name} has a context of {limit} "
-                             "positions; shorten the prompt")
+        raise MinisparkError(f"{what}: {prompt_tokens} tokens, but {target.name} has a context of {limit} "
+                             f"positions; {fix}")
     room = limit - prompt_tokens
     if max_new_tokens > room:
         warnings.warn(f"--max-new-tokens {max_new_tokens}: only {room} tokens fit after the {prompt_tokens}-token "

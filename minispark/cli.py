@@ -586,6 +586,7 @@ def calibrate(
     from minispark.serving.builder import build_serving
 
     validate.checkpoint(drafter, "--drafter")
+    validate.not_shipped(drafter, "--drafter")
     validate.input_file(prompts, "--prompts")
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(gamma, "--gamma", 1)

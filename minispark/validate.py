@@ -267,3 +267,14 @@ def _fmt(value: float | None, default: str) -> str:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def not_shipped(path: Path, flag: str) -> None:
+    """Refuse to write into a drafter shipped with minispark (``calibrate`` stores calibration.json in
+    the drafter directory): shipped files are never written by a user command; calibrate a copy."""
+    from minispark.serving.generate import SHIPPED_DRAFTERS
+
+    resolved = Path(path).resolve()
+    if resolved == SHIPPED_DRAFTERS.resolve() or SHIPPED_DRAFTERS.resolve() in resolved.parents:
+        raise MinisparkError(f"{flag} {path}: a drafter shipped with minispark is never rewritten; copy it "
+                             f"(cp -r {path} my-drafter) and calibrate the copy")

@@ -299,3 +299,14 @@ def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_pat
         conversation.say(long)
     assert conversation.messages == [] or len(conversation.messages) <= 1  # nothing was added
     assert len(conversation.say("Hi there.").token_ids) > 0
+
+
+def test_calibrate_never_rewrites_a_shipped_drafter() -> None:
+    from minispark.data.prompts import HELDOUT_FILE
+    from minispark.serving.generate import SHIPPED_DRAFTERS
+
+    shipped = next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if p.is_dir())
+    before = {p: p.read_bytes() for p in shipped.iterdir()}
+    result = CliRunner().invoke(app, ["calibrate", "--drafter", str(shipped), "--prompts", str(HELDOUT_FILE)])
+    assert result.exit_code == 2 and "never rewritten" in result.output
+    assert {p: p.read_bytes() for p in shipped.iterdir()} == before

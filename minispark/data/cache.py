@@ -417,7 +417,7 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
             raise CacheMismatchError(f"{out / MANIFEST}: --out already holds {have} samples; --num-samples "
                                      f"{sum(counts)} would shrink it (a cache only grows)")
         listed = {e["file"]: e for e in manifest["shards"]}
-    for stale in out.glob(".shard-*.tmp"):
+    for stale in [*out.glob(".shard-*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
         stale.unlink()  # our own write cut short by a kill (atomic writes use ".NAME.*.tmp")
     stamp = config_hash(cfg)
     done = {}

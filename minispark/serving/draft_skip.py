@@ -17,11 +17,14 @@ the newest drafted round), so the estimate follows the text's difficulty and the
 Measured times rather than the SPS table: the break-even depends on the drafter's own cost, which
 the table does not hold, and the measured one is what the user waits for.
 
-While skipping, the policy probes: after ``min_interval`` skipped rounds it drafts one round. A
-probe that does not pay on its own doubles the wait, up to ``max_interval``; one that pays brings
-the next probe back to ``min_interval``, and once the average surplus is positive every round
-drafts again. A long hard stretch thus pays one drafter forward per ``max_interval`` rounds, and a
-stretch where drafting pays again is found within a few probes.
+While skipping, the policy probes: it drafts one round after a wait sized so that losing probes
+cost at most ``budget`` target steps per skipped round: with an expected loss of L = −surplus
+target steps per drafted round, it waits ceil(L / ``budget``) rounds, between ``min_interval`` and
+``max_interval``. The default 2 % keeps a long hard stretch within 3 % of target-only, the first
+drafted round included; a drafter that costs 0.6 target steps and is never right then probes
+every 30 rounds, one that is nearly free (n-gram lookup) or nearly pays far more often. Each probe
+updates the averages, so a stretch where drafting pays again shortens the waits until the surplus
+is positive and every round drafts.
 
 Lossless: every decision is a function of earlier rounds only (their tokens, acceptance and
 timings), never of this round's draft, so the round's output law is the target's whichever way
@@ -32,6 +35,7 @@ the decision goes (tests/test_draft_skip.py runs the joint-distribution test wit
 
 from __future__ import annotations
 
+import math
 import random
 from abc import ABC, abstractmethod
 
@@ -52,20 +56,22 @@ class SkipPolicy(ABC):
 class DraftSkip(SkipPolicy):
     """Skip the drafter while the expected surplus of a drafted round is not positive (module docstring)."""
 
-    def __init__(self, weight: float = 0.25, min_interval: int = 2, max_interval: int = 32) -> None:
+    def __init__(self, weight: float = 0.25, budget: float = 0.02, min_interval: int = 2,
+                 max_interval: int = 64) -> None:
         if not 0.0 < weight <= 1.0:
             raise ValueError(f"draft-skip weight must be in (0, 1], got {weight}")
+        if budget <= 0.0:
+            raise ValueError(f"draft-skip budget must be > 0, got {budget}")
         if not 1 <= min_interval <= max_interval:
             raise ValueError(f"need 1 <= min_interval <= max_interval, got {min_interval}, {max_interval}")
         self.weight = weight
+        self.budget = budget
         self.min_interval = min_interval
         self.max_interval = max_interval
         self.tokens: float | None = None  # E[1 + n] over drafted rounds
         self.seconds: float | None = None  # E[propose + step seconds] over drafted rounds
         self.target_step_s: float | None = None  # E[step seconds] of rounds that verified 1 token
-        self.interval = min_interval  # skipped rounds before the next probe
         self._skipped = 0
-        self._probing = False  # this round drafts only to test whether drafting pays again
 
     @property
     def surplus(self) -> float | None:
@@ -75,17 +81,16 @@ class DraftSkip(SkipPolicy):
         return self.tokens - self.seconds / self.target_step_s
 
     def should_draft(self) -> bool:
-        self._probing = False
         if self.tokens is None:
             return True  # nothing drafted yet: try
         surplus = self.surplus
         if surplus is None:
             return False  # no 1-token step yet (e.g. γ every round): take one to learn the break-even
         if surplus > 0.0:
-            self.interval, self._skipped = self.min_interval, 0
+            self._skipped = 0
             return True
-        if self._skipped >= self.interval:
-            self._skipped, self._probing = 0, True
+        if self._skipped >= self.wait(surplus):  # probe
+            self._skipped = 0
             return True
         self._skipped += 1
         return False
@@ -95,11 +100,13 @@ class DraftSkip(SkipPolicy):
             self.target_step_s = self._average(self.target_step_s, step_s)
         if not drafted:
             return
-        if self._probing:  # a probe that pays on its own brings the next probe close; one that loses, later
-            won = self.target_step_s is not None and 1.0 + accepted > (propose_s + step_s) / self.target_step_s
-            self.interval = self.min_interval if won else min(2 * self.interval, self.max_interval)
         self.tokens = self._average(self.tokens, 1.0 + accepted)
         self.seconds = self._average(self.seconds, propose_s + step_s)
+
+    def wait(self, surplus: float) -> int:
+        """Skipped rounds before a probe: an expected loss of −surplus target steps per probe,
+        spread over the wait, costs ``budget`` target steps per round."""
+        return min(max(math.ceil(-surplus / self.budget), self.min_interval), self.max_interval)
 
     def _average(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.weight * (new - old)

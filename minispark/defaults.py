@@ -1,10 +1,14 @@
-"""The defaults the library and the CLI share (serving and profiling), kept free of imports so the
-CLI can show them in ``--help`` without loading torch. ``serving.builder.build_serving`` applies the
+"""The defaults the library and the CLI share (serving and profiling), kept free of heavy imports so
+the CLI can show them in ``--help`` without loading torch. ``serving.builder.build_serving`` applies the
 serving ones, ``measuring.profiler.ProfileConfig`` the profiling ones.
 
     python -c "from minispark.defaults import DEFAULT_GAMMA; print(DEFAULT_GAMMA)"
 """
 
+from pathlib import Path
+
+#: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
+SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.
 DEFAULT_GAMMA = 7
 #: Confidence threshold of the threshold length policy.

@@ -272,7 +272,7 @@ def _first_line(exc: BaseException) -> str:
 def not_shipped(path: Path, flag: str) -> None:
     """Refuse to write into a drafter shipped with minispark (``calibrate`` stores calibration.json in
     the drafter directory): shipped files are never written by a user command; calibrate a copy."""
-    from minispark.serving.generate import SHIPPED_DRAFTERS
+    from minispark.defaults import SHIPPED_DRAFTERS
 
     resolved = Path(path).resolve()
     if resolved == SHIPPED_DRAFTERS.resolve() or SHIPPED_DRAFTERS.resolve() in resolved.parents:

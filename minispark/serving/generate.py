@@ -20,13 +20,13 @@ from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
+from minispark.defaults import SHIPPED_DRAFTERS
 from minispark.errors import MinisparkError
 from minispark.serving.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.serving.target import Target
 
 #: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
-SHIPPED_DRAFTERS = Path(__file__).resolve().parents[2] / "drafters"
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
 
 

@@ -143,6 +143,30 @@ def test_only_trainable_weights_change(cache, target, tmp_path):
         assert torch.equal(p, before[name]) == frozen, name
 
 
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_init_layers_start_from_the_target_layers(cache, target, tmp_path, which):
+    trainer = Trainer(recipe(f"init_layers={which}"), CacheReader(cache), target, tmp_path)
+    layers, n = list(target.decoder.layers), len(trainer.model.layers)
+    for layer, source in zip(trainer.model.layers, layers[:n] if which == "first" else layers[-n:]):
+        theirs = source.state_dict()
+        for name, weight in layer.state_dict().items():
+            if name in theirs:
+                torch.testing.assert_close(weight, theirs[name].float())
+            else:  # a Llama target has no q/k norms: those keep their init
+                assert name.split(".")[-2] in ("q_norm", "k_norm") and torch.equal(weight, torch.ones_like(weight))
+    stats, _, _ = trainer.train_one()
+    assert torch.isfinite(torch.tensor(stats.total))
+
+
+def test_init_layers_refuses_a_differently_sized_layer(cache, target, tmp_path):
+    trainer = Trainer(recipe(), CacheReader(cache), target, tmp_path)
+    source = torch.nn.Module()
+    source.mlp = torch.nn.Module()
+    source.mlp.up_proj = torch.nn.Linear(3, 5, bias=False)
+    with pytest.raises(ValueError, match="mlp.up_proj.weight"):
+        trainer.model.copy_layers([source] * len(trainer.model.layers))
+
+
 def test_loss_falls_and_resume_is_exact(cache, target, tmp_path):
     config = recipe("steps=40", "checkpoint_every=20", "keep_checkpoints=3")
     full = train(config, cache, tmp_path / "a", target=target, log=None)

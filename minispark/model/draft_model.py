@@ -224,6 +224,28 @@ class DraftModel(nn.Module):
             nn.init.zeros_(module.bias)
 
     @torch.no_grad()
+    def copy_layers(self, sources: list[nn.Module]) -> int:
+        """Start draft layer i from target decoder layer ``sources[i]``: every weight both have under the
+        same name (attention and MLP projections, layer norms; HF and this module share the Llama names)
+        is copied. A tensor only one side has (a q/k/v bias, the q/k norms of a Llama target) keeps its
+        own init. Returns the number of tensors copied; refuses quantized or differently shaped weights."""
+        if len(sources) != len(self.layers):
+            raise ValueError(f"need {len(self.layers)} source layers, got {len(sources)}")
+        copied = 0
+        for layer, source in zip(self.layers, sources):
+            theirs = source.state_dict()
+            for name, tensor in layer.state_dict().items():
+                if name not in theirs:
+                    continue
+                other = theirs[name]
+                if other.shape != tensor.shape or not other.is_floating_point():
+                    raise ValueError(f"target layer weight {name} is {other.dtype} {tuple(other.shape)}, the draft "
+                                     f"wants {tuple(tensor.shape)} floats (a quantized or differently sized target)")
+                tensor.copy_(other)  # state_dict tensors share storage with the parameters
+                copied += 1
+        return copied
+
+    @torch.no_grad()
     def set_vocab(self, vocab_ids: torch.Tensor) -> None:
         """Use the draft vocabulary ``vocab_ids`` (N,) (distinct target ids); lm_head rows follow in from_target."""
         ids = vocab_ids.to(self.vocab_index.device, torch.long)

@@ -38,6 +38,7 @@ CHOICES = {
     "device": ("auto", "cpu", "cuda"),
     "dtype": ("auto", "fp32", "bf16"),
     "optimizer": ("auto", "adamw", "adamw8bit"),
+    "init_layers": ("random", "first", "last"),
 }
 
 
@@ -51,6 +52,8 @@ class TrainConfig:
         anchors_per_sample / max_new_tokens / max_prompt_tokens size the packed batch for the
         memory estimate.
     draft: DraftConfig overrides; attention sizes and MLP width default to the target's.
+        ``init_layers`` starts the draft layers from the target's ``first`` or ``last`` decoder
+        layers (weights of equal name and shape; the q/k norms start at 1) instead of ``random``.
     train: optimisation, precision, logging. ``chunk_anchors`` anchors' γ×V logits at a time.
         Data ablations without rebuilding the cache: ``max_samples`` trains on the first N samples
         only, ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
@@ -84,6 +87,7 @@ class TrainConfig:
     confidence_head: bool = True
     mask_token_id: int | None = None
     draft_vocab: int = 0
+    init_layers: str = "random"
     # [train]
     steps: int = 1000
     batch_anchors: int = 32
@@ -181,7 +185,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "target": ("target", "hidden_size", "vocab_size", "tie_embeddings"),
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
-              "block_size", "confidence_head", "mask_token_id", "draft_vocab"),
+              "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience"),

@@ -200,6 +200,15 @@ class Trainer:
             vocab_ids = top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids))
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
+        if config.init_layers != "random":  # a resumed run loads its own weights over these
+            layers = list(target.decoder.layers)
+            n = len(self.model.layers)
+            if n > len(layers):
+                raise MinisparkError(f"init_layers: the draft has {n} layers, the target only {len(layers)}")
+            try:
+                self.model.copy_layers(layers[:n] if config.init_layers == "first" else layers[-n:])
+            except ValueError as exc:
+                raise MinisparkError(f"init_layers={config.init_layers}: {exc}") from None
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
         self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
                                max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample)

@@ -99,6 +99,31 @@ def test_chunked_backward_equals_autograd_reference(head, confidence, draft_voca
     assert model.embed_tokens.weight.grad is None and model.lm_head.weight.grad is None
 
 
+@pytest.mark.parametrize("weights", [LossWeights(alpha_kl=0.7), LossWeights(alpha_tau=2.0),
+                                     LossWeights(alpha_ce=0.0, alpha_tv=0.0, alpha_kl=0.5, alpha_tau=1.0)])
+def test_kl_and_tau_variants_equal_autograd_reference(weights):
+    model = make_model("vanilla", True, draft_vocab=40)
+    inputs, target_hidden, valid = make_batch()
+    ref_stats, ref_grads = run_reference(model, inputs, target_hidden, valid, weights)
+    assert ref_stats.kl > 0 and -GAMMA < ref_stats.tau_term < 0
+    for chunk in (1, 100):
+        stats, chunk_grads = run_chunked(model, inputs, target_hidden, valid, chunk, weights)
+        for key in ("kl", "tau_term", "total") if weights.alpha_kl else ("tau_term", "total"):  # KL only when used
+            assert getattr(stats, key) == pytest.approx(getattr(ref_stats, key), rel=1e-5, abs=1e-7), key
+        for name, grad in ref_grads.items():
+            torch.testing.assert_close(chunk_grads[name], grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_tau_term_is_minus_the_expected_accepted_drafts():
+    model = make_model()
+    inputs, target_hidden, valid = make_batch()
+    stats, plain = run_reference(model, inputs, target_hidden, valid)
+    assert stats.tau_term == pytest.approx(-(stats.tau - 1.0), rel=1e-5)
+    # negative control: the term really moves the gradient, so the comparison above can fail
+    _, with_tau = run_chunked(model, inputs, target_hidden, valid, 2, LossWeights(alpha_tau=2.0))
+    assert any(not torch.allclose(with_tau[n], g, rtol=1e-3, atol=1e-5) for n, g in plain.items())
+
+
 def test_comparison_catches_a_wrong_rule():
     """Negative control: the same comparison fails when the position weights are wrong."""
     model = make_model()

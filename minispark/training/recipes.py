@@ -60,7 +60,9 @@ class TrainConfig:
         sparser cache at the same generation cost), ``feature_noise`` adds EAGLE-style Gaussian
         noise of that many RMS units to the target features (0 = off for all three). ``patience``
         stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
-    loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma).
+    loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma); ``alpha_kl``
+        (KL(p_t ‖ p_d)) and ``alpha_tau`` (minus the expected accepted drafts) are the optional
+        variants of ``losses.py``.
     """
 
     # [target]
@@ -119,6 +121,8 @@ class TrainConfig:
     alpha_ce: float = 0.1
     alpha_tv: float = 0.9
     alpha_conf: float = 1.0
+    alpha_kl: float = 0.0
+    alpha_tau: float = 0.0
     loss_decay_gamma: float = 4.0
     # not a file key: the recipe it came from
     name: str = field(default="custom", metadata={"internal": True})
@@ -134,7 +138,7 @@ class TrainConfig:
             if not 0 < getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
-                    "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf"):
+                    "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
             if not 0 <= getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
@@ -189,7 +193,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience"),
-    "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "loss_decay_gamma"),
+    "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau", "loss_decay_gamma"),
 }
 FILE_KEYS = {key for keys in SECTIONS.values() for key in keys}
 _HINTS = typing.get_type_hints(TrainConfig)

@@ -115,7 +115,8 @@ def autocast(config: TrainConfig) -> contextlib.AbstractContextManager:
 
 
 def loss_weights(config: TrainConfig) -> LossWeights:
-    return LossWeights(config.alpha_ce, config.alpha_tv, config.alpha_conf, config.loss_decay_gamma)
+    return LossWeights(config.alpha_ce, config.alpha_tv, config.alpha_conf, config.loss_decay_gamma,
+                       config.alpha_kl, config.alpha_tau)
 
 
 def noisy_features(features: torch.Tensor, num_layers: int, scale: float, generator: torch.Generator) -> torch.Tensor:

@@ -67,11 +67,17 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
 
 
 def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:
-    """A matplotlib figure as PNG bytes written atomically (a symlink at ``path`` is replaced, never followed)."""
+    """A matplotlib figure as PNG bytes written atomically (a symlink at ``path`` is replaced, never followed),
+    then closed: pyplot keeps every open figure alive otherwise."""
     import io
 
+    import matplotlib.pyplot as plt
+
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", **kwargs)
+    try:
+        fig.savefig(buffer, format="png", **kwargs)
+    finally:
+        plt.close(fig)
     return write_bytes_atomic(path, buffer.getvalue())
 
 

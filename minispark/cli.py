@@ -29,7 +29,9 @@ from minispark.errors import MinisparkError
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="DSpark speculative decoding for local vision-language models.")
-console = Console()
+# Piped or redirected output (a log file, `| less`) gets a width that fits the bench table instead of
+# rich's 80-column fallback, which truncates every cell; $COLUMNS still wins.
+console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
 err_console = Console(stderr=True)
 
 #: What to run after Ctrl-C to carry on where a command stopped.
@@ -44,10 +46,19 @@ def main(
     allow_pickle_weights: bool = typer.Option(
         False, "--allow-pickle-weights", help="UNSAFE: also load target weights stored as pickle files (*.bin), "
         "which can run arbitrary code when loaded; only for models you trust (default: safetensors only)."),
+    draft_precision: str | None = typer.Option(
+        None, "--draft-precision", show_default=False, help="Weights of a served DSpark drafter: auto (int8 on a CPU, where a "
+        "proposal is memory-bound; the checkpoint's dtype elsewhere), float, or int8. Lossless either way. "
+        "[default: auto]"),
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
     if allow_pickle_weights:
         os.environ[validate.ALLOW_PICKLE_ENV] = "1"  # read by target loading, here and in any subprocess
+    if draft_precision is not None:
+        if draft_precision not in defaults.DRAFT_PRECISIONS:
+            raise typer.BadParameter(f"{draft_precision!r} is not one of {', '.join(defaults.DRAFT_PRECISIONS)}",
+                                     param_hint="--draft-precision")
+        os.environ[defaults.DRAFT_PRECISION_ENV] = draft_precision
 
 
 def one_line_errors(command: Callable) -> Callable:

@@ -5,6 +5,7 @@ serving ones, ``measuring.profiler.ProfileConfig`` the profiling ones.
     python -c "from minispark.defaults import DEFAULT_GAMMA; print(DEFAULT_GAMMA)"
 """
 
+import os
 from pathlib import Path
 
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
@@ -13,6 +14,21 @@ SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 DEFAULT_GAMMA = 7
 #: Confidence threshold of the threshold length policy.
 DEFAULT_THRESHOLD = 0.5
+#: Weights of a served DSpark drafter: ``auto`` = int8 where the CPU kernel runs (a proposal there is
+#: memory-bound; see ``model/draft_quant.py``), the checkpoint's float dtype elsewhere.
+DRAFT_PRECISIONS = ("auto", "float", "int8")
+#: Set by ``minispark --draft-precision`` (read where drafters are loaded, here and in subprocesses).
+DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
+
+
+def draft_precision() -> str:
+    """The drafter precision asked for by ``minispark --draft-precision`` or its environment variable."""
+    value = os.environ.get(DRAFT_PRECISION_ENV, "auto") or "auto"
+    if value not in DRAFT_PRECISIONS:
+        raise ValueError(f"--draft-precision / ${DRAFT_PRECISION_ENV}: {value!r} is not one of "
+                         f"{', '.join(DRAFT_PRECISIONS)}")
+    return value
+
 
 #: `minispark profile` / ``ProfileConfig``: KV-cache lengths, tokens per step 1..N, shuffled rounds
 #: per context, untimed warm-up passes, drift bound that re-measures a round, re-measurements per

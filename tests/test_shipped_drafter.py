@@ -22,6 +22,7 @@ def test_shipped_drafter_is_the_default_and_stays_exact(embedded_target):
     assert sum(p.stat().st_size for p in SHIPPED.iterdir()) < 32 * 1024 * 1024
     setup = build_serving(embedded_target, sps=None)
     assert setup.drafter_spec == str(SHIPPED) and setup.drafter.config.draft_vocab == 8192
+    assert setup.drafter.precision == "int8"  # the CPU default: parity below is the served drafter's
     assert load_calibration(SHIPPED, target_id(embedded_target.identity()))[0] is not None
     policies = {"fixed": FixedLength(7), setup.mode: setup.policy}
     for prompt in PROMPTS:

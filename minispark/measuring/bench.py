@@ -185,6 +185,8 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
         setup = build_serving(target, drafter_spec, None, config.gamma, config.threshold,
                               Path(sps_path) if sps_path is not None else None, sampling, strict)
         notices += setup.hints
+        if getattr(setup.drafter, "precision", None):
+            notices.append(f"drafter weights: {setup.drafter.precision} (minispark --draft-precision)")
         config.gamma = setup.gamma
     lookup = make_drafter("lookup", target)
     config.gamma = resolve_gamma(lookup, "lookup", config.gamma)
@@ -420,5 +422,4 @@ def plot_bench(report: dict, path: str | Path) -> Path:
                  f"{settings['repeats']} · {report['hardware']['device']}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return path

@@ -468,7 +468,6 @@ def plot_reliability(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     save_figure(fig, path, dpi=120)
-    plt.close(fig)
     return path
 
 

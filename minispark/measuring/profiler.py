@@ -475,7 +475,6 @@ def plot_sps(table: SPSTable, path: str | Path) -> Path:
                  f"{table.metadata.get('date', '')}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
-    plt.close(fig)
     return path
 
 

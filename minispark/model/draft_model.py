@@ -291,7 +291,7 @@ class DraftModel(nn.Module):
 
     def context_kv(self, features: torch.Tensor, positions: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per-layer context K/V (B, Hkv, N, D) of target ``features`` (B, N, m·d) at ``positions`` (B, N)."""
-        context = self.hidden_norm(self.fc(features.to(self.fc.weight.dtype)))  # (B, N, d)
+        context = self.hidden_norm(self.fc(features.to(self.norm.weight.dtype)))  # (B, N, d)
         return [layer.self_attn.key_value(context, positions) for layer in self.layers]
 
     def backbone(
@@ -397,7 +397,7 @@ class DraftModel(nn.Module):
         rows at or after the anchor, if any, are masked exactly as in training."""
         if self.config.window > 0:
             cache.drop_before(anchor_position - self.config.window)
-        device = self.lm_head.weight.device
+        device = self.norm.weight.device  # a norm stays float when the linears are int8
         anchor_tokens = anchor_token.reshape(1, 1).to(device)
         anchor_positions = torch.tensor([[anchor_position]], dtype=torch.long, device=device)
         ids, positions = self.block_inputs(anchor_tokens, anchor_positions)  # (1, γ) each

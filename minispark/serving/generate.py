@@ -68,22 +68,33 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     return same_name[0] if same_name else None
 
 
-def make_drafter(spec: str, target: Target) -> Drafter:
-    """``none``, ``lookup``, or a DSpark checkpoint directory."""
+def make_drafter(spec: str, target: Target, precision: str | None = None) -> Drafter:
+    """``none``, ``lookup``, or a DSpark checkpoint directory, served at ``precision`` (``auto`` /
+    ``float`` / ``int8``; default: what ``minispark --draft-precision`` asked for, else ``auto``)."""
     if spec == "none":
         return NoDrafter()
     if spec == "lookup":
         return LookupDrafter()
     if Path(spec).is_dir():
-        from minispark.serving.drafters.dspark import load_drafter
+        from minispark.defaults import draft_precision
         from minispark.identity import target_id
+        from minispark.model.draft_quant import int8_supported, quantize_int8
+        from minispark.serving.drafters.dspark import load_drafter
 
         try:
+            precision = precision or draft_precision()
+            int8 = int8_supported(target.device)
+            if precision == "int8" and not int8:
+                raise MinisparkError(f"--draft-precision int8: no int8 kernel for {target.device.type} in this "
+                                     "torch build (CPU only); use auto or float")
             drafter = load_drafter(Path(spec), target.model.get_input_embeddings().weight, target.lm_head.weight,
                                    target.device, target_identity=target_id(target.identity()))
         except (ValueError, MinisparkError) as exc:
             raise MinisparkError(f"--drafter {spec}: {exc}") from None
         target.check_layers(drafter.feature_layers)
+        if int8 and precision != "float":
+            quantize_int8(drafter.model)
+            drafter.precision = "int8"
         return drafter
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
 

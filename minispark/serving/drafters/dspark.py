@@ -37,8 +37,9 @@ class DSparkDrafter(Drafter):
         self.feature_layers = tuple(model.config.feature_layers)
         self.has_confidence = model.config.confidence_head
         self.max_gamma = model.config.block_size
-        weight = model.lm_head.weight
+        weight = model.norm.weight  # the compute dtype and device (a norm is never quantized)
         self._cache = ContextCache(model.config, weight.device, weight.dtype, capacity)
+        self.precision = str(weight.dtype).removeprefix("torch.")  # "int8" once quantize_int8 ran
         # Committed rows not yet projected into the cache: [(features (n, m·d), positions (n,))].
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
 
@@ -105,7 +106,7 @@ class DSparkDrafter(Drafter):
         """Project the queued rows into the cache, all in one batch."""
         if not self._pending:
             return
-        device = self.model.lm_head.weight.device
+        device = self.model.norm.weight.device
         features = torch.cat([f.to(device) for f, _ in self._pending])  # (n, m·d)
         positions = torch.cat([p.to(device) for _, p in self._pending])  # (n,)
         self._pending.clear()

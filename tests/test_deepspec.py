@@ -197,7 +197,7 @@ def test_loaded_model_matches_deepspec_reference(target, tmp_path, head: str) ->
 
     ckpt = write_deepspec(tmp_path / head, target, head=head, dtype=torch.float32)
     raw, w = json.loads((ckpt / "config.json").read_text()), load_file(str(ckpt / "model.safetensors"))
-    drafter = make_drafter(str(ckpt), target)
+    drafter = make_drafter(str(ckpt), target, "float")  # compared with a float reference below
     model = drafter.model
     assert model.config.window == 0 and model.config.feature_layers == tuple(LAYERS)
     gen = torch.Generator().manual_seed(1)
@@ -240,7 +240,7 @@ def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, greedy, t
     ckpt = write_deepspec(tmp_path / "dflash", target, head="none", confidence=False)
     raw = json.loads((ckpt / "config.json").read_text())
     assert raw["markov_rank"] == 0 and "markov_head_type" not in raw and "confidence_head_with_markov" not in raw
-    drafter = make_drafter(str(ckpt), target)
+    drafter = make_drafter(str(ckpt), target, "float")  # import equivalence is a float-weights claim
     assert drafter.config.head == "none" and not drafter.has_confidence
     inputs = target.encode(prompt=PROMPTS[0])
     out = generate(target, PROMPTS[0], drafter=drafter, policy=FixedLength(4), max_new_tokens=24)
@@ -258,7 +258,7 @@ def test_dflash_layout_runs_fixed_and_refuses_confidence_modes(target, greedy, t
     assert json.loads(result.stdout)["drafter"] == "dspark"
     report = import_deepspec(ckpt, target, tmp_path / "imported")
     assert report.warnings == []  # the bf16 embedding/lm_head copies equal the target's in bf16
-    imported = make_drafter(str(report.out), target)
+    imported = make_drafter(str(report.out), target, "float")
     assert imported.config.head == "none" and not imported.has_confidence
     ids_a, props_a = proposals(target, drafter, PROMPTS[0], 0.0, 16)
     ids_b, props_b = proposals(target, imported, PROMPTS[0], 0.0, 16)

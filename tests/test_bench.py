@@ -81,7 +81,7 @@ def recording(modes: list[Mode], order: list[str]) -> list[Mode]:
             order.append(mode.name)
             return mode.run(*args)
 
-        return Mode(mode.name, run, mode.drafting)
+        return Mode(mode.name, run, mode.drafting, mode.precision)
 
     return [wrap(m) for m in modes]
 
@@ -95,6 +95,7 @@ def test_every_mode_schema_parity_breakdown_and_order(setup) -> None:
     modes = recording(modes + [broken_mode(target)], order)
     report = run_bench(target, modes, builtin_prompts(target, 2), config, drafter=drafter)
     json.dumps(report, allow_nan=False)  # valid JSON, no NaN
+    assert report["drafter_precision"] == "int8"  # the CPU default, recorded with the figures
 
     names = [m.name for m in modes]
     # 2 repeats × 2 prompts, each a full rotation of the modes, starting one later each time

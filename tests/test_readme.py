@@ -41,6 +41,12 @@ def cli_reference() -> str:
     """The README's CLI reference: a table of options per command, in the app's order."""
     group = _command()
     lines = [START, ""]
+    root = [p for p in group.params if p.param_type_name == "option"]
+    if root:  # options before the command name: minispark --draft-precision float bench ...
+        lines += ["**`minispark [OPTIONS] COMMAND`** — options for every command, given before its name.", "",
+                  "| option | meaning |", "|---|---|"]
+        lines += [f"| `{names}` | {help_text} |" for names, help_text in map(_option, root)]
+        lines.append("")
     for name, command in group.commands.items():
         arguments = " ".join(p.name.upper() for p in command.params if p.param_type_name == "argument")
         lines += [f"**`minispark {name}{' ' + arguments if arguments else ''}`** — "

@@ -14,7 +14,8 @@ over ``target`` (overall and on the worst prompt), τ, acceptance per position, 
 round, rounds draft-skipped, the per-round time split of the loop (propose / verify /
 accept+commit ms, target-only ms per token and draft_share = propose ms ÷ target-only ms per
 token) and, at T = 0, parity: whether every output equals ``target``'s token for token. At T > 0 outputs are samples and no parity is
-claimed. The report names the hardware, versions and load the numbers were taken on.
+claimed. The report names the hardware, versions and load the numbers were taken on, and the weights
+the DSpark drafter ran with (`drafter_precision`).
 
     minispark bench --modes target,hf,hf-lookup,lookup --num-prompts 2 --max-new-tokens 32
 """
@@ -101,6 +102,7 @@ class Mode:
     name: str
     run: Runner
     drafting: bool = False
+    precision: str | None = None  # a DSpark drafter's weights (int8 / float32 / ...), None otherwise
 
 
 @dataclass
@@ -149,7 +151,7 @@ def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable
                                           skip=DraftSkip() if draft_skip else None)
         return result.token_ids, result.stats
 
-    return Mode(name, run, drafting)
+    return Mode(name, run, drafting, getattr(drafter, "precision", None))
 
 
 def hf_mode(name: str, target: Target, sampling: SamplingConfig, lookup: int | None) -> Mode:
@@ -185,8 +187,6 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
         setup = build_serving(target, drafter_spec, None, config.gamma, config.threshold,
                               Path(sps_path) if sps_path is not None else None, sampling, strict)
         notices += setup.hints
-        if getattr(setup.drafter, "precision", None):
-            notices.append(f"drafter weights: {setup.drafter.precision} (minispark --draft-precision)")
         config.gamma = setup.gamma
     lookup = make_drafter("lookup", target)
     config.gamma = resolve_gamma(lookup, "lookup", config.gamma)
@@ -251,6 +251,7 @@ def run_bench(target: Target, modes: Sequence[Mode], prompts: Sequence[BenchProm
         "target": target.name,
         "target_identity": target.identity(),
         "drafter": drafter,
+        "drafter_precision": next((m.precision for m in modes if m.precision), None),
         "settings": {**{k: v for k, v in asdict(config).items() if k != "sampling"}, **asdict(config.sampling),
                      "num_prompts": len(prompts), "order": "rotated per prompt and repeat"},
         "notices": list(notices),

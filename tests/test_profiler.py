@@ -23,6 +23,7 @@ def idle_machine(monkeypatch):
     """Other processes share the test machine: every test reads a simulated load (idle unless the
     test patches ``profiler.read_load`` itself), so no test depends on, or refuses for, real load."""
     monkeypatch.setattr(profiler, "read_load", lambda: (0.0, 2))
+    monkeypatch.setattr(profiler, "read_cpu_times", lambda: None)  # the load-average path, unless patched
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +176,35 @@ def test_busy_during_profiling_is_refused_and_own_load_is_discounted(tiny_target
     load = profiler.MachineLoad(load_1min=2.3, cores=2, threads=1, own=0.0)
     assert load.busy
     assert not profiler.MachineLoad(2.3, 2, 1, own=1 - math.exp(-2)).busy
+
+
+class CpuReadings:
+    """Fake ``read_cpu_times``: (busy CPU-s of all cores, this process's CPU-s, seconds) per call."""
+
+    def __init__(self, *readings: tuple[float, float, float]) -> None:
+        self.readings = list(readings)
+
+    def __call__(self) -> tuple[float, float, float]:
+        return self.readings.pop(0)
+
+
+def test_cpu_time_accounting_discounts_this_process_and_sees_others(monkeypatch):
+    torch.set_num_threads(2)
+    monkeypatch.setattr(profiler, "CPU_WINDOW_S", 0.0)
+    monkeypatch.setattr(profiler, "read_load", lambda: (3.0, 2))  # a load average still high from our own work
+    # Over 1 s the cores were busy 2.0 CPU-s, 1.9 of them this process's: others used 0.1 core.
+    monkeypatch.setattr(profiler, "read_cpu_times", CpuReadings((10.0, 5.0, 100.0), (12.0, 6.9, 101.0)))
+    quiet = profiler.machine_load(torch.device("cpu"))
+    assert quiet.others == pytest.approx(0.1) and not quiet.busy
+    assert quiet.as_dict()["others_from"] == "cpu-time"
+    # Negative control: the same load average with the busy time coming from someone else is refused.
+    monkeypatch.setattr(profiler, "read_cpu_times", CpuReadings((10.0, 5.0, 100.0), (12.0, 5.0, 101.0)))
+    busy = profiler.machine_load(torch.device("cpu"))
+    assert busy.others == pytest.approx(2.0) and busy.busy and "other processes kept 2.00" in busy.describe()
+    # During profiling the window is the whole run, from the reading taken at its start.
+    monkeypatch.setattr(profiler, "read_cpu_times", CpuReadings((40.0, 30.0, 130.0)))
+    during = profiler.machine_load(torch.device("cpu"), own_seconds=30.0, since=(10.0, 5.0, 100.0))
+    assert during.others == pytest.approx((30.0 - 25.0) / 30.0) and not during.busy
 
 
 def test_allow_busy_writes_a_flagged_table(tiny_target, monkeypatch):

@@ -21,8 +21,10 @@ Small GPUs throttle after a few seconds of load and shared CPUs change speed wit
    the current level rather than all be re-measured);
 4. report the median, the min and the spread (p90 − p10)/median of the kept rounds per size.
 
-Drift control cannot tell a machine that is busy the whole time from an idle one. On CPU the load
-average is therefore read before and after (minus the profiler's own share): a table measured
+Drift control cannot tell a machine that is busy the whole time from an idle one. On CPU the
+profiler therefore measures what other processes use: the CPU time of all cores minus its own
+(``/proc/stat``), over one second before profiling and over the whole run. Where that is not
+readable, it falls back to the load average minus an estimate of its own share. A table measured
 while other processes wanted the cores is refused (``allow_busy`` records it anyway, flagged), and
 every table stores the readings in ``metadata["machine_load"]``.
 
@@ -285,6 +287,7 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     device = target.device
     load_before = machine_load(device)
     _check_load(load_before, "before profiling", config.allow_busy)
+    cpu_start = read_cpu_times() if load_before is not None else None
     measure = StepTimer(device, timer)
     rng = random.Random(config.seed)
     total = len(contexts) * config.rounds * config.max_tokens
@@ -310,7 +313,7 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
             gc.enable()
 
     wall_s = time.monotonic() - started
-    load_after = machine_load(device, own_seconds=wall_s)
+    load_after = machine_load(device, own_seconds=wall_s, since=cpu_start)
     _check_load(load_after, "during profiling", config.allow_busy)
     metadata = _metadata(target, config, device, skipped, wall_s)
     if load_before is not None and load_after is not None:
@@ -355,6 +358,33 @@ def read_load() -> tuple[float, int] | None:
     return os.getloadavg()[0], os.cpu_count() or 1
 
 
+#: Seconds of CPU accounting before profiling (what other processes use right now).
+CPU_WINDOW_S = 1.0
+
+
+def read_cpu_times() -> tuple[float, float, float] | None:
+    """(CPU-seconds all cores spent busy, CPU-seconds of this process, monotonic seconds), or None
+    where ``/proc/stat`` is not readable. Two readings give what *other* processes used in between,
+    exactly, unlike the 1-minute load average, which still carries this process's own earlier work
+    (e.g. the demo's calibrate stage right before its profile stage)."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
+    except (OSError, ValueError, IndexError):
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    return busy, time.process_time(), time.monotonic()
+
+
+def others_between(first: tuple[float, float, float], last: tuple[float, float, float]) -> float:
+    """Cores other processes kept busy between two :func:`read_cpu_times` readings."""
+    elapsed = last[2] - first[2]
+    if elapsed <= 0:
+        return 0.0
+    return max(0.0, ((last[0] - first[0]) - (last[1] - first[1])) / elapsed)
+
+
 @dataclass
 class MachineLoad:
     """One load reading. ``own`` is the profiler's estimated share of ``load_1min``: its torch
@@ -364,9 +394,14 @@ class MachineLoad:
     cores: int
     threads: int
     own: float
+    #: Cores other processes used over the measured window (CPU-time accounting); None: estimated
+    #: from the load average minus ``own``.
+    measured_others: float | None = None
 
     @property
     def others(self) -> float:
+        if self.measured_others is not None:
+            return self.measured_others
         return max(0.0, self.load_1min - self.own)
 
     @property
@@ -374,22 +409,38 @@ class MachineLoad:
         return self.others > max(0, self.cores - self.threads) + BUSY_SLACK
 
     def describe(self) -> str:
+        if self.measured_others is not None:
+            return (f"other processes kept {self.others:.2f} of {self.cores} cores busy, with {self.threads} "
+                    "torch threads")
         return (f"1-min load {self.load_1min:.2f} on {self.cores} cores, {self.others:.2f} of it from other "
                 f"processes, with {self.threads} torch threads")
 
     def as_dict(self) -> dict[str, Any]:
         return {"load_1min": round(self.load_1min, 2), "others": round(self.others, 2), "cores": self.cores,
-                "threads": self.threads, "busy": self.busy}
+                "threads": self.threads, "busy": self.busy,
+                "others_from": "load-average" if self.measured_others is None else "cpu-time"}
 
 
-def machine_load(device: torch.device, own_seconds: float = 0.0) -> MachineLoad | None:
-    """The CPU load when profiling on CPU (None on GPUs or where the OS does not report it)."""
+def machine_load(device: torch.device, own_seconds: float = 0.0,
+                 since: tuple[float, float, float] | None = None) -> MachineLoad | None:
+    """The CPU load when profiling on CPU (None on GPUs or where the OS does not report it).
+
+    Where CPU times are readable, what other processes used is measured: since ``since`` (a
+    :func:`read_cpu_times` reading at the start of profiling), or over the next ``CPU_WINDOW_S``.
+    Otherwise it is the load average minus this process's share, ramped in over ``own_seconds``."""
     reading = read_load() if device.type == "cpu" else None
     if reading is None:
         return None
     threads = torch.get_num_threads()
     own = threads * (1.0 - math.exp(-own_seconds / LOAD_TIME_CONSTANT_S))
-    return MachineLoad(reading[0], reading[1], threads, own)
+    first = since if since is not None else read_cpu_times()
+    measured = None
+    if first is not None:
+        if since is None:
+            time.sleep(CPU_WINDOW_S)
+        last = read_cpu_times()
+        measured = others_between(first, last) if last is not None else None
+    return MachineLoad(reading[0], reading[1], threads, own, measured)
 
 
 def _check_load(load: MachineLoad | None, when: str, allow_busy: bool) -> None:

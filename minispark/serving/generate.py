@@ -94,7 +94,6 @@ def make_drafter(spec: str, target: Target, precision: str | None = None) -> Dra
         target.check_layers(drafter.feature_layers)
         if int8 and precision != "float":
             quantize_int8(drafter.model)
-            drafter.precision = "int8"
         return drafter
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
 

@@ -15,6 +15,7 @@ import torch
 from minispark.model.checkpoint import load_draft_model
 from minispark.model.draft_cache import ContextCache
 from minispark.model.draft_model import DraftModel
+from minispark.model.draft_quant import Int8Linear
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.sampling import SamplingConfig
@@ -39,9 +40,15 @@ class DSparkDrafter(Drafter):
         self.max_gamma = model.config.block_size
         weight = model.norm.weight  # the compute dtype and device (a norm is never quantized)
         self._cache = ContextCache(model.config, weight.device, weight.dtype, capacity)
-        self.precision = str(weight.dtype).removeprefix("torch.")  # "int8" once quantize_int8 ran
         # Committed rows not yet projected into the cache: [(features (n, m·d), positions (n,))].
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    @property
+    def precision(self) -> str:
+        """``int8`` once :func:`~minispark.model.draft_quant.quantize_int8` ran on the model, else its float dtype."""
+        if any(isinstance(m, Int8Linear) for m in self.model.modules()):
+            return "int8"
+        return str(self.model.norm.weight.dtype).removeprefix("torch.")
 
     @property
     def cache(self) -> ContextCache:

@@ -102,6 +102,25 @@ def apply_weights(model: DraftModel, weights: dict[str, torch.Tensor], path: str
                              f"unexpected {unexpected}")
 
 
+def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfig) -> None:
+    """Load the trainable weights of the drafter at ``path`` into ``model`` to continue training it;
+    its config (architecture, target, draft vocabulary size) must equal ``expected`` and its draft
+    vocabulary the model's, else a one-line error naming the first difference."""
+    path = Path(path)
+    if not (path / CONFIG_FILE).is_file():
+        raise MinisparkError(f"init_from: {path} is not a drafter directory (no {CONFIG_FILE})")
+    config = DraftConfig.load(path / CONFIG_FILE)
+    for name, value in vars(config).items():
+        if value != getattr(expected, name):
+            raise MinisparkError(f"init_from: {path / CONFIG_FILE}: {name} is {value!r}, this run's is "
+                                 f"{getattr(expected, name)!r}")
+    weights = read_weights(path, next(model.parameters()).device)
+    if config.draft_vocab and not torch.equal(weights["vocab_ids"].cpu(), model.vocab_ids.cpu()):
+        raise MinisparkError(f"init_from: {path / WEIGHTS_FILE}: its draft vocabulary differs from this run's "
+                             "(train on the cache and max_samples it was trained on)")
+    apply_weights(model, weights, path)
+
+
 def load_draft_model(
     path: str | Path,
     target_embed: torch.Tensor,

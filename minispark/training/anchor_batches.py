@@ -11,6 +11,7 @@ The trainer and the held-out proxy both batch through here, so they see identica
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,16 +48,17 @@ class AnchorPlan:
     A group is a whole sample's anchors (``run == 0``) or a run of ``run`` consecutive anchors of
     one sample. Epoch e visits the groups in the order of a permutation seeded by (seed, e), and
     step s takes anchors [s·B, (s+1)·B) of the stream: a pure function of (seed, s), so a resumed
-    run sees exactly the batches it would have seen. With dense anchors (hundreds per sample) whole
+    run sees exactly the batches it would have seen. ``keep`` restricts the stream to those reader
+    indices (on-policy refinement's round anchors). With dense anchors (hundreds per sample) whole
     samples make a step's B anchors neighbours in one answer — one highly correlated gradient after
     another; short runs mix B/run samples per step while neighbours still share context rows.
     """
 
     def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0, *,
-                 max_samples: int = 0, anchors_per_sample: int = 0) -> None:
+                 max_samples: int = 0, anchors_per_sample: int = 0, keep: Collection[int] | None = None) -> None:
         samples: dict[int, list[int]] = {}
         for index, anchor in enumerate(reader):
-            if max_samples <= 0 or anchor.sample_index < max_samples:
+            if (max_samples <= 0 or anchor.sample_index < max_samples) and (keep is None or index in keep):
                 samples.setdefault(anchor.sample_index, []).append(index)
         if not samples:
             raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")

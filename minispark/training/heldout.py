@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minispark.training.anchor_batches import make_batch
+from minispark.training.anchor_batches import Batch, make_batch
 from minispark.data.cache_format import CacheReader
 from minispark.model.draft_model import DraftModel
 from minispark.training.losses import prefix_mask
@@ -74,28 +74,7 @@ class HeldoutProxy:
         counts = torch.zeros(self.gamma, dtype=torch.float64)
         tau_sum, greedy_tau_sum, blocks = 0.0, 0.0, 0
         for batch in self.batches:
-            with autocast or contextlib.nullcontext():
-                fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
-                                          batch.anchor_positions, batch.context_valid)
-                logits = model.head_logits(fwd.hidden, fwd.prev_tokens)  # (B, A, γ, V)
-            p_d = logits.float().softmax(-1)  # (B, A, γ, N)
-            if self.full_lm_head is None:
-                p_t = model.lm_head(batch.target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
-                l1 = (p_d - p_t).abs().sum(-1)
-            else:
-                weight = self.full_lm_head.to(batch.target_hidden.device)
-                p_t = (batch.target_hidden.to(weight.dtype) @ weight.T).float().softmax(-1)  # (B, A, γ, V)
-                if model.config.draft_vocab:
-                    inside = p_t[..., model.vocab_ids]  # (B, A, γ, N)
-                    l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
-                else:
-                    l1 = (p_d - p_t).abs().sum(-1)
-            draft_top = p_d.argmax(-1)  # (B, A, γ) in draft-vocabulary ids when there is one
-            if model.config.draft_vocab:
-                draft_top = model.vocab_ids[draft_top]
-            match = (draft_top == p_t.argmax(-1)).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
-            accept = (1.0 - 0.5 * l1).reshape(-1, self.gamma).double().cpu()  # (B·A, γ)
-            mask = prefix_mask(batch.valid).reshape(-1, self.gamma).cpu()
+            accept, match, mask = block_acceptance(model, batch, self.full_lm_head, autocast)
             live = mask[:, 0]
             accept, match, mask = accept[live], match[live], mask[live].double()
             acc_sum += (accept * mask).sum(0)
@@ -108,6 +87,39 @@ class HeldoutProxy:
         per = lambda sums: [float(s / c) if c else float("nan") for s, c in zip(sums, counts)]  # noqa: E731
         return HeldoutScore(tau=tau_sum / max(blocks, 1), acceptance=per(acc_sum), blocks=blocks,
                             tau_greedy=greedy_tau_sum / max(blocks, 1), acceptance_greedy=per(greedy_sum))
+
+
+@torch.no_grad()
+def block_acceptance(model: DraftModel, batch: Batch, full_lm_head: torch.Tensor | None = None,
+                     autocast: contextlib.AbstractContextManager | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per block position of every (row, anchor) slot of ``batch``, flattened to (R·A, γ) on the CPU:
+    the T = 1 acceptance 1 − ½‖p_d − p_t‖₁ (float64), the T = 0 argmax match (float64) and the prefix
+    mask of labels present (bool; padding slots are all False). With ``full_lm_head`` (V, d), p_t
+    covers the whole vocabulary and a draft vocabulary is charged for the mass it cannot propose."""
+    gamma = batch.valid.shape[-1]
+    with autocast or contextlib.nullcontext():
+        fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
+                                  batch.anchor_positions, batch.context_valid)
+        logits = model.head_logits(fwd.hidden, fwd.prev_tokens)  # (R, A, γ, V)
+    p_d = logits.float().softmax(-1)  # (R, A, γ, N)
+    if full_lm_head is None:
+        p_t = model.lm_head(batch.target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
+        l1 = (p_d - p_t).abs().sum(-1)
+    else:
+        weight = full_lm_head.to(batch.target_hidden.device)
+        p_t = (batch.target_hidden.to(weight.dtype) @ weight.T).float().softmax(-1)  # (R, A, γ, V)
+        if model.config.draft_vocab:
+            inside = p_t[..., model.vocab_ids]  # (R, A, γ, N)
+            l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
+        else:
+            l1 = (p_d - p_t).abs().sum(-1)
+    draft_top = p_d.argmax(-1)  # (R, A, γ) in draft-vocabulary ids when there is one
+    if model.config.draft_vocab:
+        draft_top = model.vocab_ids[draft_top]
+    match = (draft_top == p_t.argmax(-1)).reshape(-1, gamma).double().cpu()  # (R·A, γ)
+    accept = (1.0 - 0.5 * l1).reshape(-1, gamma).double().cpu()  # (R·A, γ)
+    return accept, match, prefix_mask(batch.valid).reshape(-1, gamma).cpu()
 
 
 def main(argv: list[str]) -> None:

@@ -60,6 +60,9 @@ class TrainConfig:
         sparser cache at the same generation cost), ``feature_noise`` adds EAGLE-style Gaussian
         noise of that many RMS units to the target features (0 = off for all three). ``patience``
         stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
+        ``init_from`` starts the trainable weights from a drafter directory of the same config;
+        ``onpolicy`` (with ``init_from``) trains only on the anchors where that drafter's replayed
+        rounds start (``training/onpolicy.py``).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma); ``alpha_kl``
         (KL(p_t ‖ p_d)) and ``alpha_tau`` (minus the expected accepted drafts) are the optional
         variants of ``losses.py``.
@@ -117,6 +120,8 @@ class TrainConfig:
     eval_every: int = 0
     eval_anchors: int = 512
     patience: int = 0
+    init_from: str | None = None
+    onpolicy: bool = False
     # [loss]
     alpha_ce: float = 0.1
     alpha_tv: float = 0.9
@@ -143,6 +148,8 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
+        if self.onpolicy and not self.init_from:
+            raise MinisparkError("onpolicy: needs init_from = DRAFTER_DIR, the drafter whose rounds choose the anchors")
         if self.feature_layers is not None:
             self.feature_layers = [int(i) for i in self.feature_layers]
             if not self.feature_layers or self.feature_layers != sorted(set(self.feature_layers)):
@@ -192,7 +199,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
               "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
-              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience"),
+              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience",
+              "init_from", "onpolicy"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau", "loss_decay_gamma"),
 }
 FILE_KEYS = {key for keys in SECTIONS.values() for key in keys}

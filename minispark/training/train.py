@@ -46,7 +46,7 @@ import torch.utils.checkpoint
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import open_append, write_text_atomic
 from minispark.data.cache_format import CacheReader, config_hash
-from minispark.model.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter
+from minispark.model.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_token_counts, coverage, top_tokens
@@ -54,6 +54,7 @@ from minispark.errors import MinisparkError
 from minispark.training.heldout import HeldoutProxy, HeldoutScore
 from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
+from minispark.training.onpolicy import Replay, load_or_replay
 from minispark.training.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
                                target_dims)
 
@@ -210,9 +211,17 @@ class Trainer:
                 self.model.copy_layers(layers[:n] if config.init_layers == "first" else layers[-n:])
             except ValueError as exc:
                 raise MinisparkError(f"init_layers={config.init_layers}: {exc}") from None
+        if config.init_from:  # fine-tuning a drafter of this config (a resumed run loads its own weights over it)
+            start_from_drafter(self.model, config.init_from, self.draft_config)
+        self.replay: Replay | None = None
+        if config.onpolicy:
+            # p_t over the draft vocabulary only: the whole-vocabulary GEMM would make the replay 2.5× slower
+            self.replay = load_or_replay(self.out, self.model, reader, config.init_from, config.seed,
+                                         max_samples=config.max_samples)
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
         self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
-                               max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample)
+                               max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample,
+                               keep=self.replay.indices if self.replay else None)
         self.cache_hash = config_hash(reader.config)
         self.step = 0
         self.heldout: HeldoutProxy | None = None
@@ -337,6 +346,9 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         if config.draft_vocab:
             log(f"draft vocabulary: the {config.draft_vocab} most frequent answer tokens cover "
                 f"{trainer.vocab_coverage:.2%} of the training answers")
+        if trainer.replay is not None:
+            log(f"on-policy: {trainer.replay.rounds} round anchors of {trainer.replay.anchors_scored} replayed "
+                f"(τ {trainer.replay.tau:.3f} on the training answers)")
         log(f"{trainer.plan.total} anchors from {trainer.plan.samples} samples; predicted peak memory "
             f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
             f"{config.optimizer_name})")

@@ -23,7 +23,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from minispark import defaults, validate
-from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
+from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD, console_width
 from minispark.serving.embedded import EMBEDDED_NAME
 from minispark.errors import MinisparkError
 
@@ -31,8 +31,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="DSpark speculative decoding for local vision-language models.")
 # Piped or redirected output (a log file, `| less`) gets a width that fits the bench table instead of
 # rich's 80-column fallback, which truncates every cell; $COLUMNS still wins.
-console = Console(width=None if sys.stdout.isatty() or "COLUMNS" in os.environ else 160)
-err_console = Console(stderr=True)
+console = Console(width=console_width(sys.stdout))
+err_console = Console(stderr=True, width=console_width(sys.stderr))
 
 #: What to run after Ctrl-C to carry on where a command stopped.
 RESUME_HINTS = {

@@ -7,6 +7,7 @@ serving ones, ``measuring.profiler.ProfileConfig`` the profiling ones.
 
 import os
 from pathlib import Path
+from typing import TextIO
 
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
@@ -40,3 +41,14 @@ PROFILE_WARMUP = 2
 PROFILE_DRIFT_BOUND = 0.10
 PROFILE_MAX_REMEASURE = 2
 PROFILE_COOLDOWN_S = 5.0
+
+
+#: Width of rich output written to a pipe or a file: rich's 80 columns would cut the bench table's cells
+#: and wrap every training log line.
+PIPED_WIDTH = 160
+
+
+def console_width(stream: TextIO) -> int | None:
+    """Width for a rich Console writing to ``stream``: rich's own (the terminal, or ``$COLUMNS``) on a
+    terminal or when ``$COLUMNS`` is set, else ``PIPED_WIDTH``."""
+    return None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH

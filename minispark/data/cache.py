@@ -480,9 +480,11 @@ class _Bar:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+            from minispark.defaults import console_width
+
             self.progress = Progress(TextColumn("cache"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                                     console=Console(stderr=True))  # stdout stays clean for --json
+                                     console=Console(stderr=True, width=console_width(sys.stderr)))  # stdout stays clean for --json
             self.task = self.progress.add_task("cache", total=total, completed=completed, rates="")
         self.new_samples = 0
 

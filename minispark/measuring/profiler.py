@@ -45,6 +45,7 @@ import random
 import shutil
 import statistics
 import subprocess
+import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -538,8 +539,10 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from minispark.defaults import console_width
+
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
-                   TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True))
+                   TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True, width=console_width(sys.stderr)))
     task = bar.add_task("", total=None)
 
     def update(done: int, total: int, message: str) -> None:

@@ -34,6 +34,7 @@ import json
 import math
 import re
 import shutil
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -435,9 +436,11 @@ class _Meter:
 
             from rich.console import Console
 
+            from minispark.defaults import console_width
+
             self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                                console=Console(stderr=True))  # stdout stays clean for --json
+                                console=Console(stderr=True, width=console_width(sys.stderr)))  # stdout stays clean for --json
             self.task = self.bar.add_task("train", total=config.steps, completed=start_step, info="")
 
     def reset(self) -> None:

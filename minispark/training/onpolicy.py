@@ -21,6 +21,7 @@ a resumed run reads them back instead of replaying again.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -110,7 +111,7 @@ def replay_sample(anchors: list[tuple[int, int]], table: dict[int, np.ndarray], 
 
 
 def round_starts(model: DraftModel, reader: CacheReader, seed: int, *, full_lm_head: torch.Tensor | None = None,
-                 max_samples: int = 0, log=None) -> Replay:
+                 max_samples: int = 0, log: Callable[[str], None] | None = None) -> Replay:
     """Replay ``model``'s rounds over every answer of ``reader`` (the first ``max_samples``)."""
     starts: dict[int, list[int]] = {}
     scored = rounds = accepted_total = 0
@@ -126,7 +127,8 @@ def round_starts(model: DraftModel, reader: CacheReader, seed: int, *, full_lm_h
 
 
 def load_or_replay(out: Path, model: DraftModel, reader: CacheReader, init_from: str, seed: int, *,
-                   full_lm_head: torch.Tensor | None = None, max_samples: int = 0, log=None) -> Replay:
+                   full_lm_head: torch.Tensor | None = None, max_samples: int = 0,
+                   log: Callable[[str], None] | None = None) -> Replay:
     """``OUT/onpolicy.json`` when it was written for the same drafter and seed, else a fresh replay
     (written there atomically)."""
     path = Path(out) / ONPOLICY_FILE

@@ -175,7 +175,8 @@ class TrainReport:
 class Trainer:
     """Model, optimiser and data plan of one run, with checkpoint save and restore."""
 
-    def __init__(self, config: TrainConfig, reader: CacheReader, target: Any, out_dir: Path) -> None:
+    def __init__(self, config: TrainConfig, reader: CacheReader, target: Any, out_dir: Path,
+                 log: Callable[[str], None] | None = None) -> None:
         self.config, self.reader, self.out = config, reader, Path(out_dir)
         if config.resolved_device == "cuda" and not torch.cuda.is_available():
             raise MinisparkError(f"device: recipe {config.name!r} trains on CUDA, but this machine has none "
@@ -218,7 +219,7 @@ class Trainer:
         if config.onpolicy:
             # p_t over the draft vocabulary only: the whole-vocabulary GEMM would make the replay 2.5× slower
             self.replay = load_or_replay(self.out, self.model, reader, config.init_from, config.seed,
-                                         max_samples=config.max_samples)
+                                         max_samples=config.max_samples, log=log)
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
         self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
                                max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample,
@@ -337,7 +338,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         target = load_target(config.target or reader.config["target"]["name"], device="cpu",
                              dtype="bf16" if config.compute_dtype == "bf16" else None)
     out.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config, reader, target, out)
+    trainer = Trainer(config, reader, target, out, log)
     del target  # when loaded here, the target's decoder is freed now
     if log:
         from minispark.training.memory import estimate_memory

@@ -430,7 +430,8 @@ def cache(
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
     load_in_8bit: bool = EightBitOpt,
-    batch_size: int = typer.Option(8, "--batch-size", help="Answers regenerated together."),
+    batch_size: int = typer.Option(0, "--batch-size", help="Answers regenerated together; 0 = auto (64 on a CPU, what "
+                                   "fits a quarter of free GPU memory, an existing cache's own when growing it)."),
     samples_per_shard: int = typer.Option(64, "--samples-per-shard", help="Samples per shard file (the unit a "
                                           "resume keeps)."),
     seed: int = SeedOpt,

@@ -294,3 +294,32 @@ def test_teacher_forced_source_caches_the_given_answers(llama, tmp_path):
     path.write_text(json.dumps({"prompt": "No answer here."}) + "\n")
     with pytest.raises(MinisparkError, match=rf"{path}:1: --source text needs a trailing assistant message"):
         build_cache(CacheConfig(prompts=path, out=tmp_path / "c2", source="text"), target=llama)
+
+
+def test_auto_batch_size_is_64_on_a_cpu_and_a_grown_cache_keeps_its_own(llama, prompts, tmp_path):
+    common = dict(prompts=prompts["text"], out=tmp_path / "cache", max_new_tokens=4, layers="1,3",
+                  anchors_per_sample=2, window=4, block=2, dtype="fp32", samples_per_shard=2)
+    build_cache(CacheConfig(num_samples=2, **common), target=llama, log=lambda _: None)
+    assert CacheReader(tmp_path / "cache").config["batching"]["batch_size"] == cache_module.AUTO_BATCH == 64
+    built_with_3 = dict(common, out=tmp_path / "grown")
+    build_cache(CacheConfig(num_samples=2, batch_size=3, **built_with_3), target=llama, log=lambda _: None)
+    build_cache(CacheConfig(num_samples=4, **built_with_3), target=llama, log=lambda _: None)  # auto: its own 3
+    reader = CacheReader(tmp_path / "grown")
+    assert reader.num_samples == 4 and reader.config["batching"]["batch_size"] == 3
+
+
+def test_auto_batch_size_on_a_gpu_fits_a_quarter_of_free_memory(tmp_path, monkeypatch):
+    """36 layers × 2 KV heads × 128 dims × K and V × 2 bytes = 36,864 B per token; a 200-token prompt plus
+    512 new tokens per row; a quarter of 4 GB free holds 37 such rows."""
+    from types import SimpleNamespace
+
+    text = SimpleNamespace(num_attention_heads=16, hidden_size=2048, num_hidden_layers=36, num_key_value_heads=2,
+                           head_dim=128)
+    target = SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16, text_config=text,
+                             encode=lambda **_: SimpleNamespace(length=200))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (4_000_000_000, 6_000_000_000))
+    sample = SimpleNamespace(encode_kwargs=lambda: {})
+    config = CacheConfig(prompts=tmp_path / "p.jsonl", out=tmp_path / "new", max_new_tokens=512)
+    assert cache_module.auto_batch_size(config, target, [sample]) == 1_000_000_000 // (36_864 * 712) == 38
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (1_000_000, 6_000_000_000))
+    assert cache_module.auto_batch_size(config, target, [sample]) == 1  # never below one row

@@ -156,7 +156,7 @@ CASES = [
     ("cache-prompts-missing", ["cache", "--prompts", "{missing}"], "--prompts"),
     ("cache-prompts-empty", ["cache", "--prompts", "{empty.jsonl}"], "--prompts"),
     ("cache-prompts-corrupt", ["cache", "--prompts", "{corrupt.jsonl}"], "corrupt.jsonl"),
-    ("cache-batch-size-zero", ["cache", "--batch-size", "0"], "--batch-size"),
+    ("cache-batch-size-negative", ["cache", "--batch-size", "-1"], "--batch-size"),
     # train
     ("train-unknown-recipe", ["train", "--recipe", "no-such-recipe"], "--recipe"),
     ("train-lr-nan", ["train", "--recipe", "tiny", "lr=nan"], "lr"),

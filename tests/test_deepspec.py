@@ -351,13 +351,15 @@ def proposals(target: Target, drafter: Drafter, prompt: str, temperature: float,
     return result.token_ids, recorder.proposals
 
 
-def minispark_drafter(target: Target, out: Path, window: int, head: str = "vanilla", draft_vocab: int = 0) -> Path:
+def minispark_drafter(target: Target, out: Path, window: int, head: str = "vanilla", draft_vocab: int = 0,
+                      markov_w1: str = "table") -> Path:
     tc = target.text_config
     config = DraftConfig(target=target_id(target.identity()), hidden_size=target.hidden_size,
                          num_heads=tc.num_attention_heads, num_kv_heads=tc.num_key_value_heads, head_dim=tc.head_dim,
                          intermediate_size=tc.intermediate_size, vocab_size=target.vocab_size,
                          feature_layers=tuple(LAYERS), mask_token_id=target.vocab_size - 1, block_size=4,
-                         window=window, head=head, markov_rank=RANK, initializer_range=0.2, draft_vocab=draft_vocab)
+                         window=window, head=head, markov_rank=RANK, initializer_range=0.2, draft_vocab=draft_vocab,
+                         markov_w1=markov_w1)
     torch.manual_seed(0)
     ids = torch.randperm(target.vocab_size)[:draft_vocab] if draft_vocab else None
     model = DraftModel.from_target(config, target.model.get_input_embeddings().weight.detach(),
@@ -408,14 +410,21 @@ def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
     assert_same_proposals(target, base, make_drafter(str(out), target))  # the exported dir, run directly
 
 
-@pytest.mark.parametrize("head", ["vanilla", "gated"])
-def test_draft_vocabulary_expands_exactly_to_the_full_vocabulary(target, tmp_path, head: str) -> None:
+def test_markov_w1_tied_to_the_embedding_exports_as_a_table(target, tmp_path) -> None:
+    original = minispark_drafter(target, tmp_path / "drafter", window=0, markov_w1="embedding")
+    report = export_deepspec(original, target, tmp_path / "deepspec")
+    assert report.config.markov_w1 == "table"
+    assert_same_proposals(target, make_drafter(str(original), target), make_drafter(str(tmp_path / "deepspec"), target))
+
+
+@pytest.mark.parametrize(("head", "markov_w1"), [("vanilla", "table"), ("gated", "table"), ("vanilla", "embedding")])
+def test_draft_vocabulary_expands_exactly_to_the_full_vocabulary(target, tmp_path, head: str, markov_w1: str) -> None:
     """The full-vocabulary drafter DeepSpec's layout needs gives the original p_d (zero outside the
     draft vocabulary) and confidences, in float32 before the bf16 rounding of the export."""
     from minispark.model.deepspec_export import expand_draft_vocab
 
     n = target.vocab_size // 3
-    path = minispark_drafter(target, tmp_path / "drafter", window=0, head=head, draft_vocab=n)
+    path = minispark_drafter(target, tmp_path / "drafter", window=0, head=head, draft_vocab=n, markov_w1=markov_w1)
     embed, lm_head = target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach()
     weights = load_file(str(path / "model.safetensors"))
     config = replace(DraftConfig.load(path / "config.json"), dtype="float32")

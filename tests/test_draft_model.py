@@ -37,9 +37,10 @@ def _one_thread():
 
 
 def make_config(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True,
-                draft_vocab: int = 0) -> DraftConfig:
+                draft_vocab: int = 0, markov_w1: str = "table") -> DraftConfig:
     return DraftConfig(
         draft_vocab=draft_vocab,
+        markov_w1=markov_w1,
         target="tiny-test-target@0",
         hidden_size=D,
         num_heads=4,
@@ -69,11 +70,12 @@ def subset(vocab: int, n: int) -> torch.Tensor:
 
 
 def make_model(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True, seed: int = 0,
-               draft_vocab: int = 0) -> DraftModel:
+               draft_vocab: int = 0, markov_w1: str = "table") -> DraftModel:
     """A draft model whose trainable weights are large enough that every path matters."""
     embed, lm_head = target_weights(vocab, seed)
     ids = subset(vocab, draft_vocab) if draft_vocab else None
-    model = DraftModel.from_target(make_config(head, window, vocab, confidence, draft_vocab), embed, lm_head, ids)
+    config = make_config(head, window, vocab, confidence, draft_vocab, markov_w1)
+    model = DraftModel.from_target(config, embed, lm_head, ids)
     torch.manual_seed(seed + 1)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -178,10 +180,10 @@ def run_rounds(model: DraftModel, sampling: SamplingConfig, accepted=(2, 0, 3, 1
     return ids, features, positions, rounds
 
 
-@pytest.mark.parametrize("window", [0, 5])
-@pytest.mark.parametrize("head", HEADS)
-def test_train_forward_equals_incremental_inference(head: str, window: int) -> None:
-    model = make_model(head, window)
+@pytest.mark.parametrize(("head", "window", "markov_w1"),
+                         [(h, w, "table") for h in HEADS for w in (0, 5)] + [(h, 5, "embedding") for h in HEADS[1:]])
+def test_train_forward_equals_incremental_inference(head: str, window: int, markov_w1: str) -> None:
+    model = make_model(head, window, markov_w1=markov_w1)
     for sampling in (GREEDY, SamplingConfig(1.0)):
         ids, features, positions, rounds = run_rounds(model, sampling)
         anchors = torch.tensor([a for a, _ in rounds])
@@ -306,9 +308,9 @@ def test_chi_square_catches_a_wrong_sampler() -> None:
 # ---- frozen weights ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("head", HEADS)
-def test_only_trainable_params_learn(head: str) -> None:
-    model = make_model(head).train()
+@pytest.mark.parametrize(("head", "markov_w1"), [(h, "table") for h in HEADS] + [("gated", "embedding")])
+def test_only_trainable_params_learn(head: str, markov_w1: str) -> None:
+    model = make_model(head, markov_w1=markov_w1).train()
     frozen = {n: p.detach().clone() for n, p in model.named_parameters() if n.startswith(("embed_tokens", "lm_head"))}
     trainable = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     assert set(frozen) == {"embed_tokens.weight", "lm_head.weight"}
@@ -441,6 +443,26 @@ def test_checkpoint_round_trip_with_a_draft_vocabulary(tmp_path) -> None:
     for (name, a), (_, b) in zip(model.state_dict().items(), loaded.state_dict().items()):
         assert torch.equal(a, b), name
     assert torch.equal(loaded.vocab_index, model.vocab_index)
+
+
+def test_markov_w1_tied_to_the_frozen_embedding(tmp_path) -> None:
+    """markov_w1 = "embedding": W1[x] = P·E[x] for every target token (outside a draft vocabulary too),
+    an (r, d) projection stored instead of a table, and the full table DeepSpec's layout wants."""
+    model = make_model("vanilla", draft_vocab=12, markov_w1="embedding")
+    embed, lm_head = target_weights()
+    projection = model.markov.markov_w1.weight  # (r, d)
+    tokens = torch.tensor([[0, 5, V - 2]])  # V - 2 lies outside the draft vocabulary
+    assert V - 2 not in model.vocab_ids.tolist()
+    torch.testing.assert_close(model.markov_embedding(tokens), embed[tokens] @ projection.T)
+    torch.testing.assert_close(model.markov_table(), embed @ projection.T)
+    save_drafter(model, tmp_path / "drafter")
+    stored = load_file(str(tmp_path / "drafter" / "model.safetensors"))
+    assert stored["markov.markov_w1.weight"].shape == (16, D)
+    loaded = load_drafter(tmp_path / "drafter", embed, lm_head, "cpu").model
+    assert loaded.config.markov_w1 == "embedding"
+    torch.testing.assert_close(loaded.markov_table(), model.markov_table())
+    with pytest.raises(ValueError, match="markov_w1"):
+        make_config(markov_w1="shared")
 
 
 def test_empty_context_and_bfloat16() -> None:

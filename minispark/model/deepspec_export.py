@@ -65,6 +65,8 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
     target.check_layers(config.feature_layers)
     if config.draft_vocab:
         config, state = expand_draft_vocab(model, lm_head.detach().cpu())
+    elif config.markov_w1 == "embedding":  # DeepSpec stores W1 as a table: materialize P·E[x]
+        config, state = replace(config, markov_w1="table"), {**state, "markov.markov_w1.weight": model.markov_table()}
     text_config = target.text_config.to_dict()
     deepspec_config = deepspec_config_from_draft(config, text_config, target.num_layers)
     weights = {to_deepspec_key(k): v.detach().to(torch.bfloat16).contiguous().cpu() for k, v in state.items()}
@@ -91,7 +93,7 @@ def expand_draft_vocab(model: DraftModel, target_lm_head: torch.Tensor) -> tuple
     The lm_head becomes the target's; the Markov tables get one extra rank channel: W1[t] gains a
     constant 1 for every token, and W2 maps it to 0 inside the draft vocabulary and to ``OUTSIDE_BIAS``
     outside, so p_d stays exactly zero there (the other channels are the trained rows, "other"
-    row for previous tokens outside). Gated heads open that channel's gate; the confidence head
+    row for previous tokens outside; a W1 tied to the embedding is materialized). Gated heads open that channel's gate; the confidence head
     ignores it. RNN heads and heads without a Markov table cannot be expanded this way.
     """
     config = model.config
@@ -102,7 +104,9 @@ def expand_draft_vocab(model: DraftModel, target_lm_head: torch.Tensor) -> tuple
     state = {k: v.detach().float().cpu() for k, v in model.state_dict().items() if k != "vocab_ids"}
     index = model.vocab_index.cpu()  # (V,) draft index, n = "other"
     inside = index < n
-    w1 = torch.cat([state["markov.markov_w1.weight"][index], torch.ones(len(index), 1)], dim=1)  # (V, r+1)
+    rows = (model.markov_table().float().cpu() if config.markov_w1 == "embedding"
+            else state["markov.markov_w1.weight"][index])  # (V, r)
+    w1 = torch.cat([rows, torch.ones(len(index), 1)], dim=1)  # (V, r+1)
     w2 = torch.zeros(len(index), rank + 1)  # (V, r+1)
     w2[inside, :rank] = state["markov.markov_w2.weight"][index[inside]]
     w2[~inside, rank] = OUTSIDE_BIAS
@@ -117,7 +121,7 @@ def expand_draft_vocab(model: DraftModel, target_lm_head: torch.Tensor) -> tuple
     if config.confidence_uses_markov:  # [h; W1[x]] → one more input, weighted 0
         weight = state["confidence_proj.weight"]  # (1, d+r)
         state["confidence_proj.weight"] = torch.cat([weight, torch.zeros(1, 1)], dim=1)
-    return replace(config, draft_vocab=0, markov_rank=rank + 1), state
+    return replace(config, draft_vocab=0, markov_rank=rank + 1, markov_w1="table"), state
 
 
 def export_warnings(config: DraftConfig) -> list[str]:

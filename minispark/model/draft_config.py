@@ -20,6 +20,9 @@ from minispark.identity import DTYPES
 
 HeadType = Literal["none", "vanilla", "gated", "rnn"]
 HEAD_TYPES: tuple[str, ...] = ("none", "vanilla", "gated", "rnn")
+#: How the Markov head embeds the previous token: its own (rows, r) table, or a learned (r, d)
+#: projection of the frozen target embedding (far fewer parameters to memorize with).
+MARKOV_W1: tuple[str, ...] = ("table", "embedding")
 CONFIG_VERSION = 1
 
 
@@ -29,7 +32,8 @@ class DraftConfig:
 
     ``target`` identifies the target whose embedding/lm_head/features the drafter was trained on;
     loading refuses a different target. ``window`` (W) bounds the context rows a block sees by
-    text position (``0`` = unlimited).
+    text position (``0`` = unlimited). ``markov_w1`` picks the Markov head's previous-token embedding
+    (see :data:`MARKOV_W1`).
     """
 
     target: str
@@ -48,6 +52,7 @@ class DraftConfig:
     window: int = 0
     head: HeadType = "vanilla"
     markov_rank: int = 256
+    markov_w1: str = "table"
     confidence_head: bool = True
     confidence_with_markov: bool = True
     draft_vocab: int = 0
@@ -66,6 +71,8 @@ class DraftConfig:
             raise ValueError(f"head must be one of {HEAD_TYPES}, got {self.head!r}")
         if self.head != "none" and self.markov_rank <= 0:
             raise ValueError(f"head {self.head!r} needs markov_rank > 0, got {self.markov_rank}")
+        if self.markov_w1 not in MARKOV_W1:
+            raise ValueError(f"markov_w1 must be one of {MARKOV_W1}, got {self.markov_w1!r}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
         if self.block_size < 1 or self.window < 0:

@@ -27,13 +27,13 @@ class MarkovHead(nn.Module):
         self.rank = config.markov_rank
         # With a draft vocabulary both tables live in its space; W1 has one extra row shared by
         # every previous token outside it (the anchor may be any token).
+        # markov_w1 = "embedding" replaces the table by W1[x] = P·E[x] over the frozen target embedding E
+        # (DraftModel.markov_embedding feeds it E[x]): r·d parameters instead of rows·r.
+        self.tied = config.markov_w1 == "embedding"
         rows = config.draft_vocab + 1 if config.draft_vocab else config.vocab_size
-        self.markov_w1 = nn.Embedding(rows, config.markov_rank)
+        self.markov_w1 = (nn.Linear(config.hidden_size, config.markov_rank, bias=False) if self.tied
+                          else nn.Embedding(rows, config.markov_rank))
         self.markov_w2 = nn.Linear(config.markov_rank, config.output_size, bias=False)
-
-    def prev_embedding(self, prev_index: torch.Tensor) -> torch.Tensor:
-        """W1 rows (..., r) of previous tokens given as indices into the drafter's output space."""
-        return self.markov_w1(prev_index.long())
 
     def initial_state(self, like: torch.Tensor) -> torch.Tensor | None:
         return None

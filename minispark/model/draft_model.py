@@ -352,6 +352,17 @@ class DraftModel(nn.Module):
 
     # ---- heads ----------------------------------------------------------------------------
 
+    def markov_embedding(self, prev_tokens: torch.Tensor) -> torch.Tensor:
+        """W1[x] (..., r) of previous target tokens (...): a table row, or P·E[x] when tied to the embedding."""
+        if self.markov.tied:
+            return self.markov.markov_w1(self.embed_tokens(prev_tokens.long()))
+        return self.markov.markov_w1(self.draft_index(prev_tokens))
+
+    def markov_table(self) -> torch.Tensor:
+        """W1 (V, r) for every target token, as a full-vocabulary table (what DeepSpec's layout stores)."""
+        with torch.no_grad():
+            return self.markov_embedding(torch.arange(self.config.vocab_size, device=self.embed_tokens.weight.device))
+
     def head_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         """Draft logits (..., γ, N) = ``lm_head(h_k) + B_k`` over the drafter's output space (N = V
         without a draft vocabulary) for hidden (..., γ, d) and the teacher-forced previous target
@@ -359,7 +370,7 @@ class DraftModel(nn.Module):
         logits = self.lm_head(hidden)
         if self.markov is None:
             return logits
-        prev_emb = self.markov.prev_embedding(self.draft_index(prev_tokens))  # (..., γ, r)
+        prev_emb = self.markov_embedding(prev_tokens)  # (..., γ, r)
         if not self.markov.stateful:
             return logits + self.markov.step(None, prev_emb, hidden)[1]
         state = self.markov.initial_state(hidden[..., 0, :])
@@ -371,8 +382,7 @@ class DraftModel(nn.Module):
 
     def confidence_logits(self, hidden: torch.Tensor, prev_tokens: torch.Tensor) -> torch.Tensor:
         """Pre-sigmoid confidence (..., γ) (train with BCE-with-logits against c*_k)."""
-        prev_emb = (self.markov.prev_embedding(self.draft_index(prev_tokens)) if self.config.confidence_uses_markov
-                    else None)
+        prev_emb = self.markov_embedding(prev_tokens) if self.config.confidence_uses_markov else None
         return self._confidence_logits(hidden, prev_emb)
 
     def _confidence_logits(self, hidden: torch.Tensor, prev_emb: torch.Tensor | None) -> torch.Tensor:
@@ -431,7 +441,7 @@ class SequentialBlock(DraftBlock):
         if self.model.markov is None:
             return None
         if self._prev_emb_for != k:
-            self._prev_emb = self.model.markov.prev_embedding(self.model.draft_index(self.prev))
+            self._prev_emb = self.model.markov_embedding(self.prev)
             self._prev_emb_for = k
         return self._prev_emb
 

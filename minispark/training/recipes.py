@@ -28,12 +28,13 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from minispark.model.draft_config import HEAD_TYPES, DraftConfig
+from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1, DraftConfig
 from minispark.errors import MinisparkError
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
 CHOICES = {
     "head": HEAD_TYPES,
+    "markov_w1": MARKOV_W1,
     "cache_dtype": ("bf16", "fp16", "fp32"),
     "device": ("auto", "cpu", "cuda"),
     "dtype": ("auto", "fp32", "bf16"),
@@ -88,6 +89,7 @@ class TrainConfig:
     intermediate_size: int | None = None
     head: str = "vanilla"
     markov_rank: int = 256
+    markov_w1: str = "table"
     block_size: int = 7
     confidence_head: bool = True
     mask_token_id: int | None = None
@@ -196,7 +198,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "target": ("target", "hidden_size", "vocab_size", "tie_embeddings"),
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
-              "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
+              "markov_w1", "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience",
@@ -401,7 +403,7 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
         mask_token_id=pick("mask_token_id", mask_token_id),
         num_layers=config.num_layers, rms_eps=dims.rms_eps, rope_theta=dims.rope_theta,
         block_size=config.block_size, window=config.window, head=config.head, markov_rank=config.markov_rank,
-        confidence_head=config.confidence_head, draft_vocab=config.draft_vocab, dtype=dtype)
+        markov_w1=config.markov_w1, confidence_head=config.confidence_head, draft_vocab=config.draft_vocab, dtype=dtype)
 
 
 def target_dims(target: Any) -> TargetDims:

@@ -476,6 +476,32 @@ def cache(
     _print_json(report.to_json()) if as_json else console.print(report.summary())
 
 
+@app.command("cache-mix")
+@one_line_errors
+def cache_mix(
+    parts: list[str] = typer.Argument(..., help="Training caches to mix, each DIR or DIR:N (its first N samples)."),
+    out: Path = typer.Option(..., "--out", help="Directory of the mixed cache (a rerun resumes it)."),
+    samples_per_shard: int = typer.Option(128, "--samples-per-shard", help="Samples per shard file of the mix."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Mix finished training caches (e.g. regenerated answers and teacher-forced text) into one cache."""
+    from minispark.data.cache_mix import mix_caches, parse_part
+
+    validate.output_dir(out)
+    validate.integer(samples_per_shard, "--samples-per-shard", 1)
+    specs = [parse_part(spec) for spec in parts]
+    for spec in specs:
+        validate.input_dir(spec.directory, "PARTS")
+    manifest = mix_caches(out, specs, samples_per_shard=samples_per_shard, log=err_console.print)
+    totals = manifest["totals"]
+    if as_json:
+        _print_json({"out": str(out), "parts": manifest["config"]["parts"], **totals})
+        return
+    console.print(f"{out}: {totals['samples']} samples ({totals['generated_tokens']} answer tokens, "
+                  f"{totals['anchors']} anchors) from " + ", ".join(
+                      f"{p['samples']} of {p['directory']} ({p['source']})" for p in manifest["config"]["parts"]))
+
+
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
 @one_line_errors
 def train(

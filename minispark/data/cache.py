@@ -26,11 +26,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from minispark import __version__
-from minispark.data.cache_format import (CACHE_DTYPES, FORMAT, FORMAT_VERSION, MANIFEST, CacheError, CacheMismatchError,
-                                    PackedSample, ShardFile, config_hash, file_sha256, pack_shard, read_manifest,
-                                    shard_name, write_manifest, write_shard)
-from minispark.data.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, format_bytes, full_bytes,
+from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, CacheError, CacheMismatchError, PackedSample,
+                                    ShardFile, build_manifest, config_hash, file_sha256, pack_shard, read_manifest,
+                                    shard_name, shard_stats, write_manifest, write_shard)
+from minispark.data.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, format_bytes,
                                      select_anchors, window_layout)
 from minispark.errors import MinisparkError
 from minispark.data.prompts import (HELDOUT_FILE, PromptFileError, PromptSample, heldout_keys, load_prompts,
@@ -298,8 +297,8 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
             tensors = pack_shard(packed, len(layers), target.hidden_size, config.dtype)
             metadata = {"config_hash": stamp, "shard": k, "first_sample": indices[0], "num_samples": len(indices)}
             entry = write_shard(config.out / shard_name(k), tensors, metadata)
-            done[k] = entry | _shard_stats(tensors, len(layers), target.hidden_size, config.dtype)
-            write_manifest(config.out, _manifest(cfg, done, num_shards, num_samples))
+            done[k] = entry | shard_stats(tensors, len(layers), target.hidden_size, config.dtype)
+            write_manifest(config.out, build_manifest(cfg, done, num_shards, num_samples))
             if on_shard is not None:
                 on_shard(k)
     entries = [done[k] for k in range(num_shards)]
@@ -389,26 +388,6 @@ def pack_sample(target: Target, index: int, prompt: PromptInputs, answer: Answer
                         features=answer.features[ctx].to(dtype), final_hidden=answer.final_hidden[hid].to(dtype))
 
 
-def _shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:
-    seq_len = tensors["seq_len"].long()
-    return {"samples": int(len(seq_len)), "first_sample": int(tensors["sample_index"][0]) if len(seq_len) else 0,
-            "generated_tokens": int((seq_len - tensors["prompt_len"].long()).sum()),
-            "anchors": int(len(tensors["anchor_pos"])),
-            "full_bytes": sum(full_bytes(int(n), num_layers, hidden_size, dtype) for n in seq_len)}
-
-
-def _manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: int,
-              num_samples: int) -> dict[str, Any]:
-    """The manifest for the shards finished so far; deterministic (no times) so resumes match byte for byte."""
-    entries = [done[k] for k in sorted(done)]
-    complete = len(entries) == num_shards
-    keys = ("samples", "generated_tokens", "anchors", "bytes", "full_bytes")
-    totals = {key: sum(e[key] for e in entries) for key in keys}
-    return {"format": FORMAT, "format_version": FORMAT_VERSION, "minispark_version": __version__, "config": cfg,
-            "num_samples": num_samples, "num_shards": num_shards, "shards": entries, "complete": complete,
-            "totals": totals}
-
-
 def _resume_config(out: Path, cfg: dict[str, Any]) -> dict[str, Any]:
     """The manifest's own config when ``out`` holds a cache of the same target spelled differently
     (another path to the same files: equal content hashes), so resuming keeps its bytes; else ``cfg``."""
@@ -470,7 +449,7 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
         if ok:
             tensors = {key: shard[key] for key in ("seq_len", "prompt_len", "sample_index", "anchor_pos")}
             done[k] = {"file": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path)} | \
-                _shard_stats(tensors, len(cfg["layers"]), cfg["target_model"]["hidden_size"], cfg["dtype"])
+                shard_stats(tensors, len(cfg["layers"]), cfg["target_model"]["hidden_size"], cfg["dtype"])
         else:
             log(f"{path}: corrupt, truncated or outdated shard; regenerating it")
             path.unlink()

@@ -34,7 +34,8 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from minispark.data.cache_windows import WindowLayout
+from minispark import __version__
+from minispark.data.cache_windows import WindowLayout, full_bytes
 from minispark.atomic import write_bytes_atomic
 from minispark.errors import MinisparkError
 
@@ -163,6 +164,28 @@ def read_manifest(directory: Path) -> dict[str, Any]:
         raise CacheError(f"{path}: format version {manifest.get('format_version')} "
                          f"(this minispark reads {FORMAT_VERSION}); rebuild the cache")
     return manifest
+
+
+def shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:
+    """A shard's manifest counts: samples, first sample, generated tokens, anchors, full-sequence bytes."""
+    seq_len = tensors["seq_len"].long()
+    return {"samples": int(len(seq_len)), "first_sample": int(tensors["sample_index"][0]) if len(seq_len) else 0,
+            "generated_tokens": int((seq_len - tensors["prompt_len"].long()).sum()),
+            "anchors": int(len(tensors["anchor_pos"])),
+            "full_bytes": sum(full_bytes(int(n), num_layers, hidden_size, dtype) for n in seq_len)}
+
+
+def build_manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: int,
+              num_samples: int) -> dict[str, Any]:
+    """The manifest for the shards finished so far; deterministic (no times) so resumes match byte for byte."""
+    entries = [done[k] for k in sorted(done)]
+    complete = len(entries) == num_shards
+    keys = ("samples", "generated_tokens", "anchors", "bytes", "full_bytes")
+    totals = {key: sum(e[key] for e in entries) for key in keys}
+    return {"format": FORMAT, "format_version": FORMAT_VERSION, "minispark_version": __version__, "config": cfg,
+            "num_samples": num_samples, "num_shards": num_shards, "shards": entries, "complete": complete,
+            "totals": totals}
+
 
 
 # ---------------------------------------------------------------------- reading

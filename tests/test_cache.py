@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import minispark.data.cache as cache_module
+import minispark.data.cache_estimate as cache_estimate
 from minispark.data.cache import CacheConfig, build_cache, estimate_cache
 from minispark.data.cache_format import CACHE_DTYPES, CacheReader
 from minispark.errors import MinisparkError
@@ -241,7 +242,7 @@ def test_dry_run_estimate_tracks_the_real_size(llama, prompts, tmp_path, monkeyp
     assert set(report.to_json()) >= {"samples", "generated_tokens", "anchors", "bytes_per_sample", "ratio_to_full"}
     assert f"{report.samples} samples" in report.summary()
 
-    monkeypatch.setattr(cache_module, "_free_bytes", lambda path: 1000)
+    monkeypatch.setattr(cache_estimate, "free_bytes", lambda path: 1000)
     assert not estimate_cache(config, target=llama).fits
     refused = CacheConfig(**{**vars(config), "out": tmp_path / "small_disk"})
     with pytest.raises(MinisparkError, match="--force"):

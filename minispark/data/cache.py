@@ -15,11 +15,10 @@ the same samples, so a killed build resumes to the same bytes as an uninterrupte
 from __future__ import annotations
 
 import math
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +28,8 @@ import torch
 from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, CacheError, CacheMismatchError, PackedSample,
                                     ShardFile, build_manifest, config_hash, file_sha256, pack_shard, read_manifest,
                                     shard_name, shard_stats, write_manifest, write_shard)
-from minispark.data.cache_windows import (ByteEstimate, answer_mask, estimate_bytes, format_bytes,
-                                     select_anchors, window_layout)
+from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
+from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
 from minispark.errors import MinisparkError
 from minispark.data.prompts import (HELDOUT_FILE, PromptFileError, PromptSample, heldout_keys, load_prompts,
                                prompt_file_hash, prompt_key)
@@ -162,32 +161,6 @@ class CacheReport:
                 f"{format_bytes(self.total_bytes)} in {self.shards} shards at {self.out})")
 
 
-@dataclass
-class CacheEstimate:
-    """``--dry-run`` output: the size estimate and whether the output disk has room."""
-
-    estimate: ByteEstimate
-    free_bytes: int
-    layers: list[int]
-    notes: list[str] = field(default_factory=list)
-
-    @property
-    def fits(self) -> bool:
-        return self.estimate.total_bytes <= self.free_bytes
-
-    def to_json(self) -> dict[str, Any]:
-        e = self.estimate
-        return {"samples": e.num_samples, "bytes_per_sample": round(e.bytes_per_sample, 1),
-                "total_bytes": e.total_bytes, "full_bytes": round(e.full_bytes_per_sample * e.num_samples),
-                "ratio_to_full": round(e.ratio, 4), "free_bytes": self.free_bytes, "fits": self.fits,
-                "layers": self.layers}
-
-    def describe(self) -> str:
-        room = "fits" if self.fits else "does NOT fit"
-        return (f"layers {self.layers}: {self.estimate.describe()}; {format_bytes(self.free_bytes)} free at the "
-                f"output: {room}")
-
-
 # ---------------------------------------------------------------------- preparation
 def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSample], Target, list[int]]:
     """Validate the prompt file, then load the target and resolve the layers (refusing the last)."""
@@ -220,22 +193,7 @@ def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSamp
 def estimate_cache(config: CacheConfig, *, target: Target | None = None, max_prompts: int = 256) -> CacheEstimate:
     """The ``--dry-run``: bytes per sample and in total, assuming every answer runs to the token cap."""
     samples, target, layers = prepare(config, target)
-    return _estimate(config, target, samples, layers, max_prompts)
-
-
-def _estimate(config: CacheConfig, target: Target, samples: list[PromptSample], layers: list[int],
-              max_prompts: int) -> CacheEstimate:
-    num_samples = config.num_samples or len(samples)
-    picks = np.linspace(0, len(samples) - 1, num=min(len(samples), max_prompts)).round().astype(int)
-    lengths = [target.encode(**samples[i].encode_kwargs()).length for i in picks]
-    scale = len(samples) / len(picks)  # map each sample to the nearest encoded prompt
-    per_sample = [lengths[min(int(i / scale), len(lengths) - 1)] for i in range(len(samples))]
-    estimate = estimate_bytes(hidden_size=target.hidden_size, num_layers=len(layers), prompt_tokens=per_sample,
-                              answer_tokens=config.max_new_tokens, anchors_per_sample=config.anchors_per_sample,
-                              anchor_run=config.anchor_run, window=config.window, block=config.block, dtype=config.dtype,
-                              num_samples=num_samples, seed=config.seed)
-    notes = [f"answers assumed to reach --max-new-tokens {config.max_new_tokens} (an upper bound)"]
-    return CacheEstimate(estimate, _free_bytes(config.out), layers, notes)
+    return estimate(config, target, samples, layers, max_prompts)
 
 
 def manifest_config(config: CacheConfig, target: Target, layers: list[int], prompts_hash: str,
@@ -287,7 +245,7 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
     done = _resumable_shards(config.out, cfg, counts, log)
     todo = [k for k in range(num_shards) if k not in done]
     if todo and not config.force:
-        _check_disk(config, target, samples, layers, sum(len(_shard_range(k, config, num_samples)) for k in todo))
+        check_disk(config, target, samples, layers, sum(len(_shard_range(k, config, num_samples)) for k in todo))
 
     stamp = config_hash(cfg)
     with _Bar(progress, num_samples, sum(e["samples"] for e in done.values())) as bar:
@@ -454,23 +412,6 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
             log(f"{path}: corrupt, truncated or outdated shard; regenerating it")
             path.unlink()
     return done
-
-
-def _check_disk(config: CacheConfig, target: Target, samples: list[PromptSample], layers: list[int],
-                remaining: int) -> None:
-    estimate = _estimate(config, target, samples, layers, max_prompts=64).estimate
-    need = estimate.bytes_per_sample * remaining
-    free = _free_bytes(config.out)
-    if need > free:
-        raise MinisparkError(f"--out {config.out}: needs up to ~{format_bytes(need)} for {remaining} samples but only "
-                             f"{format_bytes(free)} is free (see --dry-run; --force starts anyway)")
-
-
-def _free_bytes(path: Path) -> int:
-    path = Path(path).resolve()
-    while not path.exists():
-        path = path.parent
-    return shutil.disk_usage(path).free
 
 
 # ---------------------------------------------------------------------- progress

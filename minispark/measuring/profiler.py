@@ -26,7 +26,7 @@ profiler therefore measures what other processes use: the CPU time of all cores 
 (``/proc/stat``), over one second before profiling and over the whole run. Where that is not
 readable, it falls back to the load average minus an estimate of its own share. A table measured
 while other processes wanted the cores is refused (``allow_busy`` records it anyway, flagged), and
-every table stores the readings in ``metadata["machine_load"]``.
+every table stores the readings in ``metadata["machine_load"]`` (:mod:`~minispark.measuring.machine_load`).
 
 CUDA steps are timed with events after a synchronize; CPU steps with ``perf_counter``.
 
@@ -38,8 +38,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import gc
-import math
-import os
 import platform
 import random
 import shutil
@@ -58,6 +56,7 @@ from minispark.atomic import save_figure
 from minispark.errors import MinisparkError
 from minispark import defaults
 from minispark.identity import device_name, dtype_name, target_quantization
+from minispark.measuring import machine_load as load
 from minispark.serving.sps import SPSTable, user_tables_dir
 from minispark.serving.target import PromptInputs, Target, TargetSession, load_target
 
@@ -286,9 +285,9 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
                              f"{max_positions} positions")
 
     device = target.device
-    load_before = machine_load(device)
-    _check_load(load_before, "before profiling", config.allow_busy)
-    cpu_start = read_cpu_times() if load_before is not None else None
+    load_before = load.machine_load(device)
+    load.check_load(load_before, "before profiling", config.allow_busy)
+    cpu_start = load.read_cpu_times() if load_before is not None else None
     measure = StepTimer(device, timer)
     rng = random.Random(config.seed)
     total = len(contexts) * config.rounds * config.max_tokens
@@ -314,8 +313,8 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
             gc.enable()
 
     wall_s = time.monotonic() - started
-    load_after = machine_load(device, own_seconds=wall_s, since=cpu_start)
-    _check_load(load_after, "during profiling", config.allow_busy)
+    load_after = load.machine_load(device, own_seconds=wall_s, since=cpu_start)
+    load.check_load(load_after, "during profiling", config.allow_busy)
     metadata = _metadata(target, config, device, skipped, wall_s)
     if load_before is not None and load_after is not None:
         metadata["machine_load"] = {"before": load_before.as_dict(), "after": load_after.as_dict(),
@@ -343,116 +342,6 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
         seconds_spread=[[_spread(times) for times in row] for row in samples],
         metadata=metadata,
     )
-
-
-#: Load (runnable processes) others may add beyond the cores torch leaves free before the machine
-#: counts as busy: half a core, so a table is only written when the profiler had its cores alone.
-BUSY_SLACK = 0.5
-#: Time constant of the kernel's 1-minute load average (an exponential moving average).
-LOAD_TIME_CONSTANT_S = 60.0
-
-
-def read_load() -> tuple[float, int] | None:
-    """(1-minute load average, core count), or None where the OS does not report it."""
-    if not hasattr(os, "getloadavg"):
-        return None
-    return os.getloadavg()[0], os.cpu_count() or 1
-
-
-#: Seconds of CPU accounting before profiling (what other processes use right now).
-CPU_WINDOW_S = 1.0
-
-
-def read_cpu_times() -> tuple[float, float, float] | None:
-    """(CPU-seconds all cores spent busy, CPU-seconds of this process, monotonic seconds), or None
-    where ``/proc/stat`` is not readable. Two readings give what *other* processes used in between,
-    exactly, unlike the 1-minute load average, which still carries this process's own earlier work
-    (e.g. the demo's calibrate stage right before its profile stage)."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-    except (OSError, ValueError, IndexError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    return busy, time.process_time(), time.monotonic()
-
-
-def others_between(first: tuple[float, float, float], last: tuple[float, float, float]) -> float:
-    """Cores other processes kept busy between two :func:`read_cpu_times` readings."""
-    elapsed = last[2] - first[2]
-    if elapsed <= 0:
-        return 0.0
-    return max(0.0, ((last[0] - first[0]) - (last[1] - first[1])) / elapsed)
-
-
-@dataclass
-class MachineLoad:
-    """One load reading. ``own`` is the profiler's estimated share of ``load_1min``: its torch
-    threads, ramped in by the load average's time constant over ``own_seconds`` of profiling."""
-
-    load_1min: float
-    cores: int
-    threads: int
-    own: float
-    #: Cores other processes used over the measured window (CPU-time accounting); None: estimated
-    #: from the load average minus ``own``.
-    measured_others: float | None = None
-
-    @property
-    def others(self) -> float:
-        if self.measured_others is not None:
-            return self.measured_others
-        return max(0.0, self.load_1min - self.own)
-
-    @property
-    def busy(self) -> bool:
-        return self.others > max(0, self.cores - self.threads) + BUSY_SLACK
-
-    def describe(self) -> str:
-        if self.measured_others is not None:
-            return (f"other processes kept {self.others:.2f} of {self.cores} cores busy, with {self.threads} "
-                    "torch threads")
-        return (f"1-min load {self.load_1min:.2f} on {self.cores} cores, {self.others:.2f} of it from other "
-                f"processes, with {self.threads} torch threads")
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"load_1min": round(self.load_1min, 2), "others": round(self.others, 2), "cores": self.cores,
-                "threads": self.threads, "busy": self.busy,
-                "others_from": "load-average" if self.measured_others is None else "cpu-time"}
-
-
-def machine_load(device: torch.device, own_seconds: float = 0.0,
-                 since: tuple[float, float, float] | None = None) -> MachineLoad | None:
-    """The CPU load when profiling on CPU (None on GPUs or where the OS does not report it).
-
-    Where CPU times are readable, what other processes used is measured: since ``since`` (a
-    :func:`read_cpu_times` reading at the start of profiling), or over the next ``CPU_WINDOW_S``.
-    Otherwise it is the load average minus this process's share, ramped in over ``own_seconds``."""
-    reading = read_load() if device.type == "cpu" else None
-    if reading is None:
-        return None
-    threads = torch.get_num_threads()
-    own = threads * (1.0 - math.exp(-own_seconds / LOAD_TIME_CONSTANT_S))
-    first = since if since is not None else read_cpu_times()
-    measured = None
-    if first is not None:
-        if since is None:
-            time.sleep(CPU_WINDOW_S)
-        last = read_cpu_times()
-        measured = others_between(first, last) if last is not None else None
-    return MachineLoad(reading[0], reading[1], threads, own, measured)
-
-
-def _check_load(load: MachineLoad | None, when: str, allow_busy: bool) -> None:
-    """Refuse (or, with ``allow_busy``, warn) when other processes were competing for the cores."""
-    if load is None or not load.busy:
-        return
-    message = (f"profile: the machine is busy {when} ({load.describe()}); its timings would include "
-               f"contention. Profile on an idle machine or with fewer --threads")
-    if not allow_busy:
-        raise MinisparkError(f"{message}, or pass --allow-busy to write a table flagged as busy")
-    warnings.warn(f"{message}; --allow-busy: the table is written and flagged as busy", stacklevel=3)
 
 
 def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipped: list[int],

@@ -81,7 +81,7 @@ def test_onpolicy_run_starts_from_the_drafter_and_trains_on_round_anchors(cache,
     record = json.loads((tmp_path / ONPOLICY_FILE).read_text())
     reader = CacheReader(cache)
     samples = sample_anchors(reader)
-    chosen = trainer.replay.indices
+    chosen = {i for starts in trainer.replay.starts.values() for i in starts}
     assert set(int(k) for k in record["starts"]) == set(samples)
     for sample, anchors in samples.items():
         starts = record["starts"][str(sample)]

@@ -11,7 +11,7 @@ The trainer and the held-out proxy both batch through here, so they see identica
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,18 +48,21 @@ class AnchorPlan:
     A group is a whole sample's anchors (``run == 0``) or a run of ``run`` consecutive anchors of
     one sample. Epoch e visits the groups in the order of a permutation seeded by (seed, e), and
     step s takes anchors [s·B, (s+1)·B) of the stream: a pure function of (seed, s), so a resumed
-    run sees exactly the batches it would have seen. ``keep`` restricts the stream to those reader
-    indices (on-policy refinement's round anchors). With dense anchors (hundreds per sample) whole
+    run sees exactly the batches it would have seen. ``samples`` gives the anchors to train on
+    directly, per sample as reader indices in position order (on-policy refinement's round anchors),
+    instead of every anchor of the cache. With dense anchors (hundreds per sample) whole
     samples make a step's B anchors neighbours in one answer — one highly correlated gradient after
     another; short runs mix B/run samples per step while neighbours still share context rows.
     """
 
     def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0, *,
-                 max_samples: int = 0, anchors_per_sample: int = 0, keep: Collection[int] | None = None) -> None:
-        samples: dict[int, list[int]] = {}
-        for index, anchor in enumerate(reader):
-            if (max_samples <= 0 or anchor.sample_index < max_samples) and (keep is None or index in keep):
+                 max_samples: int = 0, anchors_per_sample: int = 0,
+                 samples: Mapping[int, list[int]] | None = None) -> None:
+        if samples is None:
+            samples = {}
+            for index, anchor in enumerate(reader):
                 samples.setdefault(anchor.sample_index, []).append(index)
+        samples = {k: v for k, v in samples.items() if v and (max_samples <= 0 or k < max_samples)}
         if not samples:
             raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")
         self.groups = [samples[k] for k in sorted(samples)]

@@ -47,10 +47,6 @@ class Replay:
     rounds: int
     tau: float  # mean accepted drafts + 1 per replayed round: the drafter's τ on its training answers
 
-    @property
-    def indices(self) -> set[int]:
-        return {i for chosen in self.starts.values() for i in chosen}
-
     def to_json(self, init_from: str, seed: int) -> str:
         record = asdict(self) | {"init_from": init_from, "seed": seed}
         record["starts"] = {str(k): v for k, v in self.starts.items()}

@@ -223,7 +223,7 @@ class Trainer:
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
         self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
                                max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample,
-                               keep=self.replay.indices if self.replay else None)
+                               samples=self.replay.starts if self.replay else None)
         self.cache_hash = config_hash(reader.config)
         self.step = 0
         self.heldout: HeldoutProxy | None = None

@@ -43,7 +43,8 @@ def caches(tmp_path_factory) -> dict[str, Path]:
     texts.write_text("".join(json.dumps({"messages": [{"role": "user", "content": f"Question {i}?"},
                                                       {"role": "assistant", "content": f"Answer number {i} is "
                                                        f"{'long ' * (i + 2)}enough."}]}) + "\n" for i in range(3)))
-    out = {"answers": root / "answers", "texts": root / "texts", "heldout": root / "heldout"}
+    out = {"answers": root / "answers", "texts": root / "texts", "heldout": root / "heldout",
+           "target": root / "llama", "prompts": prompts}
     build_cache(CacheConfig(prompts=prompts, out=out["answers"], num_samples=5, **COMMON), target=target,
                 log=lambda _: None)
     build_cache(CacheConfig(prompts=texts, out=out["texts"], source="text", **COMMON), target=target,
@@ -136,6 +137,14 @@ def test_a_killed_mix_resumes_to_the_same_bytes(caches, tmp_path, monkeypatch) -
     assert [e["sha256"] for e in resumed["shards"]] == [e["sha256"] for e in reference["shards"]]
     with pytest.raises(CacheMismatchError, match="another cache or mix"):
         mix_caches(tmp_path / "killed", parts[::-1], samples_per_shard=2)
+
+
+def test_a_mix_cannot_be_grown_by_the_cache_build(caches, tmp_path) -> None:
+    mix_caches(tmp_path / "mix", [MixPart(caches["answers"]), MixPart(caches["texts"])])
+    target = load_target(str(caches["target"]))
+    with pytest.raises(CacheMismatchError, match=r"a mix of caches \(`minispark cache-mix`\), which cannot grow"):
+        build_cache(CacheConfig(prompts=caches["prompts"], out=tmp_path / "mix", num_samples=9, **COMMON),
+                    target=target, log=lambda _: None)
 
 
 def test_cli_mix_and_train_on_it(caches, tmp_path) -> None:

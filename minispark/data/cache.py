@@ -370,6 +370,9 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
     listed: dict[str, dict] = {}
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
+        if manifest["config"].get("source") == "mix":
+            raise CacheMismatchError(f"{out / MANIFEST}: --out holds a mix of caches (`minispark cache-mix`), which "
+                                     "cannot grow; grow its parts and mix them again")
         if manifest["config"] != cfg:
             old = manifest["config"]
             key = next(k for k in sorted(set(cfg) | set(old)) if cfg.get(k) != old.get(k))

@@ -24,14 +24,6 @@ COMMON = dict(max_new_tokens=6, layers="1,2", anchors_per_sample=4, anchor_run=2
               samples_per_shard=2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def caches(tmp_path_factory) -> dict[str, Path]:
     """A regenerated cache of 5 answers, a teacher-forced one of 3 texts, and a held-out one (tiny Llama)."""

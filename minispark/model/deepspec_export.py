@@ -93,8 +93,9 @@ def expand_draft_vocab(model: DraftModel, target_lm_head: torch.Tensor) -> tuple
     The lm_head becomes the target's; the Markov tables get one extra rank channel: W1[t] gains a
     constant 1 for every token, and W2 maps it to 0 inside the draft vocabulary and to ``OUTSIDE_BIAS``
     outside, so p_d stays exactly zero there (the other channels are the trained rows, "other"
-    row for previous tokens outside; a W1 tied to the embedding is materialized). Gated heads open that channel's gate; the confidence head
-    ignores it. RNN heads and heads without a Markov table cannot be expanded this way.
+    row for previous tokens outside; a W1 tied to the embedding is materialized). Gated heads open
+    that channel's gate; the confidence head ignores it. RNN heads and heads without a Markov table
+    cannot be expanded this way.
     """
     config = model.config
     if config.head not in ("vanilla", "gated"):

@@ -445,7 +445,8 @@ def cache(
     """Regenerate answers with the target and cache its features for sampled anchor windows only."""
     from dataclasses import replace
 
-    from minispark.data.cache import CacheConfig, build_cache, default_prompts, estimate_cache
+    from minispark.data.cache import CacheConfig, build_cache, estimate_cache
+    from minispark.data.cache_config import default_prompts
 
     if validate.input_file(prompts, "--prompts") is not None:
         from minispark.data.prompts import load_prompts

@@ -252,7 +252,8 @@ class _Stages:
 def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
                  progress: bool = True, log: LogFn = print) -> PipelineResult:
     """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
-    from minispark.data.cache import CacheConfig, build_cache, default_prompts
+    from minispark.data.cache import CacheConfig, build_cache
+    from minispark.data.cache_config import default_prompts
     from minispark.training.recipes import load_recipe
 
     out, sizes = Path(out), sizes or PipelineSizes()

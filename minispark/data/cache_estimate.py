@@ -10,17 +10,15 @@ from __future__ import annotations
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
+from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_windows import ByteEstimate, estimate_bytes, format_bytes
 from minispark.data.prompts import PromptSample
 from minispark.errors import MinisparkError
 from minispark.serving.target import Target
-
-if TYPE_CHECKING:
-    from minispark.data.cache import CacheConfig
 
 
 @dataclass

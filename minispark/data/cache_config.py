@@ -1,0 +1,101 @@
+"""What ``minispark cache`` takes: :class:`CacheConfig`, validated as it is built (one-line errors
+naming the flag), and the shipped prompt files a build defaults to. Kept apart from the build so the
+size estimate (``cache_estimate``) and the build (``cache``) can both read it.
+
+    .venv/bin/python -c "from minispark.data.cache_config import CacheConfig; print(CacheConfig('p.jsonl', 'out'))"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from minispark.data.cache_format import CACHE_DTYPES
+from minispark.data.prompts import HELDOUT_FILE
+from minispark.errors import MinisparkError
+from minispark.serving.sampling import SamplingConfig
+
+DEMO_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts"
+
+
+SPLITS = ("train", "heldout")
+SOURCES = ("regenerate", "text")
+
+
+def default_prompts(is_vlm: bool, split: str = "train") -> Path:
+    """The shipped corpus: training prompts (plus image prompts for a VLM target), or the held-out split."""
+    if split == "heldout":
+        return HELDOUT_FILE
+    return DEMO_PROMPTS / ("corpus_vision.jsonl" if is_vlm else "corpus.jsonl")
+
+
+@dataclass
+class CacheConfig:
+    """Everything ``minispark cache`` takes. ``layers`` is "auto", "1,9,17" or a list of ids.
+
+    ``dtype`` is the stored feature dtype; ``target_dtype`` the target's compute dtype (None: the
+    device default, fp32 on CPU). ``num_samples`` defaults to the number of prompts; more cycles
+    through the prompts again, each repeat with its own seed.
+    """
+
+    prompts: Path
+    out: Path
+    target: str | None = None
+    num_samples: int | None = None
+    max_new_tokens: int = 512
+    temperature: float = 0.7
+    top_p: float = 0.8
+    top_k: int = 20
+    layers: str | Sequence[int] = "auto"
+    anchors_per_sample: int = 32
+    anchor_run: int = 16
+    window: int = 32
+    block: int = 7
+    dtype: str = "bf16"
+    target_dtype: str | None = None
+    device: str | None = None
+    load_in_4bit: bool = False
+    load_in_8bit: bool = False
+    batch_size: int = 0
+    samples_per_shard: int = 64
+    seed: int = 0
+    split: str = "train"
+    source: str = "regenerate"
+    force: bool = False
+
+    def __post_init__(self) -> None:
+        self.prompts, self.out = Path(self.prompts), Path(self.out)
+        num_samples = 1 if self.num_samples is None else self.num_samples
+        minimums = {"--num-samples": (num_samples, 1), "--max-new-tokens": (self.max_new_tokens, 1),
+                    "--anchors-per-sample": (self.anchors_per_sample, 1),
+                    "--anchor-run": (self.anchor_run, 1), "--window": (self.window, 0),
+                    "--block": (self.block, 1), "--batch-size": (self.batch_size, 0),
+                    "--samples-per-shard": (self.samples_per_shard, 1)}
+        for flag, (value, minimum) in minimums.items():
+            if value < minimum:
+                raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+        if self.source not in SOURCES:
+            raise MinisparkError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
+        if self.split not in SPLITS:
+            raise MinisparkError(f"--split: {self.split!r} is not one of {', '.join(SPLITS)}")
+        if self.dtype not in CACHE_DTYPES:
+            raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(CACHE_DTYPES)})")
+        _ = self.sampling, self.layer_ids  # both raise MinisparkError on bad values
+
+    @property
+    def sampling(self) -> SamplingConfig:
+        return SamplingConfig(self.temperature, top_k=self.top_k, top_p=self.top_p)
+
+    @property
+    def layer_ids(self) -> list[int] | None:
+        """Explicit layer ids, or None for auto."""
+        if isinstance(self.layers, str):
+            if self.layers.strip() == "auto":
+                return None
+            try:
+                return [int(x) for x in self.layers.split(",")]
+            except ValueError:
+                raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
+                                     f"got {self.layers!r}") from None
+        return [int(x) for x in self.layers]

@@ -76,6 +76,13 @@ def test_mix_holds_exactly_its_parts_anchors(caches, tmp_path) -> None:
     assert len(manifest["shards"]) == 2 and manifest["complete"]
 
 
+def test_reader_anchor_samples_match_the_anchors(caches, tmp_path) -> None:
+    mix_caches(tmp_path / "mix", [MixPart(caches["answers"]), MixPart(caches["texts"])], samples_per_shard=2)
+    reader = CacheReader(tmp_path / "mix")
+    samples, positions = reader.anchor_samples()
+    assert samples.tolist() == [a.sample_index for a in reader] and positions.tolist() == [a.position for a in reader]
+
+
 def test_slices_concatenate_back_to_the_shard(caches) -> None:
     shard = CacheReader(caches["answers"]).shards[0]
     whole = {key: shard[key] for key in ("sample_index", "anchor_ctx", "features", "sample_anchor_offset")}

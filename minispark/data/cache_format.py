@@ -176,7 +176,7 @@ def shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: 
 
 
 def build_manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_shards: int,
-              num_samples: int) -> dict[str, Any]:
+                   num_samples: int) -> dict[str, Any]:
     """The manifest for the shards finished so far; deterministic (no times) so resumes match byte for byte."""
     entries = [done[k] for k in sorted(done)]
     complete = len(entries) == num_shards
@@ -355,6 +355,15 @@ class CacheReader:
         shard_index = int(np.searchsorted(self._ends, index, side="right"))
         local = index - (int(self._ends[shard_index - 1]) if shard_index else 0)
         return self._anchor(self.shards[shard_index], local)
+
+    def anchor_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        """(A,) sample index and (A,) position of every anchor in reader order, read from the shards'
+        index tensors without building each :class:`Anchor` (planning a run over 200k anchors)."""
+        samples = [shard["sample_index"].numpy()[shard["anchor_sample"].numpy()] for shard in self.shards]
+        positions = [shard["anchor_pos"].numpy() for shard in self.shards]
+        if not samples:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(samples).astype(np.int64), np.concatenate(positions).astype(np.int64)
 
     def __iter__(self) -> Iterator[Anchor]:
         for shard in self.shards:

@@ -60,8 +60,8 @@ class AnchorPlan:
                  samples: Mapping[int, list[int]] | None = None) -> None:
         if samples is None:
             samples = {}
-            for index, anchor in enumerate(reader):
-                samples.setdefault(anchor.sample_index, []).append(index)
+            for index, sample in enumerate(reader.anchor_samples()[0].tolist()):
+                samples.setdefault(sample, []).append(index)
         samples = {k: v for k, v in samples.items() if v and (max_samples <= 0 or k < max_samples)}
         if not samples:
             raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")

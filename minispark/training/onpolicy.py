@@ -56,10 +56,10 @@ class Replay:
 def sample_anchors(reader: CacheReader, max_samples: int = 0) -> dict[int, list[tuple[int, int]]]:
     """Per sample, its anchors as (position, reader index) in position order."""
     samples: dict[int, list[tuple[int, int]]] = {}
-    for index in range(len(reader)):
-        anchor = reader[index]
-        if max_samples <= 0 or anchor.sample_index < max_samples:
-            samples.setdefault(anchor.sample_index, []).append((anchor.position, index))
+    sample_of, positions = reader.anchor_samples()
+    for index, (sample, position) in enumerate(zip(sample_of.tolist(), positions.tolist())):
+        if max_samples <= 0 or sample < max_samples:
+            samples.setdefault(sample, []).append((position, index))
     return {k: sorted(v) for k, v in sorted(samples.items())}
 
 

@@ -56,9 +56,9 @@ def estimate(config: CacheConfig, target: Target, samples: list[PromptSample], l
     scale = len(samples) / len(picks)  # map each sample to the nearest encoded prompt
     per_sample = [lengths[min(int(i / scale), len(lengths) - 1)] for i in range(len(samples))]
     sizes = estimate_bytes(hidden_size=target.hidden_size, num_layers=len(layers), prompt_tokens=per_sample,
-                              answer_tokens=config.max_new_tokens, anchors_per_sample=config.anchors_per_sample,
-                              anchor_run=config.anchor_run, window=config.window, block=config.block, dtype=config.dtype,
-                              num_samples=num_samples, seed=config.seed)
+                           answer_tokens=config.max_new_tokens, anchors_per_sample=config.anchors_per_sample,
+                           anchor_run=config.anchor_run, window=config.window, block=config.block, dtype=config.dtype,
+                           num_samples=num_samples, seed=config.seed)
     notes = [f"answers assumed to reach --max-new-tokens {config.max_new_tokens} (an upper bound)"]
     return CacheEstimate(sizes, free_bytes(config.out), layers, notes)
 

@@ -79,7 +79,8 @@ def concat_shards(pieces: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.
             out.setdefault(key, []).append(piece[key])
         for offset_key, row_keys in _ROWS.items():
             offsets = piece[offset_key].long() + base[offset_key]
-            out.setdefault(offset_key, []).append(offsets if not out.get(offset_key) else offsets[1:])
+            runs = out.setdefault(offset_key, [])
+            runs.append(offsets[1:] if runs else offsets)  # each piece's leading 0 is the previous one's end
             for key in row_keys:
                 value = piece[key]
                 if key == "anchor_sample":

@@ -477,6 +477,54 @@ def cache(
     _print_json(report.to_json()) if as_json else console.print(report.summary())
 
 
+@app.command()
+@one_line_errors
+def answers(
+    target: Optional[str] = TargetOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
+    out: Path = typer.Option(Path("runs/answers"), "--out", help="Answer-set directory (resumes and grows if it exists)."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Answers in the set (default: one per "
+                                              "prompt; more cycles through the prompts with new seeds)."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per regenerated answer at most."),
+    temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature of the regenerated answers."),
+    top_p: float = typer.Option(0.8, "--top-p", help="Nucleus sampling mass in (0, 1]."),
+    top_k: int = typer.Option(20, "--top-k", help="Sample from the k most likely tokens; 0 = off."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    batch_size: int = typer.Option(0, "--batch-size", help="Rows sampled together; 0 = auto (64, or the set's own "
+                                   "when growing it)."),
+    samples_per_shard: int = typer.Option(256, "--samples-per-shard", help="Answers per shard file (the unit a "
+                                          "resume keeps)."),
+    seed: int = SeedOpt,
+    split: str = typer.Option("train", "--split", help="train | heldout (an evaluation set of held-out prompts)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Regenerate answers with the target and store them as token ids (no features: training computes them)."""
+    from minispark.data.answers import AnswerConfig, build_answers
+    from minispark.data.cache_config import default_prompts
+
+    if validate.input_file(prompts, "--prompts") is not None:
+        from minispark.data.prompts import load_prompts
+
+        load_prompts(prompts)  # a malformed line is reported before the target loads
+    validate.output_dir(out)
+    validate.number(temperature, "--temperature", 0.0)
+    validate.integer(seed, "--seed", 0)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    config = AnswerConfig(prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"),
+                          out=out, target=target, num_samples=num_samples, max_new_tokens=max_new_tokens,
+                          temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,
+                          samples_per_shard=samples_per_shard, seed=seed, split=split, target_dtype=dtype,
+                          device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    if prompts is None:
+        config.prompts = default_prompts(loaded.is_vlm, split)
+    report = build_answers(config, target=loaded)
+    _print_json(report.to_json()) if as_json else console.print(report.summary(), highlight=False, markup=False)
+
+
 @app.command("cache-mix")
 @one_line_errors
 def cache_mix(

@@ -32,8 +32,7 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
 from minispark.errors import MinisparkError
-from minispark.data.prompts import (HELDOUT_FILE, PromptFileError, PromptSample, heldout_keys, load_prompts,
-                               prompt_file_hash, prompt_key)
+from minispark.data.prompts import PromptFileError, PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.serving.target import PromptInputs, Target, load_target
 
@@ -88,12 +87,7 @@ def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSamp
                 raise PromptFileError(config.prompts, sample.line, "--source text needs a trailing assistant "
                                       "message (the text to teacher-force)")
     if config.split == "train":
-        held = heldout_keys()
-        for sample in samples:
-            if prompt_key(sample) in held:
-                raise PromptFileError(config.prompts, sample.line, f"this prompt is in the held-out split "
-                                      f"({HELDOUT_FILE.name}): never train on it (an evaluation cache takes "
-                                      "--split heldout)")
+        refuse_heldout(config.prompts, samples)
     if target is None:
         target = load_target(config.target, dtype=config.target_dtype, device=config.device,
                              load_in_4bit=config.load_in_4bit, load_in_8bit=config.load_in_8bit)

@@ -142,6 +142,15 @@ def heldout_keys() -> frozenset[str]:
     return frozenset(prompt_key(sample) for sample in load_prompts(HELDOUT_FILE, check_images=False))
 
 
+def refuse_heldout(path: Path | str, samples: Sequence[PromptSample]) -> None:
+    """Raise on the first line of ``samples`` whose prompt is in the held-out split: never train on one."""
+    held = heldout_keys()
+    for sample in samples:
+        if prompt_key(sample) in held:
+            raise PromptFileError(path, sample.line, f"this prompt is in the held-out split ({HELDOUT_FILE.name}): "
+                                  "never train on it (an evaluation set takes --split heldout)")
+
+
 def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> PromptSample:
     def fail(reason: str) -> PromptFileError:
         return PromptFileError(path, number, reason)

@@ -90,6 +90,24 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
     return drawn.reshape(probs.shape[:-1])
 
 
+def draw_rows(logits: torch.Tensor, config: SamplingConfig, generators: list[torch.Generator]) -> torch.Tensor:
+    """One token per row of ``logits`` (B, V) from :func:`probabilities`, row i drawn with ``generators[i]``.
+
+    The same law as :func:`sample`, by inverse CDF over the few tokens top-k/top-p keep: one uniform
+    per row instead of ``multinomial``'s pass over the whole vocabulary (a seventh of a batch-64
+    regeneration step on a 2-core CPU). Greedy configs return the argmax.
+    """
+    if config.greedy:
+        return logits.argmax(dim=-1)
+    filtered = filter_logits(logits, config)  # (B, V), -inf outside the kept set
+    kept = int(torch.isfinite(filtered).sum(dim=-1).max())
+    values, order = torch.topk(filtered, kept, dim=-1)  # (B, K) the kept tokens (and -inf fillers)
+    cdf = values.softmax(dim=-1).cumsum(dim=-1)  # (B, K)
+    u = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators]).to(cdf.device)  # (B,)
+    pick = (cdf < (u * cdf[:, -1]).unsqueeze(-1)).sum(dim=-1).clamp(max=kept - 1)  # (B,) first cdf ≥ u
+    return order.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
+
+
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """A seeded generator; ``None`` draws a fresh seed (still reported so runs can be replayed)."""
     generator = torch.Generator(device=device)

@@ -188,6 +188,19 @@ def build_manifest(cfg: dict[str, Any], done: dict[int, dict[str, Any]], num_sha
 
 
 
+def require_config(config: dict[str, Any], where: Path, **expected: Any) -> None:
+    """Refuse data built differently than ``expected``; keys are manifest config keys (target, layers,
+    window, block, dtype, seed, ...); for dict values only the given sub-keys are compared."""
+    for key, want in expected.items():
+        have = config.get(key)
+        if isinstance(want, dict) and isinstance(have, dict):
+            have = {k: have.get(k) for k in want}
+        if isinstance(want, tuple):
+            want = list(want)
+        if have != want:
+            raise CacheMismatchError(f"{where}: {key} mismatch: it has {have!r}, expected {want!r}")
+
+
 # ---------------------------------------------------------------------- reading
 class ShardFile:
     """A memory-mapped shard whose safetensors header has been checked against the file size."""
@@ -330,20 +343,8 @@ class CacheReader:
         return int(self.manifest["totals"]["samples"])
 
     def require(self, **expected: Any) -> None:
-        """Refuse a cache built differently: ``require(target=t.identity(), layers=[1, 9], block=7)``.
-
-        Keys are manifest config keys (target, layers, window, block, dtype, seed, ...); for dict
-        values only the given sub-keys are compared.
-        """
-        for key, want in expected.items():
-            have = self.config.get(key)
-            if isinstance(want, dict) and isinstance(have, dict):
-                have = {k: have.get(k) for k in want}
-            if isinstance(want, tuple):
-                want = list(want)
-            if have != want:
-                raise CacheMismatchError(f"{self.directory / MANIFEST}: {key} mismatch: cache has {have!r}, "
-                                         f"expected {want!r}")
+        """Refuse a cache built differently: ``require(target=t.identity(), layers=[1, 9], block=7)``."""
+        require_config(self.config, self.directory / MANIFEST, **expected)
 
     # ------------------------------------------------------------------ anchors
     def __len__(self) -> int:

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 import torch
 
+from minispark.data.answers import AnswerSet
 from minispark.data.cache_format import CacheReader
 
 
@@ -34,6 +35,15 @@ def answer_token_counts(reader: CacheReader, vocab_size: int, max_samples: int =
             keep &= shard["sample_index"].long()[local] < max_samples
         ids = shard["input_ids"].long()[keep]
         counts += torch.bincount(ids, minlength=vocab_size)[:vocab_size]
+    return counts
+
+
+def answer_set_token_counts(answers: AnswerSet, vocab_size: int, max_samples: int = 0) -> torch.Tensor:
+    """(V,) int64: how often each token occurs in an answer set's answers (its first ``max_samples`` when > 0)."""
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    n = len(answers) if max_samples <= 0 else min(max_samples, len(answers))
+    for i in range(n):
+        counts += torch.bincount(answers[i].answer_ids, minlength=vocab_size)
     return counts
 
 

@@ -63,7 +63,9 @@ class TrainConfig:
         stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
         ``init_from`` starts the trainable weights from a drafter directory of the same config;
         ``onpolicy`` (with ``init_from``) trains only on the anchors where that drafter's replayed
-        rounds start (``training/onpolicy.py``).
+        rounds start (``training/onpolicy.py``). ``answers_dir`` trains on an answer set instead of
+        ``cache_dir``: the target runs in the training process and computes every answer position's
+        features as training goes, ``online_pool`` answers at a time (``training/online.py``).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma); ``alpha_kl``
         (KL(p_t ‖ p_d)) and ``alpha_tau`` (minus the expected accepted drafts) are the optional
         variants of ``losses.py``.
@@ -117,6 +119,8 @@ class TrainConfig:
     checkpoint_every: int = 200
     keep_checkpoints: int = 2
     cache_dir: str | None = None
+    answers_dir: str | None = None
+    online_pool: int = 32
     out_dir: str | None = None
     heldout_cache: str | None = None
     eval_every: int = 0
@@ -139,7 +143,7 @@ class TrainConfig:
             if getattr(self, key) not in choices:
                 raise MinisparkError(f"{key}: {getattr(self, key)!r} is not one of {', '.join(choices)}")
         positive = ("num_layers", "markov_rank", "block_size", "steps", "batch_anchors", "chunk_anchors",
-                    "log_every", "checkpoint_every", "keep_checkpoints", "anchors_per_sample", "max_new_tokens",
+                    "log_every", "checkpoint_every", "keep_checkpoints", "anchors_per_sample", "max_new_tokens", "online_pool",
                     "loss_decay_gamma", "lr")
         for key in positive:  # written as "not > 0" so that nan fails too
             if not 0 < getattr(self, key) < float("inf"):
@@ -150,6 +154,10 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
+        if self.cache_dir and self.answers_dir:
+            raise MinisparkError("cache_dir and answers_dir: train on a feature cache or on an answer set, not both")
+        if self.onpolicy and self.answers_dir:
+            raise MinisparkError("onpolicy: replays rounds over a feature cache; train on cache_dir, not answers_dir")
         if self.onpolicy and not self.init_from:
             raise MinisparkError("onpolicy: needs init_from = DRAFTER_DIR, the drafter whose rounds choose the anchors")
         if self.feature_layers is not None:
@@ -201,7 +209,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
               "markov_w1", "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
-              "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience",
+              "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience",
               "init_from", "onpolicy"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau", "loss_decay_gamma"),
 }

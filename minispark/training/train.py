@@ -46,23 +46,26 @@ import torch.utils.checkpoint
 
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import open_append, write_text_atomic
+from minispark.data.answers import AnswerSet
 from minispark.data.cache_format import CacheReader, config_hash
 from minispark.model.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
-from minispark.training.draft_vocab import answer_token_counts, coverage, top_tokens
+from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
 from minispark.errors import MinisparkError
 from minispark.training.heldout import HeldoutProxy, HeldoutScore
 from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
 from minispark.training.onpolicy import Replay, load_or_replay
+from minispark.training.online import OnlinePlan, OnlineSource, open_reader
 from minispark.training.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
                                target_dims)
 
 TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 #: Fields that may change on ``--resume`` without changing the math of the next steps.
-RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "out_dir", "heldout_cache",
+RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "answers_dir", "out_dir",
+                     "heldout_cache",
                      "eval_every", "eval_anchors", "patience")
 BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
 CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6}")
@@ -175,7 +178,7 @@ class TrainReport:
 class Trainer:
     """Model, optimiser and data plan of one run, with checkpoint save and restore."""
 
-    def __init__(self, config: TrainConfig, reader: CacheReader, target: Any, out_dir: Path,
+    def __init__(self, config: TrainConfig, reader: CacheReader | OnlineSource, target: Any, out_dir: Path,
                  log: Callable[[str], None] | None = None) -> None:
         self.config, self.reader, self.out = config, reader, Path(out_dir)
         if config.resolved_device == "cuda" and not torch.cuda.is_available():
@@ -199,8 +202,10 @@ class Trainer:
                                          dtype="bfloat16" if config.compute_dtype == "bf16" else "float32")
         embed = target.model.get_input_embeddings().weight.detach()
         vocab_ids = None
-        if config.draft_vocab:  # the most frequent answer tokens of the training cache, EOS always in
-            counts = answer_token_counts(reader, dims.vocab_size, config.max_samples)
+        online = isinstance(reader, OnlineSource)
+        if config.draft_vocab:  # the most frequent answer tokens of the training data, EOS always in
+            counts = (answer_set_token_counts(reader.answers, dims.vocab_size, config.max_samples) if online
+                      else answer_token_counts(reader, dims.vocab_size, config.max_samples))
             vocab_ids = top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids))
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
@@ -221,15 +226,20 @@ class Trainer:
             self.replay = load_or_replay(self.out, self.model, reader, config.init_from, config.seed,
                                          max_samples=config.max_samples, log=log)
         self.optimizer, self.scheduler = make_optimizer(self.model, config)
-        self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
-                               max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample,
-                               samples=self.replay.starts if self.replay else None)
+        if online:
+            self.plan: AnchorPlan | OnlinePlan = OnlinePlan(
+                reader, config.batch_anchors, config.seed, config.anchor_run, pool=config.online_pool,
+                max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample)
+        else:
+            self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
+                                   max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample,
+                                   samples=self.replay.starts if self.replay else None)
         self.cache_hash = config_hash(reader.config)
         self.step = 0
         self.heldout: HeldoutProxy | None = None
         self.best: dict[str, Any] | None = None  # the best held-out score so far, with its step
         if config.heldout_cache:
-            held = CacheReader(Path(config.heldout_cache))
+            held = open_reader(Path(config.heldout_cache), target, reader.layers, reader.window, config.block_size)
             if held.config.get("split") != "heldout":
                 raise MinisparkError(f"heldout_cache: {config.heldout_cache} is a training cache; build the "
                                      "held-out one with `minispark cache --split heldout`")
@@ -252,13 +262,13 @@ class Trainer:
 
     def train_one(self) -> tuple[LossStats, float, int]:
         """Run step ``self.step + 1``; returns its stats, grad norm and anchor count."""
-        indices = self.plan.step_anchors(self.step)
-        batch = make_batch([self.reader[i] for i in indices], self.config.block_size).to(self.config.resolved_device)
+        anchors = self.plan.anchors(self.step)
+        batch = make_batch(anchors, self.config.block_size).to(self.config.resolved_device)
         # noise seeded by (seed, step): a resumed run draws what it would have drawn
         generator = torch.Generator(self.config.resolved_device).manual_seed(self.config.seed * 1_000_003 + self.step)
         stats, norm = train_step(self.model, self.optimizer, self.scheduler, batch, self.config, generator)
         self.step += 1
-        return stats, norm, len(indices)
+        return stats, norm, len(anchors)
 
     def save(self) -> Path:
         """Write ``checkpoint-{step}`` atomically, point ``latest`` at it, prune old ones."""
@@ -319,8 +329,9 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     (only its embedding, lm_head, sizes, tokenizer and identity are used).
     """
     started = time.perf_counter()
-    if cache_dir is None and config.cache_dir is None:
-        raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir; pass --cache DIR")
+    if cache_dir is None and config.cache_dir is None and config.answers_dir is None:
+        raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
+                             "or --answers DIR")
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     if not resume and (out / LATEST_FILE).exists():
         raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
@@ -331,15 +342,23 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                              "directory")
     if not resume and out.exists() and not out.is_dir():
         raise MinisparkError(f"--out {out}: is a file, not a directory")
-    reader = CacheReader(Path(cache_dir or config.cache_dir))
+    online = cache_dir is None and config.cache_dir is None
+    data = AnswerSet(Path(config.answers_dir)) if online else CacheReader(Path(cache_dir or config.cache_dir))
     if target is None:
         from minispark.serving.target import load_target
 
-        target = load_target(config.target or reader.config["target"]["name"], device="cpu",
+        # Online, the target computes features as training goes: on the training device, in fp32 on a CPU.
+        target = load_target(config.target or data.config["target"]["name"],
+                             device=config.resolved_device if online else "cpu",
                              dtype="bf16" if config.compute_dtype == "bf16" else None)
+    if online:
+        layers = target.auto_layers() if config.feature_layers is None else target.check_layers(config.feature_layers)
+        reader: CacheReader | OnlineSource = OnlineSource(data, target, layers, config.window, config.block_size)
+    else:
+        reader = data
     out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config, reader, target, out, log)
-    del target  # when loaded here, the target's decoder is freed now
+    del target  # when loaded here for a cache, the target's decoder is freed now (online, the source keeps it)
     if log:
         from minispark.training.memory import estimate_memory
 

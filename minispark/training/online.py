@@ -1,0 +1,196 @@
+"""Features on the fly: the target in the training process turns stored answers into anchor windows.
+
+A feature cache stores, per anchor, the target's hidden states around it (~27 GB for 16k answers with
+dense anchors). Those features are one teacher-forced prefill of prompt + answer away, so an answer
+set (``data/answers``, megabytes) is enough: :class:`OnlineSource` runs that prefill for a pool of
+answers, packs every answer position as an anchor with exactly the cache's code (``cache.pack_sample``,
+``cache_format.pack_shard``), and reads anchors back through the cache's own ``Anchor`` accessor — the
+same numbers a cache of those answers holds (tested with ``assert_close``). :class:`OnlinePlan` is the
+trainer's anchor stream over it: epoch e visits the answers in a permutation seeded by (seed, e), in
+pools of ``pool`` answers whose anchors (in runs of ``run``) are shuffled together and cut into
+steps, so a step's anchors come from several answers and step s is a pure function of (seed, s) —
+a resumed run sees the batches it would have seen. :class:`MemoryReader` holds a small set's anchors
+in memory with the ``CacheReader`` interface (held-out answer sets for the held-out proxy).
+
+    minispark train --recipe tiny --answers runs/answers --out runs/draft-online
+    .venv/bin/python -m pytest -q tests/test_online.py
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from minispark.data.answers import MANIFEST, AnswerSet, StoredAnswer
+from minispark.data.cache import pack_sample
+from minispark.data.cache_config import CacheConfig
+from minispark.data.cache_format import Anchor, CacheReader, config_hash, pack_shard, require_config
+from minispark.data.regenerate import Answer
+from minispark.errors import MinisparkError
+from minispark.serving.target import PromptInputs, Target
+
+#: More anchors per answer than any answer has tokens: every answer position is an anchor.
+DENSE = 1 << 30
+
+
+class OnlineSource:
+    """An answer set seen as a feature cache: the manifest facts the trainer checks, anchors on demand."""
+
+    def __init__(self, answers: AnswerSet, target: Target, layers: list[int], window: int, block: int,
+                 dtype: str = "fp32") -> None:
+        if target.uses_mrope:
+            raise MinisparkError(f"--answers {answers.directory}: online features take text targets for now; "
+                                 f"build a feature cache for {target.name} with `minispark cache`")
+        answers.require_target(target)
+        self.answers, self.target = answers, target
+        self.directory = answers.directory
+        self.config: dict[str, Any] = {
+            "target": answers.config["target"], "split": answers.config["split"], "source": "online",
+            "answers": config_hash(answers.config), "layers": list(layers), "window": window, "block": block,
+            "dtype": dtype}
+        # The anchor rule of a cache build with every answer position an anchor (no sampling of anchors).
+        self._pack = CacheConfig(prompts=Path("-"), out=Path("-"), anchors_per_sample=DENSE, anchor_run=1,
+                                 window=window, block=block, dtype=dtype)
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.config["layers"])
+
+    @property
+    def window(self) -> int:
+        return int(self.config["window"])
+
+    @property
+    def block(self) -> int:
+        return int(self.config["block"])
+
+    def require(self, **expected: Any) -> None:
+        require_config(self.config, self.directory / MANIFEST, **expected)
+
+    def anchors_per_sample(self) -> np.ndarray:
+        """(N,) dense anchors of each answer (every answer token with a label after it), from lengths alone."""
+        return np.maximum(self.answers.answer_lengths() - 1, 0)
+
+    @torch.no_grad()
+    def pack(self, indices: Iterable[int]) -> dict[str, torch.Tensor]:
+        """The in-memory shard of samples ``indices``: one prefill each, every answer position an anchor."""
+        packed = []
+        for i in indices:
+            stored = self.answers[i]
+            prompt = PromptInputs(input_ids=stored.prompt_ids.view(1, -1).to(self.target.device),
+                                  text_positions=torch.arange(len(stored.prompt_ids)))
+            packed.append(pack_sample(self.target, stored.sample_index, prompt, self._answer(prompt, stored),
+                                      self._pack))
+        return pack_shard(packed, len(self.layers), self.target.hidden_size, self._pack.dtype)
+
+    def _answer(self, prompt: PromptInputs, stored: StoredAnswer) -> Answer:
+        full = self.target.extend(prompt, stored.answer_ids.to(self.target.device))
+        features, final = self.target.capture(full, self.layers)  # (L, m, d), (L, d)
+        # The last token predicts nothing and is no anchor's context: zero, as generation leaves it.
+        features[-1], final[-1] = 0, 0
+        return Answer(tokens=stored.answer_ids, stopped_at_eos=stored.stopped_at_eos, features=features,
+                      final_hidden=final)
+
+
+class MemoryReader:
+    """Every anchor of some samples of an :class:`OnlineSource`, held in memory, read like a cache."""
+
+    def __init__(self, source: OnlineSource, indices: Iterable[int] | None = None) -> None:
+        self.directory, self.config = source.directory, source.config
+        self.layers, self.window, self.block = source.layers, source.window, source.block
+        self.shard = source.pack(range(len(source.answers)) if indices is None else indices)
+
+    def require(self, **expected: Any) -> None:
+        require_config(self.config, self.directory / MANIFEST, **expected)
+
+    def __len__(self) -> int:
+        return int(len(self.shard["anchor_pos"]))
+
+    def __getitem__(self, index: int) -> Anchor:
+        if not 0 <= index < len(self):
+            raise IndexError(f"anchor {index} out of range ({len(self)} anchors)")
+        return CacheReader._anchor(self.shard, index)
+
+    def anchor_samples(self) -> tuple[np.ndarray, np.ndarray]:
+        samples = self.shard["sample_index"].numpy()[self.shard["anchor_sample"].numpy()]
+        return samples.astype(np.int64), self.shard["anchor_pos"].numpy().astype(np.int64)
+
+
+class OnlinePlan:
+    """The trainer's anchor stream over an :class:`OnlineSource` (see the module docstring)."""
+
+    def __init__(self, source: OnlineSource, batch_anchors: int, seed: int, run: int = 0, *, pool: int = 32,
+                 max_samples: int = 0, anchors_per_sample: int = 0) -> None:
+        counts = source.anchors_per_sample()
+        if max_samples > 0:
+            counts = counts[:max_samples]
+        if anchors_per_sample > 0:
+            counts = np.minimum(counts, anchors_per_sample)
+        if not counts.sum():
+            raise MinisparkError(f"{source.directory}: the answer set holds no anchors (answers too short?)")
+        self.source, self.counts = source, counts
+        self.batch_anchors, self.seed, self.run, self.pool = batch_anchors, seed, run, pool
+        self.sparse = anchors_per_sample
+        self.samples, self.total = int((counts > 0).sum()), int(counts.sum())
+        self._epochs: dict[int, np.ndarray] = {}  # epoch -> cumulative steps at the end of each pool
+        self._loaded: tuple[tuple[int, int], list[list[int]], dict[str, torch.Tensor]] | None = None
+
+    def _pools(self, epoch: int) -> list[np.ndarray]:
+        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.counts))
+        order = order[self.counts[order] > 0]
+        return [order[i:i + self.pool] for i in range(0, len(order), self.pool)]
+
+    def _steps_per_pool(self, epoch: int) -> np.ndarray:
+        if epoch not in self._epochs:
+            anchors = np.array([self.counts[p].sum() for p in self._pools(epoch)])
+            self._epochs[epoch] = np.cumsum(-(-anchors // self.batch_anchors))  # ceil: a pool's last step is short
+            self._epochs = {e: v for e, v in self._epochs.items() if e >= epoch - 1}
+        return self._epochs[epoch]
+
+    def _locate(self, step: int) -> tuple[int, int, int]:
+        """(epoch, pool, step within the pool) of global step ``step``; epochs are walked from the first."""
+        epoch = 0
+        while step >= (ends := self._steps_per_pool(epoch))[-1]:
+            step -= int(ends[-1])
+            epoch += 1
+        pool = int(np.searchsorted(ends, step, side="right"))
+        return epoch, pool, step - (int(ends[pool - 1]) if pool else 0)
+
+    def _load(self, epoch: int, pool: int) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
+        """The pool's shard and its anchor groups (shard-local anchor indices) in this epoch's order."""
+        if self._loaded is None or self._loaded[0] != (epoch, pool):
+            members = self._pools(epoch)[pool].tolist()
+            shard = self.source.pack(members)
+            offsets = shard["sample_anchor_offset"].tolist()
+            rng = np.random.default_rng([self.seed, epoch, pool])
+            groups: list[list[int]] = []
+            for j, i in enumerate(members):
+                local = list(range(offsets[j], offsets[j + 1]))
+                if self.sparse and len(local) > self.sparse:  # a seeded subset, in position order
+                    local = sorted(rng.choice(local, self.sparse, replace=False).tolist())
+                run = self.run or len(local)
+                groups += [local[k:k + run] for k in range(0, len(local), run)]
+            groups = [groups[g] for g in rng.permutation(len(groups))]
+            self._loaded = ((epoch, pool), groups, shard)
+        return self._loaded[1], self._loaded[2]
+
+    def anchors(self, step: int) -> list[Anchor]:
+        """The anchors of (0-based) step ``step``."""
+        epoch, pool, within = self._locate(step)
+        groups, shard = self._load(epoch, pool)
+        flat = [a for g in groups for a in g]
+        picked = flat[within * self.batch_anchors:(within + 1) * self.batch_anchors]
+        return [CacheReader._anchor(shard, a) for a in picked]
+
+
+def open_reader(directory: Path, target: Target, layers: list[int] | None, window: int, block: int,
+                dtype: str = "fp32") -> CacheReader | MemoryReader:
+    """A feature cache as it is, or an answer set as an in-memory one (for a small held-out set)."""
+    if (Path(directory) / MANIFEST).exists():
+        chosen = target.auto_layers() if layers is None else target.check_layers(layers)
+        return MemoryReader(OnlineSource(AnswerSet(directory), target, chosen, window, block, dtype))
+    return CacheReader(directory)

@@ -19,11 +19,10 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 
 from minispark import defaults, validate
-from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD, console_width
+from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD, make_console
 from minispark.serving.embedded import EMBEDDED_NAME
 from minispark.errors import MinisparkError
 
@@ -31,8 +30,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="DSpark speculative decoding for local vision-language models.")
 # Piped or redirected output (a log file, `| less`) gets a width that fits the bench table instead of
 # rich's 80-column fallback, which truncates every cell; $COLUMNS still wins.
-console = Console(width=console_width(sys.stdout))
-err_console = Console(stderr=True, width=console_width(sys.stderr))
+console = make_console()
+err_console = make_console(stderr=True)
 
 #: What to run after Ctrl-C to carry on where a command stopped.
 RESUME_HINTS = {

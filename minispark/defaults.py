@@ -6,8 +6,12 @@ serving ones, ``measuring.profiler.ProfileConfig`` the profiling ones.
 """
 
 import os
+import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
@@ -46,6 +50,15 @@ PROFILE_COOLDOWN_S = 5.0
 #: Width of rich output written to a pipe or a file: rich's 80 columns would cut the bench table's cells
 #: and wrap every training log line.
 PIPED_WIDTH = 160
+
+
+def make_console(stderr: bool = False) -> "Console":
+    """The one way minispark makes a rich Console: the width rule below, and no ``:name:`` emoji
+    substitution, which rich applies even with ``markup=False`` and which turns a model's
+    ``a[start:end:step]`` into ``a[start🔚step]`` on screen."""
+    from rich.console import Console
+
+    return Console(stderr=stderr, width=console_width(sys.stderr if stderr else sys.stdout), emoji=False)
 
 
 def console_width(stream: TextIO) -> int | None:

@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 
 from minispark.data import answer_sampler
 from minispark.data.answer_sampler import sample_answers
-from minispark.data.answers import MANIFEST, AnswerConfig, AnswerSet, AnswerSetError, build_answers, shard_name
+from minispark.data.answers import AnswerConfig, AnswerSet, AnswerSetError, build_answers, shard_name
 from minispark.data.prompts import HELDOUT_FILE, PromptFileError
 from minispark.serving.sampling import SamplingConfig, draw_rows, make_generator, probabilities
 from minispark.serving.target import load_target

@@ -34,3 +34,15 @@ def test_a_piped_progress_log_line_is_not_wrapped():
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stderr
     assert err == "x" * 120 + "\n"
+
+
+def test_model_text_is_printed_verbatim_not_as_emoji():
+    """rich turns ``:name:`` into emoji even with markup off; every minispark console prints it as is."""
+    from minispark import cli
+    from minispark.defaults import make_console
+
+    text = 'print(a[start:end:step], b[1:x:2], "ok:cat:ok")'
+    for console in (make_console(), make_console(stderr=True), cli.console, cli.err_console):
+        with console.capture() as captured:
+            console.print(text, end="", highlight=False, markup=False)
+        assert captured.get() == text

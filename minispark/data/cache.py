@@ -337,14 +337,13 @@ class _Bar:
         self.tokens = 0
         self.started = time.perf_counter()
         if enabled:
-            from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            from minispark.defaults import console_width
+            from minispark.defaults import make_console
 
             self.progress = Progress(TextColumn("cache"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                                     console=Console(stderr=True, width=console_width(sys.stderr)))  # stdout stays clean for --json
+                                     console=make_console(stderr=True))  # stdout stays clean for --json
             self.task = self.progress.add_task("cache", total=total, completed=completed, rates="")
         self.new_samples = 0
 

@@ -488,12 +488,12 @@ def synthetic_rollouts(
 
 
 if __name__ == "__main__":
-    from rich.console import Console
+    from minispark.defaults import make_console
 
     conf_, acc_, _ = synthetic_rollouts()
     fitted = fit_sts(conf_, acc_)
     print("temperatures:", [round(t, 3) for t in fitted.temperatures])
-    Console().print(
+    make_console().print(
         render_metrics(position_metrics(conf_, acc_), position_metrics(conf_, acc_, fitted))
     )
 

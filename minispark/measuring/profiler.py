@@ -43,7 +43,6 @@ import random
 import shutil
 import statistics
 import subprocess
-import sys
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -425,13 +424,12 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
     if not enabled:
         yield None
         return
-    from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from minispark.defaults import console_width
+    from minispark.defaults import make_console
 
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
-                   TimeRemainingColumn(), TextColumn("{task.description}"), console=Console(stderr=True, width=console_width(sys.stderr)))
+                   TimeRemainingColumn(), TextColumn("{task.description}"), console=make_console(stderr=True))
     task = bar.add_task("", total=None)
 
     def update(done: int, total: int, message: str) -> None:

@@ -236,14 +236,14 @@ def render_appendix_a(result: dict) -> Table:
 
 
 if __name__ == "__main__":
-    from rich.console import Console
+    from minispark.defaults import make_console
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("confidences", nargs="*", type=float, default=[C1, C2_AFTER[0]])
     parser.add_argument("--sps", nargs="+", type=float, default=list(SPS_CURVE))
     parser.add_argument("--appendix-a", action="store_true")
     args = parser.parse_args()
-    console = Console()
+    console = make_console()
     if args.appendix_a:
         console.print(render_appendix_a(appendix_a()))
     else:

@@ -34,7 +34,6 @@ import json
 import math
 import re
 import shutil
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -454,13 +453,11 @@ class _Meter:
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            from rich.console import Console
-
-            from minispark.defaults import console_width
+            from minispark.defaults import make_console
 
             self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),
-                                console=Console(stderr=True, width=console_width(sys.stderr)))  # stdout stays clean for --json
+                                console=make_console(stderr=True))  # stdout stays clean for --json
             self.task = self.bar.add_task("train", total=config.steps, completed=start_step, info="")
 
     def reset(self) -> None:

@@ -556,20 +556,32 @@ def train(
     ctx: typer.Context,
     recipe: str = typer.Option(..., "--recipe", help="Recipe name (rtx3050, cpu-smollm2, tiny) or a TOML file."),
     cache_dir: Optional[Path] = typer.Option(None, "--cache", help="Target cache directory."),
+    answers_dir: Optional[Path] = typer.Option(None, "--answers", help="An answer set (`minispark answers`): the "
+                                               "target computes the features as training goes, no cache on disk."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory for checkpoints and the drafter."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
     heldout_cache: Optional[Path] = typer.Option(None, "--heldout-cache",
-                                                 help="A --split heldout cache: evaluate τ on it, keep the best."),
+                                                 help="A --split heldout cache or answer set: evaluate τ on it, "
+                                                 "keep the best."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory breakdown and predicted peak."),
     no_progress: bool = typer.Option(False, "--no-progress", help="Log lines instead of a progress bar."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Train the DSpark drafter on a target cache. Extra KEY=VALUE arguments override the recipe."""
+    """Train the DSpark drafter on a target cache or an answer set. Extra KEY=VALUE arguments override the recipe."""
     from minispark.training.memory import estimate_memory
     from minispark.training.recipes import load_recipe
     from minispark.training.train import train as run_train
 
-    config = load_recipe(recipe, list(ctx.args))
+    if cache_dir is not None and answers_dir is not None:
+        raise MinisparkError("--cache and --answers: train on a feature cache or on an answer set, not both")
+    overrides = list(ctx.args)
+    if answers_dir is not None:
+        validate.input_dir(answers_dir, "--answers")
+        from minispark.data.answers import AnswerSet
+
+        AnswerSet(answers_dir, verify=False)  # not an answer set: one line naming its manifest, before --out
+        overrides += ["cache_dir=none", f"answers_dir={answers_dir}"]  # --answers replaces the recipe's cache
+    config = load_recipe(recipe, overrides)
     validate.input_dir(heldout_cache, "--heldout-cache")
     if heldout_cache is not None:
         config.heldout_cache = str(heldout_cache)

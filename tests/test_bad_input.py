@@ -65,7 +65,9 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     shutil.copy(tiny_dir("llama") / "config.json", d / "binonly" / "config.json")
     (d / "binonly" / "pytorch_model.bin").write_bytes(b"pickle")
     names = {p.name: str(p) for p in d.iterdir()}
-    names |= {"dir": str(d), "missing": str(d / "missing"), "tiny": str(tiny_dir("llama")),
+    from minispark.data.prompts import HELDOUT_FILE
+
+    names |= {"dir": str(d), "missing": str(d / "missing"), "tiny": str(tiny_dir("llama")), "heldout": str(HELDOUT_FILE),
               "out": str(d / "new-out")}
     return names
 
@@ -213,6 +215,18 @@ CASES = [
     ("sim-sps-corrupt", ["simulate", "--conf", "0.9", "--sps", "{corrupt.json}"], "corrupt.json"),
     ("sim-no-sps", ["simulate", "--conf", "0.9"], "--sps"),
     ("sim-draws-zero", ["simulate", "--appendix-a", "--draws", "0"], "--draws"),
+    # answers / train --answers
+    ("answers-zero-samples", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
+                              "--num-samples", "0"], "--num-samples"),
+    ("answers-corrupt-prompts", ["answers", "--prompts", "{corrupt.jsonl}", "--out", "{out}"], "corrupt.jsonl"),
+    ("answers-bad-top-p", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
+                           "--top-p", "0"], "--top-p"),
+    ("answers-heldout-as-train", ["answers", "--target", "{tiny}", "--prompts", "{heldout}", "--out", "{out}"],
+     "held-out split"),
+    ("train-answers-missing", ["train", "--recipe", "tiny", "--answers", "{missing}"], "--answers"),
+    ("train-answers-and-cache", ["train", "--recipe", "tiny", "--answers", "{dir}", "--cache", "{dir}"], "--cache"),
+    ("train-answers-not-a-set", ["train", "--recipe", "tiny", "--answers", "{dir}", "--out", "{out}"],
+     "answers.json"),
     # import / export
     ("import-empty-dir", ["import", "{emptydir}", "--out", "{out}"], "SOURCE"),
     ("import-missing", ["import", "{missing}", "--out", "{out}"], "SOURCE"),

@@ -83,7 +83,7 @@ class AnswerConfig:
 
     def __post_init__(self) -> None:
         self.prompts, self.out = Path(self.prompts), Path(self.out)
-        for flag, value, minimum in (("--num-samples", self.num_samples or 1, 1),
+        for flag, value, minimum in (("--num-samples", 1 if self.num_samples is None else self.num_samples, 1),
                                      ("--max-new-tokens", self.max_new_tokens, 1),
                                      ("--batch-size", self.batch_size, 0),
                                      ("--samples-per-shard", self.samples_per_shard, 1)):

@@ -371,7 +371,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                 f"(τ {trainer.replay.tau:.3f} on the training answers)")
         log(f"{trainer.plan.total} anchors from {trainer.plan.samples} samples; predicted peak memory "
             f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
-            f"{config.optimizer_name})")
+            f"{config.optimizer_name})" + (online_memory(config, reader) if isinstance(reader, OnlineSource) else ""))
     metrics_path = out / METRICS_FILE
     if resume:
         path = trainer.restore()
@@ -418,6 +418,17 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     copy_drafter(best, report.drafter)
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started
     return report
+
+
+def online_memory(config: TrainConfig, source: OnlineSource) -> str:
+    """What online training keeps beside the drafter's step: the target's weights and one pool's features
+    (every position of ``online_pool`` answers at the longest answer of the set, fp32)."""
+    target = source.target.model
+    weights = sum(p.numel() * p.element_size() for p in target.parameters())
+    longest = max((len(source.answers[i].ids) for i in range(min(len(source.answers), 4096))), default=0)
+    pool = config.online_pool * longest * (len(source.layers) + 1) * source.target.hidden_size * 4
+    return (f" + online: target weights {weights / 1e9:.2f} GB + one pool's features {pool / 1e9:.2f} GB "
+            f"= {(weights + pool) / 1e9:.2f} GB more")
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -16,7 +16,7 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import typer
 from rich.markup import escape
@@ -166,9 +166,10 @@ def _check_images(images: list[Path]) -> None:
 
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
                    gamma: Optional[int], threshold: float, sps: Optional[Path], temperature: float, top_p: float,
-                   top_k: int, seed: Optional[int], max_new_tokens: int) -> None:
+                   top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = ()) -> None:
     """The flags generate and chat share."""
     validate.prompt(prompt)
+    validate.stop_strings(stop)
     _check_images(images)
     validate.drafter_spec(drafter)
     validate.choice(mode, "--mode", validate.MODES)
@@ -215,7 +216,7 @@ def generate(
     from minispark.serving.builder import build_serving
 
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens)
+                   max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
@@ -273,7 +274,7 @@ def chat(
     from minispark.serving.builder import build_serving
 
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens)
+                   max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:

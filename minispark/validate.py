@@ -102,6 +102,14 @@ def prompt(text: str | None, flag: str = "--prompt") -> str | None:
     return text
 
 
+def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
+    """Refuse an empty stop string: it matches at every position, so the answer would end after one token."""
+    for stop in stops:
+        if stop == "":
+            raise MinisparkError(f"{flag}: empty string (it would end every answer after its first token)")
+    return list(stops)
+
+
 # ---------------------------------------------------------------------- files and directories
 def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Path | None:
     """An existing, readable, non-empty regular file."""

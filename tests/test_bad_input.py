@@ -215,6 +215,8 @@ CASES = [
     ("sim-sps-corrupt", ["simulate", "--conf", "0.9", "--sps", "{corrupt.json}"], "corrupt.json"),
     ("sim-no-sps", ["simulate", "--conf", "0.9"], "--sps"),
     ("sim-draws-zero", ["simulate", "--appendix-a", "--draws", "0"], "--draws"),
+    ("gen-empty-stop", ["generate", "--stop", ""], "--stop"),
+    ("chat-empty-stop", ["chat", "--stop", "x", "--stop", ""], "--stop"),
     # answers / train --answers
     ("answers-zero-samples", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
                               "--num-samples", "0"], "--num-samples"),

@@ -189,3 +189,21 @@ def test_heldout_prompts_never_enter_a_training_answer_set(llama, tmp_path):
     build_answers(make_config(HELDOUT_FILE, tmp_path / "h", num_samples=2, split="heldout"), target=llama,
                   log=lambda _: None)
     assert AnswerSet(tmp_path / "h").config["split"] == "heldout"
+
+
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "answers" / "smollm2-135m-instruct"
+
+
+def test_the_committed_answer_set_is_intact_and_from_the_training_corpus():
+    from minispark.data.cache_config import default_prompts
+    from minispark.data.prompts import load_prompts, prompt_file_hash
+
+    answers = AnswerSet(SHIPPED)  # every listed shard's sha256 checked
+    config = answers.config
+    corpus = default_prompts(False)
+    assert config["split"] == "train" and config["target"]["name"] == "SmolLM2-135M-Instruct"
+    assert config["prompts"] == {"file": corpus.name, "hash": prompt_file_hash(corpus), "count": len(load_prompts(corpus))}
+    assert config["sampling"] == {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "max_new_tokens": 512}
+    assert len(answers) >= 256 and [answers[i].sample_index for i in (0, len(answers) - 1)] == [0, len(answers) - 1]
+    lengths = answers.answer_lengths()
+    assert 1 <= lengths.min() and lengths.max() <= 512

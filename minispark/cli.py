@@ -22,7 +22,8 @@ import typer
 from rich.markup import escape
 
 from minispark import defaults, validate
-from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD, make_console
+from minispark.defaults import (DEFAULT_GAMMA, DEFAULT_THRESHOLD, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K,
+                                REGEN_TOP_P, make_console)
 from minispark.serving.embedded import EMBEDDED_NAME
 from minispark.errors import MinisparkError
 
@@ -124,6 +125,10 @@ EightBitOpt = typer.Option(False, "--load-in-8bit", help="Load the target 8-bit 
 SeedOpt = typer.Option(0, "--seed", help="Random seed.")
 TopPOpt = typer.Option(1.0, "--top-p", help="Nucleus sampling mass in (0, 1]; 1 = off.")
 TopKOpt = typer.Option(0, "--top-k", help="Sample from the k most likely tokens; 0 = off.")
+RegenMaxNewOpt = typer.Option(REGEN_MAX_NEW_TOKENS, "--max-new-tokens", help="Tokens per regenerated answer at most.")
+RegenTemperatureOpt = typer.Option(REGEN_TEMPERATURE, "--temperature", help="Sampling temperature of the regenerated answers.")
+RegenTopPOpt = typer.Option(REGEN_TOP_P, "--top-p", help="Nucleus sampling mass in (0, 1].")
+RegenTopKOpt = typer.Option(REGEN_TOP_K, "--top-k", help="Sample from the k most likely tokens; 0 = off.")
 JsonOpt = typer.Option(False, "--json", help="Print only one JSON object on stdout (progress and notices on stderr).")
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
 DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
@@ -157,6 +162,19 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
         location = validate.target_location(target)
         if location is not None:
             validate.safetensors_only(location, target)
+
+
+def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, seed: int, target: Optional[str],
+                        dtype: Optional[str], device: Optional[str], load_in_4bit: bool, load_in_8bit: bool) -> None:
+    """The flags cache and answers share, checked before the target loads."""
+    if validate.input_file(prompts, "--prompts") is not None:
+        from minispark.data.prompts import load_prompts
+
+        load_prompts(prompts)  # a malformed line is reported before the target loads
+    validate.output_dir(out)
+    validate.number(temperature, "--temperature", 0.0)
+    validate.integer(seed, "--seed", 0)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
 
 
 def _check_images(images: list[Path]) -> None:
@@ -416,10 +434,10 @@ def cache(
     out: Path = typer.Option(Path("runs/cache"), "--out", help="Cache directory (resumes if it exists)."),
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Samples to cache (default: one per "
                                               "prompt; more cycles through the prompts with new seeds)."),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per regenerated answer at most."),
-    temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature of the regenerated answers."),
-    top_p: float = typer.Option(0.8, "--top-p", help="Nucleus sampling mass in (0, 1]."),
-    top_k: int = typer.Option(20, "--top-k", help="Sample from the k most likely tokens; 0 = off."),
+    max_new_tokens: int = RegenMaxNewOpt,
+    temperature: float = RegenTemperatureOpt,
+    top_p: float = RegenTopPOpt,
+    top_k: int = RegenTopKOpt,
     layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
     anchors_per_sample: int = typer.Option(32, "--anchors-per-sample", help="Anchor positions drawn per answer."),
     anchor_run: int = typer.Option(16, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
@@ -448,14 +466,7 @@ def cache(
     from minispark.data.cache import CacheConfig, build_cache, estimate_cache
     from minispark.data.cache_config import default_prompts
 
-    if validate.input_file(prompts, "--prompts") is not None:
-        from minispark.data.prompts import load_prompts
-
-        load_prompts(prompts)  # a malformed line is reported before the target loads
-    validate.output_dir(out)
-    validate.number(temperature, "--temperature", 0.0)
-    validate.integer(seed, "--seed", 0)
-    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
     try:  # every flag checked before the target loads (the default prompt file depends on it)
         config = CacheConfig(
             prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"), out=out,
@@ -485,10 +496,10 @@ def answers(
     out: Path = typer.Option(Path("runs/answers"), "--out", help="Answer-set directory (resumes and grows if it exists)."),
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Answers in the set (default: one per "
                                               "prompt; more cycles through the prompts with new seeds)."),
-    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per regenerated answer at most."),
-    temperature: float = typer.Option(0.7, "--temperature", help="Sampling temperature of the regenerated answers."),
-    top_p: float = typer.Option(0.8, "--top-p", help="Nucleus sampling mass in (0, 1]."),
-    top_k: int = typer.Option(20, "--top-k", help="Sample from the k most likely tokens; 0 = off."),
+    max_new_tokens: int = RegenMaxNewOpt,
+    temperature: float = RegenTemperatureOpt,
+    top_p: float = RegenTopPOpt,
+    top_k: int = RegenTopKOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
@@ -505,14 +516,7 @@ def answers(
     from minispark.data.answers import AnswerConfig, build_answers
     from minispark.data.cache_config import default_prompts
 
-    if validate.input_file(prompts, "--prompts") is not None:
-        from minispark.data.prompts import load_prompts
-
-        load_prompts(prompts)  # a malformed line is reported before the target loads
-    validate.output_dir(out)
-    validate.number(temperature, "--temperature", 0.0)
-    validate.integer(seed, "--seed", 0)
-    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
     config = AnswerConfig(prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"),
                           out=out, target=target, num_samples=num_samples, max_new_tokens=max_new_tokens,
                           temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,

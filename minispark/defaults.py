@@ -17,6 +17,9 @@ if TYPE_CHECKING:
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.
 DEFAULT_GAMMA = 7
+#: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style
+#: sampling a chat model is served with, so the drafter learns the distribution it will be verified on.
+REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.8, 20
 #: Confidence threshold of the threshold length policy.
 DEFAULT_THRESHOLD = 0.5
 #: Weights of a served DSpark drafter: ``auto`` = int8 where the CPU kernel runs (a proposal there is

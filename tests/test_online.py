@@ -81,3 +81,30 @@ def test_train_on_an_answer_set(llama, data, tmp_path):
     assert again.losses == report.losses  # the online stream is a function of (seed, step)
     with pytest.raises(MinisparkError, match="not both"):
         load_recipe("tiny", [f"answers_dir={answers}", f"cache_dir={cache}"])
+
+
+def test_online_anchors_of_image_prompts_equal_cached_anchors(tiny_dir, tmp_path):
+    """A VLM's image prompts are encoded again (pixels, M-RoPE positions) from the recorded prompt file."""
+    from minispark.tiny_models import make_test_image
+
+    qwen = load_target(str(tiny_dir("qwen2_5_vl")))
+    make_test_image(tmp_path / "a.png")
+    prompts = tmp_path / "v.jsonl"
+    prompts.write_text(json.dumps({"prompt": "What is in the picture?", "images": ["a.png"]}) + "\n"
+                       + json.dumps({"prompt": "Say hello."}) + "\n")
+    build_answers(AnswerConfig(prompts=prompts, out=tmp_path / "answers", num_samples=2, max_new_tokens=12,
+                               temperature=0.0, batch_size=2, samples_per_shard=2), target=qwen, log=lambda _: None)
+    build_cache(CacheConfig(prompts=prompts, out=tmp_path / "cache", num_samples=2, max_new_tokens=12, temperature=0.0,
+                            layers="1,2", anchors_per_sample=100, anchor_run=1, window=6, block=3, dtype="fp32",
+                            batch_size=2, samples_per_shard=2), target=qwen, log=lambda _: None)
+    with pytest.raises(MinisparkError, match="online_prompts=FILE"):
+        OnlineSource(AnswerSet(tmp_path / "answers"), qwen, [1, 2], window=6, block=3)
+    cached = CacheReader(tmp_path / "cache")
+    online = MemoryReader(OnlineSource(AnswerSet(tmp_path / "answers"), qwen, [1, 2], window=6, block=3,
+                                       prompts=prompts))
+    assert len(online) == len(cached) > 5
+    for i in range(len(cached)):
+        a, b = cached[i], online[i]
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.text_positions, b.text_positions)
+        torch.testing.assert_close(b.context_features, a.context_features, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(b.final_hidden, a.final_hidden, rtol=1e-4, atol=1e-4)

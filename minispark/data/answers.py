@@ -33,14 +33,10 @@ import torch
 
 from minispark import __version__
 from minispark.atomic import refuse_symlink, write_bytes_atomic
-from minispark.data.cache_format import config_hash, file_sha256
-from minispark.data.prompts import (
-    PromptSample,
-    load_prompts,
-    prompt_file_hash,
-    refuse_heldout,
-)
+from minispark.data.cache_format import config_hash, file_sha256, read_format_manifest
+from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
+from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 from minispark.serving.sampling import SamplingConfig
 from minispark.serving.target import PromptInputs, Target, load_target
@@ -68,10 +64,10 @@ class AnswerConfig:
     out: Path
     target: str | None = None
     num_samples: int | None = None
-    max_new_tokens: int = 512
-    temperature: float = 0.7
-    top_p: float = 0.8
-    top_k: int = 20
+    max_new_tokens: int = REGEN_MAX_NEW_TOKENS
+    temperature: float = REGEN_TEMPERATURE
+    top_p: float = REGEN_TOP_P
+    top_k: int = REGEN_TOP_K
     batch_size: int = 0
     samples_per_shard: int = 256
     seed: int = 0
@@ -296,19 +292,8 @@ def _write_manifest(out: Path, cfg: dict[str, Any], done: dict[int, dict], num_s
 
 
 def _read_manifest(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise AnswerSetError(f"{path}: missing (not a minispark answer set, or no shard finished yet)") from None
-    except (OSError, ValueError) as exc:
-        raise AnswerSetError(f"{path}: unreadable manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise AnswerSetError(f"{path}: not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise AnswerSetError(f"{path}: format version {manifest.get('format_version')} (this minispark reads "
-                             f"{FORMAT_VERSION})")
-    return manifest
+    return read_format_manifest(Path(directory) / MANIFEST, FORMAT, FORMAT_VERSION, AnswerSetError,
+                                "not a minispark answer set, or no shard finished yet", "regenerate the answers")
 
 
 def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, Any], counts: list[int],

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from minispark.data.cache_format import CACHE_DTYPES
 from minispark.data.prompts import HELDOUT_FILE
+from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 from minispark.serving.sampling import SamplingConfig
 
@@ -43,10 +44,10 @@ class CacheConfig:
     out: Path
     target: str | None = None
     num_samples: int | None = None
-    max_new_tokens: int = 512
-    temperature: float = 0.7
-    top_p: float = 0.8
-    top_k: int = 20
+    max_new_tokens: int = REGEN_MAX_NEW_TOKENS
+    temperature: float = REGEN_TEMPERATURE
+    top_p: float = REGEN_TOP_P
+    top_k: int = REGEN_TOP_K
     layers: str | Sequence[int] = "auto"
     anchors_per_sample: int = 32
     anchor_run: int = 16

@@ -151,18 +151,24 @@ def write_manifest(directory: Path, manifest: dict[str, Any]) -> None:
 
 
 def read_manifest(directory: Path) -> dict[str, Any]:
-    path = Path(directory) / MANIFEST
+    return read_format_manifest(Path(directory) / MANIFEST, FORMAT, FORMAT_VERSION, CacheError,
+                                "not a minispark cache, or no shard finished yet", "rebuild the cache")
+
+
+def read_format_manifest(path: Path, fmt: str, version: int, error: type[MinisparkError], missing: str,
+                         stale: str) -> dict[str, Any]:
+    """A JSON manifest of format ``fmt`` at ``version``; ``error`` names the file when it is not one."""
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        raise CacheError(f"{path}: missing (not a minispark cache, or no shard finished yet)") from None
+        raise error(f"{path}: missing ({missing})") from None
     except (OSError, ValueError) as exc:
-        raise CacheError(f"{path}: unreadable manifest ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise CacheError(f"{path}: not a {FORMAT} manifest")
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CacheError(f"{path}: format version {manifest.get('format_version')} "
-                         f"(this minispark reads {FORMAT_VERSION}); rebuild the cache")
+        raise error(f"{path}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
+        raise error(f"{path}: not a {fmt} manifest")
+    if manifest.get("format_version") != version:
+        raise error(f"{path}: format version {manifest.get('format_version')} (this minispark reads {version}); "
+                    f"{stale}")
     return manifest
 
 
@@ -292,7 +298,30 @@ class Anchor:
         return self.input_ids[self.context_len + 1:]
 
 
-class CacheReader:
+class CacheFacts:
+    """What a trainer checks of its data, read from ``config`` (a manifest's): layers, window, γ, ``require``."""
+
+    config: dict[str, Any]
+    manifest_path: Path
+
+    @property
+    def layers(self) -> list[int]:
+        return list(self.config["layers"])
+
+    @property
+    def window(self) -> int:
+        return int(self.config["window"])
+
+    @property
+    def block(self) -> int:
+        return int(self.config["block"])
+
+    def require(self, **expected: Any) -> None:
+        """Refuse data built differently: ``require(target=t.identity(), layers=[1, 9], block=7)``."""
+        require_config(self.config, self.manifest_path, **expected)
+
+
+class CacheReader(CacheFacts):
     """Validated, memory-mapped access to a finished cache, anchor by anchor.
 
     Opening checks the manifest, that the build completed, and each shard's size, header and
@@ -303,7 +332,7 @@ class CacheReader:
         self.directory = Path(directory)
         self.manifest = read_manifest(self.directory)
         self.config: dict[str, Any] = self.manifest["config"]
-        manifest_path = self.directory / MANIFEST
+        self.manifest_path = manifest_path = self.directory / MANIFEST
         if not self.manifest.get("complete"):
             raise CacheError(f"{manifest_path}: incomplete cache ({len(self.manifest['shards'])} of "
                              f"{self.manifest['num_shards']} shards); rerun `minispark cache` with the same "
@@ -327,24 +356,8 @@ class CacheReader:
 
     # ------------------------------------------------------------------ config
     @property
-    def layers(self) -> list[int]:
-        return list(self.config["layers"])
-
-    @property
-    def window(self) -> int:
-        return int(self.config["window"])
-
-    @property
-    def block(self) -> int:
-        return int(self.config["block"])
-
-    @property
     def num_samples(self) -> int:
         return int(self.manifest["totals"]["samples"])
-
-    def require(self, **expected: Any) -> None:
-        """Refuse a cache built differently: ``require(target=t.identity(), layers=[1, 9], block=7)``."""
-        require_config(self.config, self.directory / MANIFEST, **expected)
 
     # ------------------------------------------------------------------ anchors
     def __len__(self) -> int:

@@ -28,7 +28,7 @@ import torch
 from minispark.data.answers import MANIFEST, AnswerSet, StoredAnswer
 from minispark.data.cache import pack_sample
 from minispark.data.cache_config import CacheConfig
-from minispark.data.cache_format import Anchor, CacheReader, config_hash, pack_shard, require_config
+from minispark.data.cache_format import Anchor, CacheFacts, CacheReader, config_hash, pack_shard
 from minispark.data.regenerate import Answer
 from minispark.errors import MinisparkError
 from minispark.serving.target import PromptInputs, Target
@@ -37,17 +37,16 @@ from minispark.serving.target import PromptInputs, Target
 DENSE = 1 << 30
 
 
-class OnlineSource:
+class OnlineSource(CacheFacts):
     """An answer set seen as a feature cache: the manifest facts the trainer checks, anchors on demand."""
 
     def __init__(self, answers: AnswerSet, target: Target, layers: list[int], window: int, block: int,
-                 dtype: str = "fp32") -> None:
-        if target.uses_mrope:
-            raise MinisparkError(f"--answers {answers.directory}: online features take text targets for now; "
-                                 f"build a feature cache for {target.name} with `minispark cache`")
+                 dtype: str = "fp32", prompts: Path | None = None) -> None:
         answers.require_target(target)
         self.answers, self.target = answers, target
-        self.directory = answers.directory
+        # A VLM prompt's features need its pixels: those prompts are encoded again from the prompt file.
+        self.samples = _prompt_samples(answers, target, prompts) if target.uses_mrope else None
+        self.directory, self.manifest_path = answers.directory, answers.directory / MANIFEST
         self.config: dict[str, Any] = {
             "target": answers.config["target"], "split": answers.config["split"], "source": "online",
             "answers": config_hash(answers.config), "layers": list(layers), "window": window, "block": block,
@@ -55,21 +54,6 @@ class OnlineSource:
         # The anchor rule of a cache build with every answer position an anchor (no sampling of anchors).
         self._pack = CacheConfig(prompts=Path("-"), out=Path("-"), anchors_per_sample=DENSE, anchor_run=1,
                                  window=window, block=block, dtype=dtype)
-
-    @property
-    def layers(self) -> list[int]:
-        return list(self.config["layers"])
-
-    @property
-    def window(self) -> int:
-        return int(self.config["window"])
-
-    @property
-    def block(self) -> int:
-        return int(self.config["block"])
-
-    def require(self, **expected: Any) -> None:
-        require_config(self.config, self.directory / MANIFEST, **expected)
 
     def anchors_per_sample(self) -> np.ndarray:
         """(N,) dense anchors of each answer (every answer token with a label after it), from lengths alone."""
@@ -81,11 +65,20 @@ class OnlineSource:
         packed = []
         for i in indices:
             stored = self.answers[i]
-            prompt = PromptInputs(input_ids=stored.prompt_ids.view(1, -1).to(self.target.device),
-                                  text_positions=torch.arange(len(stored.prompt_ids)))
+            prompt = self._prompt(stored)
             packed.append(pack_sample(self.target, stored.sample_index, prompt, self._answer(prompt, stored),
                                       self._pack))
         return pack_shard(packed, len(self.layers), self.target.hidden_size, self._pack.dtype)
+
+    def _prompt(self, stored: StoredAnswer) -> PromptInputs:
+        if self.samples is None:
+            return PromptInputs(input_ids=stored.prompt_ids.view(1, -1).to(self.target.device),
+                                text_positions=torch.arange(len(stored.prompt_ids)))
+        prompt = self.target.encode(**self.samples[stored.prompt_line - 1].encode_kwargs())
+        if not torch.equal(prompt.input_ids[0].cpu(), stored.prompt_ids):
+            raise MinisparkError(f"{self.directory / MANIFEST}: sample {stored.sample_index}'s prompt encodes to "
+                                 "other tokens than the answer set stored (another processor or chat template?)")
+        return prompt
 
     def _answer(self, prompt: PromptInputs, stored: StoredAnswer) -> Answer:
         full = self.target.extend(prompt, stored.answer_ids.to(self.target.device))
@@ -96,16 +89,12 @@ class OnlineSource:
                       final_hidden=final)
 
 
-class MemoryReader:
+class MemoryReader(CacheFacts):
     """Every anchor of some samples of an :class:`OnlineSource`, held in memory, read like a cache."""
 
     def __init__(self, source: OnlineSource, indices: Iterable[int] | None = None) -> None:
-        self.directory, self.config = source.directory, source.config
-        self.layers, self.window, self.block = source.layers, source.window, source.block
+        self.directory, self.manifest_path, self.config = source.directory, source.manifest_path, source.config
         self.shard = source.pack(range(len(source.answers)) if indices is None else indices)
-
-    def require(self, **expected: Any) -> None:
-        require_config(self.config, self.directory / MANIFEST, **expected)
 
     def __len__(self) -> int:
         return int(len(self.shard["anchor_pos"]))
@@ -187,10 +176,29 @@ class OnlinePlan:
         return [CacheReader._anchor(shard, a) for a in picked]
 
 
+def _prompt_samples(answers: AnswerSet, target: Target, prompts: Path | None) -> list:
+    """The prompt file an answer set was sampled from (``prompts``, else the shipped corpus of that name),
+    checked by its hash; refused in one line when it cannot be found or was edited since."""
+    from minispark.data.cache_config import default_prompts
+    from minispark.data.prompts import load_prompts, prompt_file_hash
+
+    recorded = answers.config["prompts"]
+    shipped = {p.name: p for p in (default_prompts(target.is_vlm), default_prompts(target.is_vlm, "heldout"))}
+    path = Path(prompts) if prompts is not None else shipped.get(recorded["file"])
+    if path is None:
+        raise MinisparkError(f"{answers.directory / MANIFEST}: answers to {recorded['file']}, which is not the shipped "
+                             "corpus: pass its path as online_prompts=FILE (image prompts are encoded again)")
+    samples = load_prompts(path)
+    if prompt_file_hash(path, samples) != recorded["hash"]:
+        raise MinisparkError(f"{path}: differs from the prompt file {answers.directory / MANIFEST} was sampled from "
+                             "(its hash changed)")
+    return samples
+
+
 def open_reader(directory: Path, target: Target, layers: list[int] | None, window: int, block: int,
-                dtype: str = "fp32") -> CacheReader | MemoryReader:
+                dtype: str = "fp32", prompts: Path | None = None) -> CacheReader | MemoryReader:
     """A feature cache as it is, or an answer set as an in-memory one (for a small held-out set)."""
     if (Path(directory) / MANIFEST).exists():
         chosen = target.auto_layers() if layers is None else target.check_layers(layers)
-        return MemoryReader(OnlineSource(AnswerSet(directory), target, chosen, window, block, dtype))
+        return MemoryReader(OnlineSource(AnswerSet(directory), target, chosen, window, block, dtype, prompts))
     return CacheReader(directory)

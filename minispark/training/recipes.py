@@ -65,7 +65,8 @@ class TrainConfig:
         ``onpolicy`` (with ``init_from``) trains only on the anchors where that drafter's replayed
         rounds start (``training/onpolicy.py``). ``answers_dir`` trains on an answer set instead of
         ``cache_dir``: the target runs in the training process and computes every answer position's
-        features as training goes, ``online_pool`` answers at a time (``training/online.py``).
+        features as training goes, ``online_pool`` answers at a time (``training/online.py``); a VLM's
+        image prompts are encoded again from ``online_prompts`` (default: the shipped corpus of that name).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma); ``alpha_kl``
         (KL(p_t ‖ p_d)) and ``alpha_tau`` (minus the expected accepted drafts) are the optional
         variants of ``losses.py``.
@@ -121,6 +122,7 @@ class TrainConfig:
     cache_dir: str | None = None
     answers_dir: str | None = None
     online_pool: int = 32
+    online_prompts: str | None = None
     out_dir: str | None = None
     heldout_cache: str | None = None
     eval_every: int = 0
@@ -209,7 +211,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
               "markov_w1", "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
-              "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience",
+              "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "online_prompts", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience",
               "init_from", "onpolicy"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau", "loss_decay_gamma"),
 }

@@ -63,9 +63,8 @@ from minispark.training.recipes import (TrainConfig, check_target_dims, config_d
 TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 #: Fields that may change on ``--resume`` without changing the math of the next steps.
-RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "answers_dir", "out_dir",
-                     "heldout_cache",
-                     "eval_every", "eval_anchors", "patience")
+RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "answers_dir", "online_prompts",
+                     "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience")
 BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
 CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6}")
 
@@ -352,7 +351,8 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                              dtype="bf16" if config.compute_dtype == "bf16" else None)
     if online:
         layers = target.auto_layers() if config.feature_layers is None else target.check_layers(config.feature_layers)
-        reader: CacheReader | OnlineSource = OnlineSource(data, target, layers, config.window, config.block_size)
+        reader: CacheReader | OnlineSource = OnlineSource(data, target, layers, config.window, config.block_size,
+                                                          prompts=config.online_prompts)
     else:
         reader = data
     out.mkdir(parents=True, exist_ok=True)
@@ -421,14 +421,15 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
 
 
 def online_memory(config: TrainConfig, source: OnlineSource) -> str:
-    """What online training keeps beside the drafter's step: the target's weights and one pool's features
-    (every position of ``online_pool`` answers at the longest answer of the set, fp32)."""
+    """What online training keeps beside the drafter's step: the target's weights (on its device) and one
+    pool's features (every position of ``online_pool`` answers at the longest answer of the set, fp32, in
+    CPU memory)."""
     target = source.target.model
     weights = sum(p.numel() * p.element_size() for p in target.parameters())
     longest = max((len(source.answers[i].ids) for i in range(min(len(source.answers), 4096))), default=0)
     pool = config.online_pool * longest * (len(source.layers) + 1) * source.target.hidden_size * 4
-    return (f" + online: target weights {weights / 1e9:.2f} GB + one pool's features {pool / 1e9:.2f} GB "
-            f"= {(weights + pool) / 1e9:.2f} GB more")
+    return (f" + online: target weights {weights / 1e9:.2f} GB on {source.target.device.type}, one pool's features "
+            f"{pool / 1e9:.2f} GB in CPU memory")
 
 
 def _read_lines(path: Path) -> list[str]:

@@ -76,7 +76,7 @@ class AnchorPlan:
         if run > 0:
             self.groups = [g[i:i + run] for g in self.groups for i in range(0, len(g), run)]
         self.total = sum(len(g) for g in self.groups)
-        self.batch_anchors, self.seed = batch_anchors, seed
+        self.reader, self.batch_anchors, self.seed = reader, batch_anchors, seed
         self._epoch: tuple[int, np.ndarray] | None = None
 
     def _order(self, epoch: int) -> np.ndarray:
@@ -93,6 +93,10 @@ class AnchorPlan:
             epoch, offset = divmod(position + len(out), self.total)
             out.extend(self._order(epoch)[offset:offset + self.batch_anchors - len(out)].tolist())
         return out
+
+    def anchors(self, step: int) -> list[Anchor]:
+        """The anchors of (0-based) step ``step``, read from the cache."""
+        return [self.reader[i] for i in self.step_anchors(step)]
 
 
 def make_batch(anchors: list[Anchor], gamma: int) -> Batch:

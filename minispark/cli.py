@@ -600,7 +600,7 @@ def train(
         validate.input_dir(out, "--out")
     report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress and not as_json,
                        log=lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
-    _print_json(report.metrics) if as_json else console.print(report.summary())
+    _print_json(report.to_json()) if as_json else console.print(report.summary())
 
 
 @app.command()

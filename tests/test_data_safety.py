@@ -113,7 +113,8 @@ def test_train_from_another_directory_and_json_alone_on_stdout(spelled_cache: Pa
     result = run("train", "--recipe", "tiny", "--cache", spelled_cache, "--out", tmp_path / "o", "steps=2",
                  "checkpoint_every=2", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.stdout)[-1]["step"] == 2
+    report = json.loads(result.stdout)  # one object: the drafter's path, the steps, the logged rows
+    assert report["metrics"][-1]["step"] == 2 and report["last_step"] == 2 and Path(report["drafter"]).is_dir()
 
 
 def test_resume_never_writes_through_planted_symlinks(spelled_cache: Path, tmp_path: Path) -> None:

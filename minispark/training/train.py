@@ -165,6 +165,12 @@ class TrainReport:
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
+    def to_json(self) -> dict[str, Any]:
+        """What ``train --json`` prints: one object with the drafter's path, the steps, the logged rows."""
+        return {"drafter": str(self.drafter), "out": str(self.out), "first_step": self.first_step,
+                "last_step": self.last_step, "seconds": round(self.seconds, 2), "summary": self.summary(),
+                "metrics": self.metrics, "evaluations": self.evaluations}
+
     def summary(self) -> str:
         last = self.metrics[-1] if self.metrics else {}
         acc = " ".join("-" if a is None else f"{a:.2f}" for a in last.get("acceptance", []))

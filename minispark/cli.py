@@ -643,6 +643,12 @@ def profile(
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
     validate.number(cooldown, "--cooldown", 0.0, 3600.0)
     validate.integer(threads, "--threads", 1)
+    if threads is not None and threads > (os.cpu_count() or 1):
+        raise MinisparkError(f"--threads {threads}: this machine has {os.cpu_count()} CPUs (a table keyed to more "
+                             "threads than it can run is never matched)")
+    if max_tokens < DEFAULT_GAMMA + 1:
+        raise MinisparkError(f"--max-tokens {max_tokens}: schedule mode verifies up to γ + 1 = {DEFAULT_GAMMA + 1} "
+                             "tokens per round; profile at least that many")
     validate.integer(seed, "--seed", 0)
     validate.output_dir(out)
     validate.output_file(plot, "--plot")

@@ -181,6 +181,8 @@ CASES = [
     ("profile-contexts-fraction", ["profile", "--contexts", "1.5"], "--contexts"),
     ("profile-contexts-empty", ["profile", "--contexts", ""], "--contexts"),
     ("profile-max-tokens-zero", ["profile", "--max-tokens", "0"], "--max-tokens"),
+    ("profile-max-tokens-below-gamma", ["profile", "--max-tokens", "1"], "--max-tokens"),
+    ("profile-threads-above-cpus", ["profile", "--threads", "999"], "--threads"),
     ("profile-rounds-zero", ["profile", "--rounds", "0"], "--rounds"),
     ("profile-drift-nan", ["profile", "--drift-bound", "nan"], "--drift-bound"),
     ("profile-cooldown-inf", ["profile", "--cooldown", "inf"], "--cooldown"),

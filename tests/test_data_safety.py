@@ -146,7 +146,7 @@ def test_profile_writes_user_tables_looked_up_first(tiny_dir, tmp_path: Path,
     from minispark.serving.target import load_target
 
     monkeypatch.setenv("MINISPARK_SPS_TABLES", str(tmp_path / "user-tables"))
-    result = run("profile", "--target", tiny_dir("llama"), "--contexts", "8", "--max-tokens", "2", "--rounds", "1",
+    result = run("profile", "--target", tiny_dir("llama"), "--contexts", "8", "--max-tokens", "8", "--rounds", "1",
                  "--warmup", "0", "--cooldown", "0", "--allow-busy", "--json")
     assert result.exit_code == 0, result.output
     written = Path(json.loads(result.stdout)["path"])

@@ -49,8 +49,9 @@ class OnlineSource(CacheFacts):
         self.directory, self.manifest_path = answers.directory, answers.directory / MANIFEST
         self.config: dict[str, Any] = {
             "target": answers.config["target"], "split": answers.config["split"], "source": "online",
-            "answers": config_hash(answers.config), "layers": list(layers), "window": window, "block": block,
-            "dtype": dtype}
+            # A growing set keeps its config: the sample count tells a resumed run it changed.
+            "answers": config_hash(answers.config), "samples": len(answers), "layers": list(layers),
+            "window": window, "block": block, "dtype": dtype}
         # The anchor rule of a cache build with every answer position an anchor (no sampling of anchors).
         self._pack = CacheConfig(prompts=Path("-"), out=Path("-"), anchors_per_sample=DENSE, anchor_run=1,
                                  window=window, block=block, dtype=dtype)

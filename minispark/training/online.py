@@ -127,7 +127,7 @@ class OnlinePlan:
         self.sparse = anchors_per_sample
         self.samples, self.total = int((counts > 0).sum()), int(counts.sum())
         self._epochs: dict[int, np.ndarray] = {}  # epoch -> cumulative steps at the end of each pool
-        self._loaded: tuple[tuple[int, int], list[list[int]], dict[str, torch.Tensor]] | None = None
+        self._loaded: tuple[tuple[int, int], list[int], dict[str, torch.Tensor]] | None = None
 
     def _pools(self, epoch: int) -> list[np.ndarray]:
         order = np.random.default_rng([self.seed, epoch]).permutation(len(self.counts))
@@ -150,8 +150,8 @@ class OnlinePlan:
         pool = int(np.searchsorted(ends, step, side="right"))
         return epoch, pool, step - (int(ends[pool - 1]) if pool else 0)
 
-    def _load(self, epoch: int, pool: int) -> tuple[list[list[int]], dict[str, torch.Tensor]]:
-        """The pool's shard and its anchor groups (shard-local anchor indices) in this epoch's order."""
+    def _load(self, epoch: int, pool: int) -> tuple[list[int], dict[str, torch.Tensor]]:
+        """The pool's shard and its anchors (shard-local indices), groups in this epoch's order, flattened once."""
         if self._loaded is None or self._loaded[0] != (epoch, pool):
             members = self._pools(epoch)[pool].tolist()
             shard = self.source.pack(members)
@@ -164,16 +164,15 @@ class OnlinePlan:
                     local = sorted(rng.choice(local, self.sparse, replace=False).tolist())
                 run = self.run or len(local)
                 groups += [local[k:k + run] for k in range(0, len(local), run)]
-            groups = [groups[g] for g in rng.permutation(len(groups))]
-            self._loaded = ((epoch, pool), groups, shard)
+            order = [a for g in rng.permutation(len(groups)) for a in groups[g]]
+            self._loaded = ((epoch, pool), order, shard)
         return self._loaded[1], self._loaded[2]
 
     def anchors(self, step: int) -> list[Anchor]:
         """The anchors of (0-based) step ``step``."""
         epoch, pool, within = self._locate(step)
-        groups, shard = self._load(epoch, pool)
-        flat = [a for g in groups for a in g]
-        picked = flat[within * self.batch_anchors:(within + 1) * self.batch_anchors]
+        order, shard = self._load(epoch, pool)
+        picked = order[within * self.batch_anchors:(within + 1) * self.batch_anchors]
         return [CacheReader._anchor(shard, a) for a in picked]
 
 

@@ -4,7 +4,8 @@ Both sample the same corpus prompts with the same settings (T 0.7, top-p 0.8, to
 token cap, ``--batch-size`` rows at a time: HF ``generate(do_sample=True)`` in fixed batches (every row
 runs until the batch's longest answer ends), minispark's ``iter_answers`` with refill (a finished row's
 slot takes the next prompt; preallocated KV; inverse-CDF sampling). Each repeat runs HF then minispark
-on the same fresh slice of ``--prompts-per-side`` prompts, alternating which side goes first. Reported:
+on the same fresh slice of ``--prompts-per-side`` prompts, alternating which side goes first; a third
+side runs minispark's sampler with eager linears, to show what the packed runtime adds. Reported:
 useful generated tokens per second (answer tokens up to EOS) for each side, their ratio, medians.
 
     .venv/bin/python benchmarks/regen_throughput.py --batch-size 64 --max-new-tokens 64 --prompts-per-side 128
@@ -26,6 +27,7 @@ from transformers import GenerationConfig
 from minispark.data.answer_sampler import iter_answers
 from minispark.data.prompts import load_prompts
 from minispark.data.regenerate import collate, sample_seed
+from minispark.serving.runtime import eager_linears
 from minispark.serving.sampling import SamplingConfig
 from minispark.serving.target import load_target
 
@@ -42,11 +44,18 @@ def hf_side(target, prompts, batch: int, max_new_tokens: int) -> tuple[int, floa
     start = time.perf_counter()
     for i in range(0, len(prompts), batch):
         inputs = collate(prompts[i:i + batch], pad)
-        new = target.model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:]
+        with eager_linears(target.model):  # HF as HF runs it
+            new = target.model.generate(**inputs, generation_config=config)[:, inputs["input_ids"].shape[1]:]
         for row in new:
             hits = torch.isin(row, torch.tensor(eos)).nonzero()
             useful += int(hits[0]) + 1 if len(hits) else len(row)
     return useful, time.perf_counter() - start
+
+
+def minispark_eager_side(target, prompts, batch: int, max_new_tokens: int) -> tuple[int, float]:
+    """minispark's sampler with the target's linears run eagerly (what the packed runtime saves)."""
+    with eager_linears(target.model):
+        return minispark_side(target, prompts, batch, max_new_tokens)
 
 
 def minispark_side(target, prompts, batch: int, max_new_tokens: int) -> tuple[int, float]:
@@ -75,17 +84,19 @@ def main() -> None:
     rows = []
     for r in range(args.repeats):
         prompts = [target.encode(**s.encode_kwargs()) for s in samples[r * n:(r + 1) * n]]
-        sides = [("hf", hf_side), ("minispark", minispark_side)]
+        sides = [("hf", hf_side), ("minispark-eager", minispark_eager_side), ("minispark", minispark_side)]
         row = {}
         for name, side in sides if r % 2 == 0 else sides[::-1]:
             tokens, seconds = side(target, prompts, args.batch_size, args.max_new_tokens)
             row[name] = tokens / seconds
         row["ratio"] = row["minispark"] / row["hf"]
+        row["packed_gain"] = row["minispark"] / row["minispark-eager"]
         rows.append(row)
         print(json.dumps({k: round(v, 2) for k, v in row.items()}), flush=True)
-    med = {k: statistics.median(r[k] for r in rows) for k in ("hf", "minispark", "ratio")}
+    med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     print(f"batch {args.batch_size}, cap {args.max_new_tokens}, {n} prompts per side x {args.repeats}: HF generate "
-          f"{med['hf']:.1f} useful tok/s, minispark answers {med['minispark']:.1f} tok/s = {med['ratio']:.2f}x HF")
+          f"{med['hf']:.1f} useful tok/s, minispark answers {med['minispark']:.1f} tok/s ({target.runtime} runtime) = "
+          f"{med['ratio']:.2f}x HF; eager runtime {med['minispark-eager']:.1f} tok/s")
 
 
 if __name__ == "__main__":

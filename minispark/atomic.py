@@ -1,17 +1,24 @@
 """Atomic file and directory writes: a reader (or a resumed run after a kill) sees the old file or the new one,
 never half of one. Every artifact minispark writes in place goes through here.
 
+A directory written whole (``write_dir_atomic``: drafters, exports, checkpoints) records the sha256 of every
+file it holds in ``.minispark-written.json``; it is only ever replaced while everything in it is still what
+that record says minispark wrote, so a user's file that happens to share a name (``README.md``) is never lost.
+
     python -c "from minispark.atomic import write_json_atomic; print(write_json_atomic('/tmp/x.json', {'a': 1}))"
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any, Callable, Iterator
 
 from minispark.errors import MinisparkError
 
@@ -27,8 +34,11 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
+        full = out_of_space(exc, path.parent)
         Path(tmp).unlink(missing_ok=True)
+        if full:
+            raise NoSpaceError(path) from None
         raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
@@ -47,13 +57,19 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
 
 
 def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
-    """Build a directory with ``fill(tmp)`` in a temporary sibling, then rename it over ``path``:
-    a reader sees the old directory or the complete new one."""
+    """Build a directory with ``fill(tmp)`` in a temporary sibling, record what it holds, then rename it
+    over ``path``: a reader sees the old directory or the complete new one. An existing ``path`` is
+    replaced only if minispark wrote everything in it (see :func:`foreign_entry`); else nothing is written."""
     path = refuse_symlink(path, "output directory")
+    foreign = foreign_entry(path)
+    if foreign is not None:
+        raise MinisparkError(f"output directory {path}: {foreign}; minispark replaces only directories it wrote "
+                             "itself: choose a new or empty directory")
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         fill(tmp)
+        write_json_atomic(tmp / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": _hashes(tmp)})
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -62,8 +78,139 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
         os.replace(tmp, path)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
+    except BaseException as exc:
+        if isinstance(exc, NoSpaceError) or out_of_space(exc, tmp):
+            raise NoSpaceError(path) from None
+        raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return path
+
+
+class NoSpaceError(MinisparkError):
+    """The disk filled while writing ``path``; the half-written temporary file is already gone."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: no space left on the device (nothing half-written is kept); free some space "
+                         "and run the command again")
+
+
+#: A full disk, an exhausted quota.
+NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+#: Free bytes below which a failed write is taken as a full disk: torch.save reports one as a bare
+#: RuntimeError ("unexpected pos"), safetensors as its own error type, not as ENOSPC.
+FULL_DISK_BYTES = 1 << 20
+
+
+def out_of_space(exc: BaseException, directory: str | Path) -> bool:
+    """Whether ``exc``, raised while writing into ``directory``, is a full disk (or an exhausted quota)."""
+    if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+        return True
+    if not isinstance(exc, Exception):  # Ctrl-C is never a full disk
+        return False
+    try:
+        return shutil.disk_usage(directory).free < FULL_DISK_BYTES
+    except OSError:
+        return False
+
+
+#: The record ``write_dir_atomic`` leaves in each directory it writes: every file's sha256.
+WRITTEN_MANIFEST = ".minispark-written.json"
+WRITTEN_FORMAT = "minispark-written-files"
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _hashes(directory: Path) -> dict[str, str]:
+    """sha256 of every file under ``directory`` (by path relative to it), the record itself excepted."""
+    return {p.relative_to(directory).as_posix(): file_sha256(p) for p in sorted(directory.rglob("*"))
+            if p.is_file() and p.name != WRITTEN_MANIFEST}
+
+
+def _written(directory: Path) -> dict[str, str] | None:
+    """The file hashes ``directory``'s record says minispark wrote, or None without a valid record."""
+    record = directory / WRITTEN_MANIFEST
+    if record.is_symlink() or not record.is_file():
+        return None
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return None
+    files = data.get("files") if isinstance(data, dict) and data.get("format") == WRITTEN_FORMAT else None
+    return files if isinstance(files, dict) else None
+
+
+def foreign_entry(path: str | Path) -> str | None:
+    """Why ``path`` may not be replaced as a whole (one phrase naming the first file at fault), or None when
+    it is absent, empty, or holds only files minispark's record lists, each unchanged since it was written."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not path.is_dir()):
+        return "is not a directory minispark wrote"
+    if not path.exists() or not any(path.iterdir()):
+        return None
+    written = _written(path)
+    for entry in sorted(path.rglob("*")):
+        name = entry.relative_to(path).as_posix()
+        if entry.name == WRITTEN_MANIFEST and entry.parent == path:
+            continue
+        if entry.is_symlink() or not (entry.is_file() or entry.is_dir()):
+            return f"holds {name}, which minispark did not write"
+        if entry.is_dir():
+            if written is None or not any(key.startswith(name + "/") for key in written):
+                return f"holds {name}/, which minispark did not write"
+            continue
+        if written is None or name not in written:
+            return f"holds {name}, which minispark did not write"
+        if file_sha256(entry) != written[name]:
+            return f"holds {name}, changed since minispark wrote it"
+    return None
+
+
+def adopt_written(directory: str | Path) -> None:
+    """Record the files of ``directory`` as minispark's when it has no record yet: only for a directory the
+    caller knows minispark wrote (a training run's own ``drafter/``, written before records existed)."""
+    directory = Path(directory)
+    if directory.is_dir() and not directory.is_symlink() and _written(directory) is None and all(
+            p.is_file() and not p.is_symlink() for p in directory.iterdir()):
+        write_json_atomic(directory / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": _hashes(directory)})
+
+
+def record_written(directory: str | Path, name: str) -> None:
+    """Add the file ``name`` just written into ``directory`` (e.g. ``calibration.json``) to the directory's
+    record, when it has one: a directory minispark did not write gets no record."""
+    directory = Path(directory)
+    written = _written(directory)
+    if written is not None:
+        written[name] = file_sha256(directory / name)
+        write_json_atomic(directory / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": written})
+
+
+@contextlib.contextmanager
+def removed_if_left_empty(path: str | Path | None) -> Iterator[None]:
+    """If the block raises, remove ``path`` and each parent the block created, while still empty: a
+    refused or failed command leaves no empty output directory behind. What existed before is never touched."""
+    created = []
+    for entry in () if path is None else (Path(path), *Path(path).parents):
+        if os.path.lexists(entry):
+            break
+        created.append(entry)
+    try:
+        yield
+    except BaseException:
+        for entry in created:  # deepest first; rmdir removes only an empty directory, never a file or a link
+            try:
+                entry.rmdir()
+            except FileNotFoundError:  # never made (a directory written whole makes only its parent)
+                continue
+            except OSError:
+                break
+        raise
 
 
 def save_figure(fig: Any, path: str | Path, **kwargs: Any) -> Path:

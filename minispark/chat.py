@@ -137,9 +137,6 @@ class ChatREPL:
         self.console.print()
         if turn.stop_reason == "interrupted":
             self.console.print("[dim](interrupted: the partial answer is kept)[/]")
-        if turn.recomputed_tokens:
-            self.console.print(f"[dim](the chat template re-rendered {turn.recomputed_tokens} cached tokens "
-                               "differently: re-prefilled them)[/]")
         if self.show_stats:
             self.console.print(f"[dim]{self.turn_line(turn)}[/]", highlight=False)
 

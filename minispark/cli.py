@@ -16,18 +16,49 @@ import shlex
 import sys
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence, get_args
 
 import typer
 from rich.markup import escape
+from typer.core import TyperCommand, TyperGroup
 
 from minispark import defaults, validate
 from minispark.defaults import (DEFAULT_GAMMA, DEFAULT_THRESHOLD, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K,
                                 REGEN_TOP_P, make_console)
-from minispark.serving.embedded import EMBEDDED_NAME
+from minispark.serving.embedded import EMBEDDED_SPELLINGS
 from minispark.errors import MinisparkError
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+
+class PlainHelp:
+    """Help that shows what to type: no ``<bool>`` after a flag, and a repeatable option as its
+    element (``--image <path>``, not ``<list[Path]>``)."""
+
+    def get_params(self, ctx: Any) -> list:
+        params = super().get_params(ctx)
+        for param in params:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+            elif getattr(param, "multiple", False):
+                param.metavar = f"<{get_args(param.type_descriptor.annotation)[0].__name__.lower()}>"
+        return params
+
+
+class PlainHelpGroup(PlainHelp, TyperGroup):
+    pass
+
+
+class PlainHelpCommand(PlainHelp, TyperCommand):
+    pass
+
+
+class PlainHelpTyper(typer.Typer):
+    """A ``typer.Typer`` whose commands render :class:`PlainHelp`."""
+
+    def command(self, *args: Any, **kwargs: Any) -> Callable:
+        return super().command(*args, cls=PlainHelpCommand, **kwargs)
+
+
+app = PlainHelpTyper(cls=PlainHelpGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="DSpark speculative decoding for local vision-language models.")
 # Piped or redirected output (a log file, `| less`) gets a width that fits the bench table instead of
 # rich's 80-column fallback, which truncates every cell; $COLUMNS still wins.
@@ -37,7 +68,9 @@ err_console = make_console(stderr=True)
 #: What to run after Ctrl-C to carry on where a command stopped.
 RESUME_HINTS = {
     "cache": "finished shards are kept; run the same command again to resume",
-    "train": "checkpoints are kept; add --resume to continue from the latest one",
+    "train": "checkpoints are kept; add --resume to continue from the latest one (from step 0 if none was "
+             "written yet)",
+    "demo": "finished stages, cache shards and checkpoints are kept; run the same command again to resume",
 }
 
 
@@ -50,6 +83,10 @@ def main(
         None, "--draft-precision", show_default=False, help="Weights of a served DSpark drafter: auto (int8 on a CPU, where a "
         "proposal is memory-bound; the checkpoint's dtype elsewhere), float, or int8. Lossless either way. "
         "[default: auto]"),
+    runtime: str | None = typer.Option(
+        None, "--runtime", show_default=False, help="How the target's linear layers run: auto (oneDNN-prepacked "
+        "weights for an fp32 CPU target, eager elsewhere), eager (plain PyTorch, to compare), or packed. "
+        "Lossless either way: the baseline and every drafting mode use the same one. [default: auto]"),
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
     if allow_pickle_weights:
@@ -59,31 +96,63 @@ def main(
             raise typer.BadParameter(f"{draft_precision!r} is not one of {', '.join(defaults.DRAFT_PRECISIONS)}",
                                      param_hint="--draft-precision")
         os.environ[defaults.DRAFT_PRECISION_ENV] = draft_precision
+    if runtime is not None:
+        if runtime not in defaults.TARGET_RUNTIMES:
+            raise typer.BadParameter(f"{runtime!r} is not one of {', '.join(defaults.TARGET_RUNTIMES)}",
+                                     param_hint="--runtime")
+        os.environ[defaults.TARGET_RUNTIME_ENV] = runtime
 
 
 def one_line_errors(command: Callable) -> Callable:
-    """Turn user-facing errors into a single ``error: ...`` line and exit status 2; Python warnings
-    into one ``notice:`` line each; Ctrl-C into how to resume."""
+    """Turn user-facing errors (and a full disk) into a single ``error: ...`` line and exit status 2;
+    Python warnings into one ``notice:`` line each; Ctrl-C into how to resume. A failed command leaves
+    no empty ``--out`` directory it created behind."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
+        from minispark.atomic import NO_SPACE_ERRNOS, NoSpaceError, removed_if_left_empty
+
         try:
-            with warnings.catch_warnings():
+            with removed_if_left_empty(kwargs.get("out")), warnings.catch_warnings():
                 warnings.showwarning = _one_line_warning
                 return command(*args, **kwargs)
+        except PermissionError as exc:  # a file, or a directory on its path (behind a symlink), this user may not use
+            _print_error(_permission_denied(exc))
+            raise typer.Exit(2) from None
+        except OSError as exc:  # a write outside the atomic helpers (a log line) hit the full disk
+            if exc.errno not in NO_SPACE_ERRNOS:
+                raise
+            _print_error(str(NoSpaceError(exc.filename or "a file being written")))
+            raise typer.Exit(2) from None
         except MinisparkError as exc:
-            message = " ".join(str(exc).split())  # one line, whatever the library put in it
-            err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
+            _print_error(str(exc))
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             hint = RESUME_HINTS.get(command.__name__)
+            if command.__name__ == "demo" and not kwargs.get("train"):
+                hint = None  # the plain demo keeps nothing: there is nothing to resume
+            out = kwargs.get("out")
+            if command.__name__ == "train" and out is not None and not Path(out).exists():
+                hint = "nothing was written yet; run the same command again"  # --resume refuses a missing --out
             line = f"interrupted; {hint}: minispark {shlex.join(sys.argv[1:])}" if hint else "interrupted"
-            if command.__name__ == "train" and "--resume" not in sys.argv:
+            if hint == RESUME_HINTS["train"] and "--resume" not in sys.argv:
                 line += " --resume"
             err_console.print(line, highlight=False, soft_wrap=True, markup=False)
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _permission_denied(exc: PermissionError) -> str:
+    name = exc.filename or "a file"
+    real = os.path.realpath(name) if exc.filename else name
+    via = f" (it leads to {real})" if real != os.path.abspath(name) else ""
+    return f"{name}{via}: permission denied; this user may not read or write it, or a directory on its path"
+
+
+def _print_error(message: str) -> None:
+    message = " ".join(message.split())  # one line, whatever the library put in it
+    err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _one_line_warning(message: Warning | str, category: type, filename: str, lineno: int, file: Any = None,
@@ -119,7 +188,6 @@ StrictOpt = typer.Option(False, "--strict", help="Refuse an --sps table profiled
                          "(default: warn).")
 
 
-EMBEDDED_SPELLINGS = (None, "", "embedded", EMBEDDED_NAME)
 FourBitOpt = typer.Option(False, "--load-in-4bit", help="Load the target 4-bit quantized (bitsandbytes, CUDA).")
 EightBitOpt = typer.Option(False, "--load-in-8bit", help="Load the target 8-bit quantized (bitsandbytes, CUDA).")
 SeedOpt = typer.Option(0, "--seed", help="Random seed.")
@@ -161,20 +229,26 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
     if target not in EMBEDDED_SPELLINGS:
         location = validate.target_location(target)
         if location is not None:
-            validate.safetensors_only(location, target)
+            validate.target_weights(location, target)
 
 
 def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, seed: int, target: Optional[str],
                         dtype: Optional[str], device: Optional[str], load_in_4bit: bool, load_in_8bit: bool) -> None:
     """The flags cache and answers share, checked before the target loads."""
+    _check_prompts(prompts)
+    validate.output_dir(out)
+    validate.number(temperature, "--temperature", 0.0)
+    validate.seed(seed)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+
+
+def _check_prompts(prompts: Optional[Path]) -> None:
+    """A --prompts file parsed whole (every line, every image) before the target loads: a bad line
+    costs milliseconds, not the minutes a large target takes to load."""
     if validate.input_file(prompts, "--prompts") is not None:
         from minispark.data.prompts import load_prompts
 
-        load_prompts(prompts)  # a malformed line is reported before the target loads
-    validate.output_dir(out)
-    validate.number(temperature, "--temperature", 0.0)
-    validate.integer(seed, "--seed", 0)
-    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+        load_prompts(prompts)
 
 
 def _check_images(images: list[Path]) -> None:
@@ -195,7 +269,7 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     validate.number(threshold, "--threshold", 0.0, 1.0)
     validate.input_file(sps, "--sps")
     validate.sampling(temperature, top_p, top_k)
-    validate.integer(seed, "--seed", 0)
+    validate.seed(seed)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
 
 
@@ -203,7 +277,8 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
 @one_line_errors
 def generate(
     prompt: Optional[str] = typer.Option(None, "--prompt", help="User message (default: a built-in prompt)."),
-    image: list[Path] = typer.Option([], "--image", help="Image file(s) for a vision-language target."),
+    image: list[Path] = typer.Option([], "--image", help="Image file for a vision-language target "
+                                     "(repeat --image for more)."),
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a drafter directory "
                                           "(default: the drafter shipped for the target, else lookup)."),
@@ -221,7 +296,7 @@ def generate(
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one, reported)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help=MaxNewTokensHelp + "; a prompt that "
                                        "alone fills the context is refused)."),
-    stop: list[str] = typer.Option([], "--stop", help="Stop string(s)."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string (repeat --stop for more)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
@@ -240,8 +315,8 @@ def generate(
     if drafter is not None:
         _check_deepspec(drafter, loaded)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
-    for hint in setup.hints:
-        err_console.print(f"[dim]{hint}[/dim]", highlight=False)
+    for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
+        err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
     draft, policy = setup.drafter, setup.policy
     on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
     out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
@@ -264,7 +339,8 @@ def chat(
     drafter: Optional[str] = typer.Option(None, "--drafter",
                                           help="none | lookup | a DSpark checkpoint directory (default: the "
                                                "shipped drafter for the target, else lookup)."),
-    image: list[Path] = typer.Option([], "--image", help="Image file(s) for the first message (/image PATH later)."),
+    image: list[Path] = typer.Option([], "--image", help="Image file for the first message (repeat --image for "
+                                     "more; /image PATH later)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
                                                            "an SPS table, else threshold; fixed without confidences)."),
     gamma: Optional[int] = GammaOpt,
@@ -279,7 +355,7 @@ def chat(
     stats: bool = typer.Option(True, "--stats/--no-stats", help="A figures line after each answer."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per answer at most."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one)."),
-    stop: list[str] = typer.Option([], "--stop", help="Stop string(s)."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string (repeat --stop for more)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
@@ -338,15 +414,17 @@ def bench(
     from minispark.serving.sampling import SamplingConfig
 
     validate.drafter_spec(drafter)
-    validate.input_file(prompts, "--prompts")
+    _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
+    for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma"), (repeats, "--repeats")):
+        validate.integer(value, flag, 1)
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
     names = None if modes is None else [m.strip() for m in modes.split(",") if m.strip()]
     if names is not None and not names:
         raise MinisparkError(f"--modes {modes!r}: name at least one mode")
     validate.sampling(temperature, top_p, top_k)
-    validate.integer(seed, "--seed", 0)
+    validate.seed(seed)
     validate.input_file(sps, "--sps")
     validate.output_file(plot, "--plot")
     config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
@@ -465,6 +543,7 @@ def cache(
 
     from minispark.data.cache import CacheConfig, build_cache, estimate_cache
     from minispark.data.cache_config import default_prompts
+    from minispark.data.regenerate import check_answer_room
 
     _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
     try:  # every flag checked before the target loads (the default prompt file depends on it)
@@ -478,6 +557,7 @@ def cache(
     except MinisparkError as exc:  # CacheConfig names the stored dtype --dtype in the library
         raise MinisparkError(str(exc).replace("--dtype", "--feature-dtype")) from None
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    check_answer_room(loaded, max_new_tokens)
     if prompts is None:
         config = replace(config, prompts=default_prompts(loaded.is_vlm, split))
     if dry_run:
@@ -515,6 +595,7 @@ def answers(
     """Regenerate answers with the target and store them as token ids (no features: training computes them)."""
     from minispark.data.answers import AnswerConfig, build_answers
     from minispark.data.cache_config import default_prompts
+    from minispark.data.regenerate import check_answer_room
 
     _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
     config = AnswerConfig(prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"),
@@ -522,7 +603,11 @@ def answers(
                           temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,
                           samples_per_shard=samples_per_shard, seed=seed, split=split, target_dtype=dtype,
                           device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
+    for value, flag in ((num_samples, "--num-samples"), (max_new_tokens, "--max-new-tokens"),
+                        (batch_size, "--batch-size"), (samples_per_shard, "--samples-per-shard")):
+        validate.integer(value, flag, 0)  # the upper bound; AnswerConfig checked each minimum
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    check_answer_room(loaded, max_new_tokens)
     if prompts is None:
         config.prompts = default_prompts(loaded.is_vlm, split)
     report = build_answers(config, target=loaded)
@@ -643,13 +728,16 @@ def profile(
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
     validate.number(cooldown, "--cooldown", 0.0, 3600.0)
     validate.integer(threads, "--threads", 1)
+    for value, flag, minimum in ((rounds, "--rounds", 1), (warmup, "--warmup", 0),
+                                 (max_remeasure, "--max-remeasure", 0)):
+        validate.integer(value, flag, minimum)
     if threads is not None and threads > (os.cpu_count() or 1):
         raise MinisparkError(f"--threads {threads}: this machine has {os.cpu_count()} CPUs (a table keyed to more "
                              "threads than it can run is never matched)")
     if max_tokens < DEFAULT_GAMMA + 1:
         raise MinisparkError(f"--max-tokens {max_tokens}: schedule mode verifies up to γ + 1 = {DEFAULT_GAMMA + 1} "
                              "tokens per round; profile at least that many")
-    validate.integer(seed, "--seed", 0)
+    validate.seed(seed)
     validate.output_dir(out)
     validate.output_file(plot, "--plot")
     config = ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens,
@@ -678,6 +766,9 @@ def calibrate(
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per rollout at most."),
+    min_rounds: int = typer.Option(defaults.CALIBRATION_MIN_ROUNDS, "--min-rounds",
+                                   help="Refuse to fit (keeping the stored calibration) on fewer rounds at any "
+                                        "draft position."),
     seed: int = SeedOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
@@ -695,12 +786,15 @@ def calibrate(
     from minispark.serving.builder import build_serving
 
     validate.checkpoint(drafter, "--drafter")
-    validate.not_shipped(drafter, "--drafter")
-    validate.input_file(prompts, "--prompts")
+    # cp -rL: the contents, also through a symlink to the shipped directory (cp -r would copy the link)
+    validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
+                         "calibrate the copy")
+    _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(gamma, "--gamma", 1)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
-    validate.integer(seed, "--seed", 0)
+    validate.integer(min_rounds, "--min-rounds", 1)
+    validate.seed(seed)
     validate.output_file(plot, "--plot")
     sampling = SamplingConfig(validate.number(temperature, "--temperature", 0.0))
     loaded = _load(target, dtype, device)
@@ -712,7 +806,8 @@ def calibrate(
     with rich_progress(True, label="calibrate") as progress:
         report = calibrate_drafter(loaded, setup.drafter, drafter, inputs, setup.gamma, sampling, max_new_tokens, seed,
                                    progress=None if progress is None else
-                                   (lambda i: progress(i, len(inputs), f"rolled out {i}/{len(inputs)} prompts")))
+                                   (lambda i: progress(i, len(inputs), f"rolled out {i}/{len(inputs)} prompts")),
+                                   min_rounds=min_rounds)
     rollouts, calibration = report.pop("rollouts"), report.pop("calibration")
     if plot is not None:
         plot_reliability(plot, rollouts.confidences, rollouts.accepted, calibration)
@@ -744,7 +839,7 @@ def simulate(
     from minispark.measuring.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
     from minispark.serving.sps import SPSTable
 
-    validate.integer(seed, "--seed", 0)
+    validate.seed(seed)
     if appendix_a:
         validate.integer(draws, "--draws", 1)
         result = run_appendix_a(draws=draws, seed=seed)
@@ -773,10 +868,6 @@ def _check_deepspec(drafter: str, target) -> None:
         check_against_target(drafter, target)
 
 
-#: What import/export write into --out: they replace a directory holding only these, nothing else.
-DRAFTER_FILES = ("config.json", "model.safetensors", "README.md", "calibration.json")
-
-
 @app.command("import")
 @one_line_errors
 def import_(
@@ -790,7 +881,7 @@ def import_(
     from minispark.model.deepspec_export import import_deepspec
 
     validate.checkpoint(source, "SOURCE")
-    validate.replaceable_dir(out, "--out", DRAFTER_FILES)
+    validate.replaceable_dir(out, "--out", source)
     validate.integer(window, "--window", 0)
     report = import_deepspec(source, _load(target, None, device), out, window)
     _print_conversion(report)
@@ -811,7 +902,7 @@ def export(
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
     validate.checkpoint(drafter_dir, "DRAFTER_DIR")
-    validate.replaceable_dir(out, "--out", DRAFTER_FILES)
+    validate.replaceable_dir(out, "--out", drafter_dir)
     report = export_deepspec(drafter_dir, _load(target, None, device), out)
     _print_conversion(report)
 

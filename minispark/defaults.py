@@ -15,6 +15,8 @@ if TYPE_CHECKING:
 
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
+#: SPS tables shipped with minispark (looked up after the user's; never written by a command).
+SHIPPED_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.
 DEFAULT_GAMMA = 7
 #: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style
@@ -22,11 +24,19 @@ DEFAULT_GAMMA = 7
 REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.8, 20
 #: Confidence threshold of the threshold length policy.
 DEFAULT_THRESHOLD = 0.5
+#: Rounds ``minispark calibrate`` must roll out at every draft position before it fits and stores a
+#: calibration: fewer (1 prompt × 1 token) would replace a good fit with noise, so it refuses instead.
+CALIBRATION_MIN_ROUNDS = 100
 #: Weights of a served DSpark drafter: ``auto`` = int8 where the CPU kernel runs (a proposal there is
 #: memory-bound; see ``model/draft_quant.py``), the checkpoint's float dtype elsewhere.
 DRAFT_PRECISIONS = ("auto", "float", "int8")
 #: Set by ``minispark --draft-precision`` (read where drafters are loaded, here and in subprocesses).
 DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
+
+#: How the target's linear layers run (``serving/runtime.py`` says what each does), and the variable
+#: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).
+TARGET_RUNTIMES = ("auto", "eager", "packed")
+TARGET_RUNTIME_ENV = "MINISPARK_RUNTIME"
 
 
 def draft_precision() -> str:

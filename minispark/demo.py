@@ -25,7 +25,9 @@ from minispark.atomic import write_text_atomic
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
 from minispark.errors import MinisparkError
 from minispark.data.prompts import PromptSample, load_prompts
+from minispark.serving.embedded import EMBEDDED_SPELLINGS
 from minispark.serving.target import Target, load_target
+from minispark.training.recipes import TrainConfig
 
 HELDOUT_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "heldout.jsonl"
 DEMO_CATEGORIES = ("chat", "code")
@@ -190,6 +192,8 @@ class PipelineSizes:
     cache_batch: int = 16
     calibrate_prompts: int = 4
     calibrate_tokens: int = 64
+    #: a few prompts' rounds: below ``minispark calibrate``'s CALIBRATION_MIN_ROUNDS, enough for a demo's fit
+    calibrate_min_rounds: int = 16
     profile_contexts: list[int] = field(default_factory=lambda: [256])
     profile_rounds: int = 3
     bench_prompts: int = 3
@@ -249,15 +253,45 @@ class _Stages:
         return result
 
 
+#: Recipe keys sized for the target a recipe names in its [target] section (its sizes, layer ids and head
+#: shapes): for another --target they come from that target instead.
+TARGET_SIZED_KEYS = ("target", "hidden_size", "vocab_size", "tie_embeddings", "feature_layers", "num_heads",
+                     "num_kv_heads", "head_dim", "intermediate_size")
+
+
+def pipeline_recipe(name: str, overrides: Sequence[str], target: str | None) -> tuple[TrainConfig, bool]:
+    """The pipeline's recipe, and whether it was resized: a recipe sized for another target than
+    ``target`` gets its target-sized keys from ``target`` (``--target`` never fails on the recipe's
+    layer ids or sizes, which the user never gave)."""
+    from minispark.training.recipes import load_recipe
+
+    recipe = load_recipe(name, overrides)
+    if recipe.target is None or recipe.target == target or {recipe.target, target} <= set(EMBEDDED_SPELLINGS):
+        return recipe, False
+    return load_recipe(name, [f"{key}=none" for key in TARGET_SIZED_KEYS] + list(overrides)), True
+
+
+def usable_mask_token(recipe: TrainConfig, target: Target) -> TrainConfig:
+    """``recipe`` with its mask token if ``target`` can use it, else with the target's own choice."""
+    from minispark.training.recipes import check_mask_token
+
+    if recipe.mask_token_id is None:
+        return recipe
+    try:
+        check_mask_token(recipe.mask_token_id, target)
+        return recipe
+    except MinisparkError:
+        return replace(recipe, mask_token_id=None)
+
+
 def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
                  progress: bool = True, log: LogFn = print) -> PipelineResult:
     """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
     from minispark.data.cache import CacheConfig, build_cache
     from minispark.data.cache_config import default_prompts
-    from minispark.training.recipes import load_recipe
 
     out, sizes = Path(out), sizes or PipelineSizes()
-    recipe = load_recipe(sizes.recipe, sizes.train_overrides)
+    recipe, resized = pipeline_recipe(sizes.recipe, sizes.train_overrides, target)
     stages = _Stages(out, log)
     loaded: list[Target] = []
 
@@ -286,7 +320,8 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
         from minispark.training.train import LATEST_FILE, train
 
         resume = (train_dir / LATEST_FILE).exists()
-        report = train(recipe, cache_dir, train_dir, resume=resume, progress=progress, target=get_target(),
+        config = usable_mask_token(recipe, get_target()) if resized else recipe
+        report = train(config, cache_dir, train_dir, resume=resume, progress=progress, target=get_target(),
                        log=log)
         last = report.metrics[-1] if report.metrics else {}
         return {"drafter": str(report.drafter), "steps": report.last_step, "loss": last.get("loss"),
@@ -304,7 +339,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
         setup = build_serving(t, str(drafter), "fixed", sampling=sampling)
         inputs = [p.inputs for p in bench_prompts(t, demo_samples(sizes.calibrate_prompts, skip=sizes.bench_prompts))]
         report = calibrate_drafter(t, setup.drafter, drafter, inputs, setup.gamma, sampling,
-                                   sizes.calibrate_tokens, seed=0)
+                                   sizes.calibrate_tokens, seed=0, min_rounds=sizes.calibrate_min_rounds)
         return {"rounds": report["rounds"], "temperatures": list(report["temperatures"])}
 
     stages.run("calibrate", {"prompts": sizes.calibrate_prompts, "tokens": sizes.calibrate_tokens},

@@ -16,7 +16,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Sequence
 
 from minispark.errors import MinisparkError
 
@@ -28,6 +28,9 @@ MAX_IMAGE_PIXELS = 64_000_000
 #: Weight files that unpickle arbitrary Python objects when loaded.
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
+MAX_SEED = 2**32 - 1
+#: The largest count or size a flag takes (a C int): a token count, window or batch this large is a typo.
+MAX_INT = 2**31 - 1
 
 
 # ---------------------------------------------------------------------- numbers
@@ -46,11 +49,20 @@ def number(value: float, flag: str, low: float | None = None, high: float | None
     return value
 
 
-def integer(value: int | None, flag: str, minimum: int) -> int | None:
-    """``value`` (None passes: "use the default") if it is at least ``minimum``."""
+def integer(value: int | None, flag: str, minimum: int, maximum: int | None = None) -> int | None:
+    """``value`` (None passes: "use the default") if it is in [minimum, maximum] (default maximum:
+    ``MAX_INT``, past which torch and numpy overflow a C long instead of refusing)."""
+    maximum = MAX_INT if maximum is None else maximum
     if value is not None and value < minimum:
         raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+    if value is not None and value > maximum:
+        raise MinisparkError(f"{flag} must be at most {maximum}, got {value}")
     return value
+
+
+def seed(value: int | None, flag: str = "--seed") -> int | None:
+    """A random seed in [0, MAX_SEED] (None: a fresh one): generators and seed arithmetic take 32 bits."""
+    return integer(value, flag, 0, MAX_SEED)
 
 
 def sampling(temperature: float, top_p: float, top_k: int) -> None:
@@ -91,8 +103,22 @@ def choice(value: str | None, flag: str, choices: Sequence[str]) -> str | None:
 
 
 def device(value: str | None) -> str | None:
-    if value is not None and not DEVICE_PATTERN.fullmatch(value):
+    """A device name this machine has (checked before a model loads onto it)."""
+    if value is None or value in ("auto", "cpu"):
+        return value
+    if not DEVICE_PATTERN.fullmatch(value):
         raise MinisparkError(f"--device {value!r}: expected cpu, cuda, cuda:N or mps")
+    import torch
+
+    if value == "mps" and not (torch.backends.mps.is_built() and torch.backends.mps.is_available()):
+        raise MinisparkError("--device mps: Apple's MPS is not available on this machine (use cpu)")
+    if value.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise MinisparkError(f"--device {value}: CUDA is not available on this machine")
+        index = int(value.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise MinisparkError(f"--device {value}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                                 f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return value
 
 
@@ -158,16 +184,24 @@ def output_file(path: Path | None, flag: str) -> Path | None:
     return path
 
 
-def replaceable_dir(path: Path, flag: str, ours: Iterable[str]) -> Path:
-    """An output directory a command replaces as a whole: new, empty, or holding only files named
-    ``ours`` (what the command itself writes). Anything else is someone's data: refuse."""
+def replaceable_dir(path: Path, flag: str, source: Path | None = None) -> Path:
+    """An output directory a command replaces as a whole: new, empty, or holding only files minispark's
+    record says it wrote there, unchanged (``atomic.foreign_entry``); anything else is someone's data. With
+    ``source``, also neither that input directory, nor inside it, nor holding it."""
+    from minispark.atomic import foreign_entry
+
     output_dir(path, flag)
-    if path.is_dir():
-        foreign = sorted(p.name for p in path.iterdir() if p.name not in set(ours) or not p.is_file()
-                         or p.is_symlink())
-        if foreign:
-            raise MinisparkError(f"{flag} {path}: holds files this command did not write ({foreign[0]}); "
-                                 "choose a new or empty directory")
+    not_shipped(path, flag, "choose a directory of your own")
+    if source is not None:
+        out, src = Path(path).resolve(), Path(source).resolve()
+        if out == src or src in out.parents:
+            raise MinisparkError(f"{flag} {path}: is {'' if out == src else 'inside '}the source {source}; "
+                                 "choose a directory outside it")
+        if out in src.parents:
+            raise MinisparkError(f"{flag} {path}: holds the source {source}; choose another directory")
+    foreign = foreign_entry(path)
+    if foreign is not None:
+        raise MinisparkError(f"{flag} {path}: {foreign}; choose a new or empty directory")
     return path
 
 
@@ -197,7 +231,22 @@ def checkpoint(path: Path, flag: str) -> Path:
         raise MinisparkError(f"{flag} {config}: unreadable config ({str(exc).splitlines()[0]})") from None
     if not any(path.glob("*.safetensors")):
         raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
+    safetensors_headers(path, flag)
     return path
+
+
+def safetensors_headers(directory: Path, flag: str) -> None:
+    """Every ``*.safetensors`` in ``directory`` opens, and its header covers the whole file: an
+    interrupted copy (a truncated file) is refused in milliseconds, before anything loads."""
+    from safetensors import SafetensorError, safe_open
+
+    for file in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise MinisparkError(f"{flag} {file}: unreadable safetensors ({_first_line(exc)}); a truncated or "
+                                 "interrupted copy? copy it again") from None
 
 
 def image(path: Path, flag: str = "--image") -> Path:
@@ -253,14 +302,21 @@ def _hub_cached(repo_id: str) -> bool:
         return False
 
 
-def safetensors_only(location: Path, source: str) -> None:
-    """Refuse a model directory whose weights are only pickle files (``*.bin``), unless allowed."""
-    if any(location.glob("*.safetensors")) or allow_pickle_weights():
+def target_weights(location: Path, source: str) -> None:
+    """A local model directory's weights: safetensors that open whole (pickle files ``*.bin`` only
+    with ``--allow-pickle-weights``), not none at all."""
+    if not (location / "config.json").is_file():
+        raise MinisparkError(f"--target {source}: not a model directory (no config.json)")
+    safetensors_headers(location, "--target")
+    if any(location.glob("*.safetensors")):
         return
     pickled = sorted(p.name for pattern in PICKLE_WEIGHTS for p in location.glob(pattern))
-    if pickled:
+    if pickled and not allow_pickle_weights():
         raise MinisparkError(f"--target {source}: weights are pickle files ({pickled[0]}), which can run code when "
                              "loaded; convert them to safetensors, or pass --allow-pickle-weights if you trust them")
+    if not pickled:
+        raise MinisparkError(f"--target {source}: no weights (no *.safetensors file beside config.json); "
+                             "an incomplete download or copy?")
 
 
 def allow_pickle_weights() -> bool:
@@ -277,12 +333,13 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def not_shipped(path: Path, flag: str) -> None:
-    """Refuse to write into a drafter shipped with minispark (``calibrate`` stores calibration.json in
-    the drafter directory): shipped files are never written by a user command; calibrate a copy."""
-    from minispark.defaults import SHIPPED_DRAFTERS
+def not_shipped(path: Path, flag: str, advice: str) -> None:
+    """Refuse to write at or under the drafters or SPS tables shipped with minispark (followed through
+    symlinks): shipped files are never written by a user command. ``advice`` says what to do instead."""
+    from minispark.defaults import SHIPPED_DRAFTERS, SHIPPED_TABLES
 
     resolved = Path(path).resolve()
-    if resolved == SHIPPED_DRAFTERS.resolve() or SHIPPED_DRAFTERS.resolve() in resolved.parents:
-        raise MinisparkError(f"{flag} {path}: a drafter shipped with minispark is never rewritten; copy it "
-                             f"(cp -r {path} my-drafter) and calibrate the copy")
+    for root, what in ((SHIPPED_DRAFTERS, "drafters"), (SHIPPED_TABLES, "SPS tables")):
+        if resolved == root.resolve() or root.resolve() in resolved.parents:
+            raise MinisparkError(f"{flag} {path}: the {what} shipped with minispark ({root}) are never rewritten; "
+                                 f"{advice}")

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import torch
 
+from minispark.atomic import WRITTEN_MANIFEST
 from minispark.model.checkpoint import copy_drafter
 
 CARD = "README.md"
@@ -24,14 +25,20 @@ LIMIT = 32 * 1024 * 1024
 
 
 def ship(source: Path, dest: Path) -> int:
-    """Write ``dest`` (config, bf16 weights, calibration, the existing model card); returns its size in bytes."""
-    with tempfile.TemporaryDirectory() as keep:
-        card = Path(keep) / CARD
+    """Replace ``dest`` (config, bf16 weights, calibration, the existing model card); returns its size in bytes.
+
+    The copy is staged beside ``dest`` and renamed over it: ``copy_drafter`` itself only replaces directories
+    minispark wrote, and a shipped one (with its hand-written card) is not, on purpose."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as keep:
+        staged = Path(keep) / dest.name
+        copy_drafter(source, staged, weight_dtype=torch.bfloat16)
+        (staged / WRITTEN_MANIFEST).unlink()  # shipped files are never replaced by a command
         if (dest / CARD).is_file():
-            shutil.copy2(dest / CARD, card)
-        copy_drafter(source, dest, weight_dtype=torch.bfloat16)
-        if card.is_file():
-            shutil.copy2(card, dest / CARD)
+            shutil.copy2(dest / CARD, staged / CARD)
+        if dest.exists():
+            shutil.rmtree(dest)
+        staged.rename(dest)
     size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
     if size > LIMIT:
         raise SystemExit(f"{dest}: {size} bytes, over the {LIMIT}-byte limit for a shipped drafter")

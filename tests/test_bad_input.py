@@ -16,6 +16,8 @@ import zlib
 from pathlib import Path
 
 import pytest
+import torch
+from safetensors.torch import load_file, save_file
 from typer.testing import CliRunner
 
 from minispark.cli import app
@@ -51,16 +53,35 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "badconfig" / "model.safetensors").write_bytes(b"x")
     (d / "fakedrafter").mkdir()
     (d / "fakedrafter" / "config.json").write_text("{}")
-    (d / "fakedrafter" / "model.safetensors").write_bytes(b"x")
+    save_file({"x": torch.zeros(1)}, str(d / "fakedrafter" / "model.safetensors"))  # opens; not a drafter's
+    (d / "cutdrafter").mkdir()  # an interrupted copy: the weights' second half is missing
+    shutil.copy(d / "fakedrafter" / "config.json", d / "cutdrafter" / "config.json")
+    whole = (tiny_dir("llama") / "model.safetensors").read_bytes()
+    (d / "cutdrafter" / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    (d / "cuttarget").mkdir()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tiny_dir("llama") / name, d / "cuttarget" / name)
+    (d / "cuttarget" / "model.safetensors").write_bytes(whole[: len(whole) // 2])
+    (d / "configonly").mkdir()
+    shutil.copy(tiny_dir("llama") / "config.json", d / "configonly" / "config.json")
+    shutil.copytree(tiny_dir("llama"), d / "holedtarget")  # one weight fewer than its config.json needs
+    weights = load_file(str(d / "holedtarget" / "model.safetensors"))
+    save_file({k: v for k, v in weights.items() if k != "model.layers.0.mlp.down_proj.weight"},
+              str(d / "holedtarget" / "model.safetensors"), metadata={"format": "pt"})
     (d / "userdir").mkdir()
     (d / "userdir" / "notes.txt").write_text("my notes\n")
     (d / "corrupt.png").write_bytes(b"this is not an image")
     full = make_test_image(d / "full.png").read_bytes()
     (d / "truncated.png").write_bytes(full[: len(full) // 2])
     bomb_png(d / "bomb.png")
+    (d / "bomb.jsonl").write_text(json.dumps({"prompt": "Describe it.", "images": ["bomb.png"]}) + "\n")
     (d / "corrupt.json").write_text("{")
     (d / "ok.jsonl").write_text(json.dumps({"prompt": "Hi there"}) + "\n")
     (d / "corrupt.jsonl").write_text("{bad json\n")
+    (d / "notutf8.jsonl").write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')  # Latin-1, line 2
+    from minispark.defaults import SHIPPED_DRAFTERS
+
+    (d / "shiplink").symlink_to(next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if p.is_dir()))
     (d / "binonly").mkdir()
     shutil.copy(tiny_dir("llama") / "config.json", d / "binonly" / "config.json")
     (d / "binonly" / "pytorch_model.bin").write_bytes(b"pickle")
@@ -158,10 +179,12 @@ CASES = [
     ("cache-prompts-missing", ["cache", "--prompts", "{missing}"], "--prompts"),
     ("cache-prompts-empty", ["cache", "--prompts", "{empty.jsonl}"], "--prompts"),
     ("cache-prompts-corrupt", ["cache", "--prompts", "{corrupt.jsonl}"], "corrupt.jsonl"),
+    ("cache-prompts-not-utf8", ["cache", "--prompts", "{notutf8.jsonl}"], "notutf8.jsonl:2: not UTF-8 text"),
     ("cache-batch-size-negative", ["cache", "--batch-size", "-1"], "--batch-size"),
     # train
     ("train-unknown-recipe", ["train", "--recipe", "no-such-recipe"], "--recipe"),
-    ("train-lr-nan", ["train", "--recipe", "tiny", "lr=nan"], "lr"),
+    ("train-lr-nan", ["train", "--recipe", "tiny", "lr=nan"], "override 'lr=nan'"),  # not the recipe file
+    ("train-device-override", ["train", "--recipe", "tiny", "device=tpu"], "override 'device=tpu'"),
     ("train-lr-inf", ["train", "--recipe", "tiny", "lr=inf"], "lr"),
     ("train-steps-zero", ["train", "--recipe", "tiny", "steps=0"], "steps"),
     ("train-steps-negative", ["train", "--recipe", "tiny", "steps=-1"], "steps"),
@@ -193,6 +216,8 @@ CASES = [
     ("cal-drafter-empty-dir", ["calibrate", "--drafter", "{emptydir}", "--prompts", "{ok.jsonl}"], "--drafter"),
     ("cal-drafter-no-weights", ["calibrate", "--drafter", "{noweights}", "--prompts", "{ok.jsonl}"], "no weights"),
     ("cal-drafter-missing", ["calibrate", "--drafter", "{missing}", "--prompts", "{ok.jsonl}"], "--drafter"),
+    # a link to a shipped drafter: the copy hint copies the contents (cp -r would copy the link)
+    ("cal-shipped-symlink", ["calibrate", "--drafter", "{shiplink}", "--prompts", "{ok.jsonl}"], "cp -rL"),
     ("cal-prompts-missing", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{missing}"], "--prompts"),
     ("cal-num-prompts-zero", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}",
                               "--num-prompts", "0"], "--num-prompts"),
@@ -240,6 +265,50 @@ CASES = [
     ("export-out-user-dir", ["export", "{fakedrafter}", "--out", "{userdir}"], "--out"),
     ("export-out-file", ["export", "{fakedrafter}", "--out", "{afile}"], "--out"),
     ("export-unknown-format", ["export", "{fakedrafter}", "--out", "{out}", "--format", "onnx"], "--format"),
+    # a decompression bomb named inside a prompt file: refused (before the target loads) like --image
+    ("cache-prompts-bomb", ["cache", "--prompts", "{bomb.jsonl}"], "bomb.jsonl:1: unreadable image 'bomb.png'"),
+    ("bench-prompts-bomb", ["bench", "--prompts", "{bomb.jsonl}"], "too many pixels"),
+    ("answers-prompts-bomb", ["answers", "--prompts", "{bomb.jsonl}", "--out", "{out}"], "bomb.jsonl:1"),
+    # interrupted copies: truncated safetensors, a target directory with only config.json
+    ("gen-drafter-truncated", ["generate", "--drafter", "{cutdrafter}"], "cutdrafter/model.safetensors"),
+    ("export-truncated", ["export", "{cutdrafter}", "--out", "{out}"], "unreadable safetensors"),
+    ("import-truncated", ["import", "{cutdrafter}", "--out", "{out}"], "unreadable safetensors"),
+    ("cal-drafter-truncated", ["calibrate", "--drafter", "{cutdrafter}", "--prompts", "{ok.jsonl}"],
+     "cutdrafter/model.safetensors"),
+    ("gen-target-truncated", ["generate", "--target", "{cuttarget}"], "cuttarget/model.safetensors"),
+    ("bench-target-truncated", ["bench", "--target", "{cuttarget}"], "--target"),
+    ("gen-target-config-only", ["generate", "--target", "{configonly}"], "no weights"),
+    ("cache-target-config-only", ["cache", "--target", "{configonly}", "--out", "{out}"], "--target"),
+    ("gen-target-weight-missing", ["generate", "--target", "{holedtarget}", "--drafter", "none"],
+     "lack or mis-shape 'model.layers.0.mlp.down_proj.weight'"),
+    # a device this machine lacks
+    ("gen-device-mps", ["generate", "--device", "mps"], "--device mps"),
+    ("profile-device-mps", ["profile", "--device", "mps"], "--device mps"),
+    ("gen-device-cuda-7", ["generate", "--device", "cuda:7"], "--device cuda:7"),
+    # numbers past what torch and numpy take, or past the target's context
+    ("gen-seed-huge", ["generate", "--seed", "99999999999999999999999"], "--seed"),
+    ("chat-seed-huge", ["chat", "--seed", "4294967296"], "--seed"),
+    ("cache-window-huge", ["cache", "--window", "99999999999999999999999"], "--window"),
+    ("cache-block-huge", ["cache", "--block", "99999999999999999999999"], "--block"),
+    ("cache-max-new-huge", ["cache", "--max-new-tokens", "1000000000000"], "--max-new-tokens"),
+    ("cache-max-new-beyond-context", ["cache", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
+                                      "--max-new-tokens", "5000"], "--max-new-tokens 5000"),
+    ("answers-max-new-huge", ["answers", "--prompts", "{ok.jsonl}", "--out", "{out}", "--max-new-tokens",
+                              "1000000000000"], "--max-new-tokens"),
+    ("answers-max-new-beyond-context", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
+                                        "--max-new-tokens", "5000"], "--max-new-tokens 5000"),
+    ("bench-repeats-huge", ["bench", "--repeats", "1000000000000"], "--repeats"),
+    ("profile-rounds-huge", ["profile", "--rounds", "1000000000000"], "--rounds"),
+    ("profile-max-tokens-beyond-context", ["profile", "--target", "{tiny}", "--contexts", "16", "--max-tokens",
+                                           "5000", "--out", "{out}"], "--max-tokens 5000"),
+    ("cal-max-new-huge", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}",
+                          "--max-new-tokens", "1000000000000"], "--max-new-tokens"),
+    ("cal-seed-huge", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}",
+                       "--seed", "99999999999999999999999"], "--seed"),
+    ("train-seed-huge", ["train", "--recipe", "tiny", "seed=99999999999999999999999"], "seed"),
+    ("train-seed-negative", ["train", "--recipe", "tiny", "seed=-1"], "seed"),
+    ("train-batch-huge", ["train", "--recipe", "tiny", "batch_anchors=99999999999999999999999"], "batch_anchors"),
+    ("sim-draws-huge", ["simulate", "--appendix-a", "--draws", "99999999999999999999999"], "--draws"),
 ]
 
 
@@ -251,14 +320,19 @@ def test_enough_cases() -> None:
 @pytest.mark.parametrize("argv, needle", [case[1:] for case in CASES], ids=[case[0] for case in CASES])
 def test_bad_input_is_one_line(files: dict[str, str], argv: list[str], needle: str) -> None:
     args = [re.sub(r"\{([\w.-]+)\}", lambda m: files[m.group(1)], arg) for arg in argv]
-    result = CliRunner().invoke(app, args)
+    error = one_line_error(CliRunner().invoke(app, args))
+    assert needle in error, error
+
+
+def one_line_error(result) -> str:
+    """The one ``error:`` line a refused command printed (exit 2, no traceback, nothing on stdout)."""
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     errors = [line for line in lines if line.startswith("error: ")]
     assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
     # One error line, last; anything before it is a one-line notice of what was loaded.
     assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
-    assert needle in errors[0], errors[0]
     assert "Traceback" not in result.output and "§" not in result.output and not result.stdout.strip()
+    return errors[0]
 
 
 def test_every_option_has_help() -> None:
@@ -328,3 +402,317 @@ def test_calibrate_never_rewrites_a_shipped_drafter() -> None:
     result = CliRunner().invoke(app, ["calibrate", "--drafter", str(shipped), "--prompts", str(HELDOUT_FILE)])
     assert result.exit_code == 2 and "never rewritten" in result.output
     assert {p: p.read_bytes() for p in shipped.iterdir()} == before
+
+
+def test_a_drafter_exported_for_another_target_is_refused(tiny_trained_drafter, tmp_path) -> None:
+    """import would re-tag it for this target, and --drafter would run it: both refuse it, as for a minispark drafter."""
+    target, drafter = tiny_trained_drafter
+    exported = tmp_path / "ds"
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(drafter), "--out", str(exported), "--target", str(target)]).exit_code == 0
+    config = json.loads((exported / "config.json").read_text())
+    config["minispark_target"] = "someone/elses-model@0123456789abcdef"  # same shapes, another target
+    (exported / "config.json").write_text(json.dumps(config))
+    for argv in (["import", str(exported), "--out", str(tmp_path / "imported"), "--target", str(target)],
+                 ["generate", "--drafter", str(exported), "--target", str(target), "--max-new-tokens", "2"]):
+        result = runner.invoke(app, argv)
+        assert result.exit_code == 2 and "exported by minispark for target 'someone/elses-model" in result.stderr
+    assert not (tmp_path / "imported").exists()
+
+
+def test_a_default_generate_falls_back_from_a_too_short_sps_table(tiny_trained_drafter, monkeypatch) -> None:
+    """A found table profiled for a smaller γ is served as no table (a one-line notice), not an error."""
+    from minispark.serving import builder
+    from minispark.serving.sps import SPSTable
+
+    target, drafter = tiny_trained_drafter  # γ = 4: verifies up to 5 tokens
+    monkeypatch.setattr(builder, "find_table", lambda *args, **kwargs: SPSTable.from_inline([1.0, 0.9, 0.8]))
+    result = CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(drafter),
+                                      "--max-new-tokens", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    notices = [line for line in result.stderr.splitlines() if "profiles up to 3 tokens" in line]
+    assert len(notices) == 1 and "threshold mode" in notices[0] and "--max-tokens 5" in notices[0]
+    assert json.loads(result.stdout)["drafter"] == "dspark"
+
+
+def test_demo_train_sizes_its_recipe_to_another_target(tiny_dir) -> None:
+    """demo --train --target OTHER: the demo recipe's SmolLM2 layer ids and sizes give way to the target's."""
+    from minispark.demo import PipelineSizes, pipeline_recipe, usable_mask_token
+    from minispark.serving.target import load_target
+    from minispark.training.recipes import check_target_dims, draft_config, target_dims
+
+    name = PipelineSizes().recipe
+    assert not pipeline_recipe(name, [], "embedded")[1] and not pipeline_recipe(name, [], None)[1]
+    target = load_target(str(tiny_dir("llama")))
+    recipe, resized = pipeline_recipe(name, [], str(target.model_dir))
+    assert resized and recipe.feature_layers is None and recipe.hidden_size is None
+    check_target_dims(recipe, target_dims(target))
+    recipe = usable_mask_token(recipe, target)
+    config = draft_config(recipe, target_dims(target), feature_layers=target.auto_layers(), mask_token_id=16)
+    assert config.hidden_size == target.hidden_size and max(config.feature_layers) < target.num_layers
+
+
+@pytest.mark.parametrize("out_exists", [False, True])
+def test_the_ctrl_c_hint_of_train_works(tmp_path, monkeypatch, out_exists: bool) -> None:
+    """--resume only when --out exists (a run stopped before its first checkpoint then starts from step 0)."""
+    import minispark.training.train
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minispark.training.train, "train", interrupted)
+    out = tmp_path / "out"
+    if out_exists:
+        out.mkdir()
+    argv = ["train", "--recipe", "tiny", "--cache", str(tmp_path), "--out", str(out)]
+    monkeypatch.setattr("sys.argv", ["minispark", *argv])
+    result = CliRunner().invoke(app, argv)
+    line = result.stderr.strip().splitlines()[-1]
+    assert result.exit_code == 130 and line.endswith(f"--out {out}" + (" --resume" if out_exists else "")), line
+
+
+@pytest.mark.parametrize("command", ["export", "generate", "calibrate"])
+def test_a_drafter_with_wrongly_shaped_weights_is_one_line(tiny_trained_drafter, tmp_path, command: str) -> None:
+    target, drafter = tiny_trained_drafter
+    bad = tmp_path / "bad"
+    shutil.copytree(drafter, bad)
+    weights = load_file(str(bad / "model.safetensors"))
+    key = next(k for k, v in sorted(weights.items()) if v.ndim == 2)
+    weights[key] = torch.zeros(weights[key].shape[0] + 1, weights[key].shape[1])
+    save_file(weights, str(bad / "model.safetensors"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    argv = {"export": ["export", str(bad), "--out", str(tmp_path / "out")],
+            "generate": ["generate", "--drafter", str(bad), "--max-new-tokens", "2"],
+            "calibrate": ["calibrate", "--drafter", str(bad), "--prompts", str(prompts)]}[command]
+    error = one_line_error(CliRunner().invoke(app, argv + ["--target", str(target)]))
+    assert f"bad/model.safetensors: weight {key!r} has shape" in error
+    assert not (tmp_path / "out").exists()
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch, where: str = "") -> None:
+    """Make every fsync of a file whose path contains ``where`` fail as a full disk does (a filesystem
+    with delayed allocation reports ENOSPC there): what the atomic writers must turn into one line."""
+    import errno
+    import os
+
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if where in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)
+
+
+@pytest.mark.parametrize("command", ["cache", "train", "export", "import"])
+def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tiny_trained_drafter, tmp_path, monkeypatch,
+                                                                   command: str) -> None:
+    from tests.test_data_safety import snapshot
+
+    target, drafter = tiny_trained_drafter
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    exported = tmp_path / "ds"
+    if command == "import":
+        assert CliRunner().invoke(app, ["export", str(drafter), "--out", str(exported), "--target",
+                                        str(target)]).exit_code == 0
+    out = tmp_path / "runs" / "out"
+    argv = {"cache": ["cache", "--prompts", str(prompts), "--num-samples", "1", "--max-new-tokens", "4", "--layers",
+                      "1,2", "--force"],
+            "train": ["train", "--recipe", "tiny", "steps=2", "checkpoint_every=1", "--cache",
+                      str(drafter.parents[1] / "cache"), "--no-progress"],  # the fixture's cache
+            "export": ["export", str(drafter)],
+            "import": ["import", str(exported)]}[command]
+    argv += [] if command == "train" else ["--target", str(target)]  # train reads its target from the cache
+    before = snapshot(drafter.parent, exported)
+    full_disk(monkeypatch, "checkpoint-" if command == "train" else "")  # train: its first checkpoint
+    error = one_line_error(CliRunner().invoke(app, argv + ["--out", str(out)]))
+    assert "no space left on the device" in error and "nothing half-written" in error
+    assert snapshot(drafter.parent, exported) == before
+    left = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*"))
+    if command == "train":  # the run's own files stay (a rerun continues it); no partial checkpoint
+        assert not [name for name in left if "checkpoint" in name], left
+    else:  # the --out it created, still empty, is removed
+        assert not (tmp_path / "runs").exists(), left
+
+
+def test_a_full_disk_torch_reports_as_a_runtime_error_is_recognised(tmp_path, monkeypatch) -> None:
+    """torch.save on a full disk raises a bare RuntimeError; with no free space left it is a full disk."""
+    from types import SimpleNamespace
+
+    from minispark.atomic import NoSpaceError, write_dir_atomic
+
+    def fill(tmp: Path) -> None:
+        (tmp / "trainer_state.pt").write_bytes(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+
+    with pytest.raises(RuntimeError, match="unexpected pos"):  # a real failure with space left: kept as it is
+        write_dir_atomic(tmp_path / "ckpt", fill)
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: SimpleNamespace(total=100, used=100, free=0))
+    with pytest.raises(NoSpaceError, match="ckpt: no space left"):
+        write_dir_atomic(tmp_path / "ckpt", fill)
+    assert list(tmp_path.iterdir()) == []
+
+
+class _RunsCode:
+    """Unpickling this would create ``marker``: a stand-in for a weight file that runs code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return os.mkdir, (str(self.marker),)
+
+
+def test_a_blocked_malicious_pickle_is_one_line(tiny_dir, tmp_path, monkeypatch) -> None:
+    from minispark.validate import ALLOW_PICKLE_ENV
+
+    monkeypatch.setenv(ALLOW_PICKLE_ENV, "0")  # --allow-pickle-weights sets it; restored after the test
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    shutil.copy(tiny_dir("llama") / "config.json", evil / "config.json")
+    marker = tmp_path / "it-ran"
+    torch.save({"model.embed_tokens.weight": _RunsCode(marker)}, evil / "pytorch_model.bin")
+    result = CliRunner().invoke(app, ["--allow-pickle-weights", "generate", "--target", str(evil), "--drafter",
+                                      "none", "--max-new-tokens", "2"])
+    error = one_line_error(result)
+    assert f"refused {evil / 'pytorch_model.bin'}" in error and "nothing ran" in error
+    assert "weights_only" not in error and not marker.exists()
+
+
+def test_an_unreadable_directory_behind_a_symlink_is_one_line(tiny_trained_drafter, tmp_path, monkeypatch) -> None:
+    """Root reads through chmod 000, so the denial another user would meet is simulated at stat()."""
+    import errno
+    import os
+
+    target, drafter = tiny_trained_drafter
+    locked = tmp_path / "locked"
+    shutil.copytree(drafter, locked / "drafter")
+    (locked / "p.jsonl").write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    link = tmp_path / "link"
+    link.symlink_to(locked)
+    inside, stat = os.path.realpath(locked) + os.sep, Path.stat
+
+    def denied(self, *args, **kwargs):
+        if os.path.realpath(self).startswith(inside):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(self))
+        return stat(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "stat", denied)
+    for argv in (["generate", "--drafter", str(link / "drafter"), "--target", str(target)],
+                 ["calibrate", "--drafter", str(link / "drafter"), "--prompts", str(link / "p.jsonl")],
+                 ["bench", "--prompts", str(link / "p.jsonl")],
+                 ["train", "--recipe", "tiny", "--cache", str(link / "drafter"), "--out", str(tmp_path / "o")],
+                 ["export", str(link / "drafter"), "--out", str(tmp_path / "o")]):
+        error = one_line_error(CliRunner().invoke(app, argv))
+        assert f"{link}/" in error and f"(it leads to {os.path.realpath(locked)}/" in error, error
+        assert "permission denied" in error
+
+
+@pytest.mark.parametrize("command", ["bench", "calibrate", "cache", "answers"])
+def test_a_bad_prompt_line_is_reported_before_the_target_loads(files, monkeypatch, command: str) -> None:
+    import minispark.cli
+
+    def load(*args, **kwargs):
+        raise AssertionError("the target loaded before --prompts was checked")
+
+    monkeypatch.setattr(minispark.cli, "_load", load)
+    argv = {"bench": ["bench"], "calibrate": ["calibrate", "--drafter", files["fakedrafter"]],
+            "cache": ["cache", "--out", files["out"]], "answers": ["answers", "--out", files["out"]]}[command]
+    error = one_line_error(CliRunner().invoke(app, argv + ["--prompts", files["corrupt.jsonl"]]))
+    assert "corrupt.jsonl:1: malformed JSON" in error
+
+
+def test_transformers_notices_stay_quiet(tiny_dir) -> None:
+    """Its log lines ("Loading a GGUF checkpoint ...", "Token indices sequence length is longer ...")
+    are not the user's concern once a target is loaded; minispark's own notices are warnings."""
+    from transformers.utils import logging as hf_logging
+
+    from minispark.serving.target import load_target
+
+    target = load_target(str(tiny_dir("llama")))
+    assert hf_logging.get_verbosity() == hf_logging.ERROR
+    target.tokenizer("word " * 5000)  # longer than model_max_length: logged at WARNING, so not shown
+
+
+def test_chat_keeps_its_internal_re_prefill_out_of_the_answer(tiny_dir, monkeypatch) -> None:
+    """A turn that re-prefilled cached tokens shows only the usual figures, no notice of its own."""
+    import dataclasses
+
+    from minispark.serving.conversation import Conversation
+
+    say = Conversation.say
+    monkeypatch.setattr(Conversation, "say", lambda self, *args, **kwargs: dataclasses.replace(
+        say(self, *args, **kwargs), recomputed_tokens=3))
+    result = CliRunner().invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--drafter", "none",
+                                      "--max-new-tokens", "2", "--seed", "0"], input="Hi\nAgain\n/quit\n")
+    assert result.exit_code == 0, result.output
+    assert "re-prefilled" not in result.output and "re-rendered" not in result.output
+
+
+def test_help_shows_what_to_type() -> None:
+    """No ``<bool>`` after a flag, and a repeatable option as its element, not ``<list[Path]>``."""
+    import typer.main
+
+    for name in ["", *typer.main.get_command(app).commands]:
+        result = CliRunner().invoke(app, [name, "--help"] if name else ["--help"], env={"COLUMNS": "200"})
+        assert result.exit_code == 0 and "<bool>" not in result.output, name
+        assert not re.search(r"--[\w-]+\s+<list\[", result.output), name
+    assert re.search(r"--image\s+<path>\s+Image file", CliRunner().invoke(app, ["generate", "--help"],
+                                                                         env={"COLUMNS": "200"}).output)
+
+
+@pytest.mark.parametrize("train", [True, False])
+def test_the_ctrl_c_hint_of_demo(tmp_path, monkeypatch, train: bool) -> None:
+    """demo --train resumes its finished stages; the plain demo keeps nothing, so it says only that."""
+    import minispark.cli
+    import minispark.demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minispark.demo, "run_pipeline" if train else "run_demo", interrupted)
+    monkeypatch.setattr(minispark.cli, "_load", lambda *args, **kwargs: None)
+    argv = ["demo", "--train", "--out", str(tmp_path / "demo")] if train else ["demo"]
+    monkeypatch.setattr("sys.argv", ["minispark", *argv])
+    result = CliRunner().invoke(app, argv)
+    line = result.stderr.strip().splitlines()[-1]
+    assert result.exit_code == 130
+    assert line == (f"interrupted; finished stages, cache shards and checkpoints are kept; run the same command "
+                    f"again to resume: minispark demo --train --out {tmp_path / 'demo'}" if train else "interrupted")
+
+
+def test_a_refused_command_leaves_no_empty_out_it_created(tmp_path) -> None:
+    out = tmp_path / "new" / "run"
+    one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "device=cuda", "--cache", str(tmp_path),
+                                            "--out", str(out)]))
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()  # a directory the user made stays, empty or not
+    one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "device=cuda", "--cache", str(tmp_path),
+                                            "--out", str(tmp_path / "mine")]))
+    assert (tmp_path / "mine").is_dir()
+
+
+def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
+    """The shipped drafter is calibrated at T 1; at the default T 0 the notice says to calibrate a copy
+    (calibrate refuses the shipped directory itself), and a user's drafter in place."""
+    from minispark.data.prompts import HELDOUT_FILE
+    from minispark.defaults import SHIPPED_DRAFTERS
+    from minispark.model.checkpoint import load_calibration
+    from minispark.serving.sampling import SamplingConfig
+    from minispark.validate import not_shipped
+
+    shipped = next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if (p / "calibration.json").is_file())
+    _, notice = load_calibration(shipped, sampling=SamplingConfig(0.0))
+    assert f"cp -rL {shipped} my-drafter && minispark calibrate --drafter my-drafter --prompts {HELDOUT_FILE} " \
+           "--temperature 0" in notice and "never the output" in notice
+    not_shipped(tmp_path / "my-drafter", "--drafter", "")  # the copy is calibrated without a refusal
+    mine = tmp_path / "mine"
+    shutil.copytree(shipped, mine)
+    _, notice = load_calibration(mine, sampling=SamplingConfig(0.5, top_k=5))
+    assert notice.endswith(f"minispark calibrate --drafter {mine} --prompts {HELDOUT_FILE} --temperature 0.5 --top-k 5")
+    assert load_calibration(mine, sampling=SamplingConfig(1.0))[1] is None

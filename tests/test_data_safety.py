@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,93 @@ def test_json_output_is_strict() -> None:
     data = json_safe({"ece": float("nan"), "rows": [float("inf"), 1.5], "path": Path("x")})
     assert data == {"ece": None, "rows": [None, 1.5], "path": "x"}
     json.dumps(data, allow_nan=False)
+
+
+def test_export_and_import_replace_only_what_minispark_wrote(tiny_trained_drafter, tmp_path: Path) -> None:
+    """A user's README.md / config.json / calibration.json in --out are never treated as the export's own."""
+    target, drafter = tiny_trained_drafter
+    user = tmp_path / "user"
+    user.mkdir()
+    for name, text in (("README.md", "my notes\n"), ("config.json", '{"mine": 1}\n'), ("calibration.json", "{}\n")):
+        (user / name).write_text(text)
+    before = snapshot(user)
+    result = run("export", drafter, "--out", user, "--target", target)
+    assert result.exit_code == 2 and "which minispark did not write" in result.stderr, result.output
+    exported = tmp_path / "ds"
+    assert run("export", drafter, "--out", exported, "--target", target).exit_code == 0
+    result = run("import", exported, "--out", user, "--target", target)
+    assert result.exit_code == 2 and "which minispark did not write" in result.stderr, result.output
+    assert snapshot(user) == before
+    assert run("export", drafter, "--out", exported, "--target", target).exit_code == 0  # its own: replaced
+    (exported / "README.md").write_text("edited by the user\n")
+    edited = snapshot(exported)
+    result = run("export", drafter, "--out", exported, "--target", target)
+    assert result.exit_code == 2 and "README.md, changed since minispark wrote it" in result.stderr, result.output
+    assert snapshot(exported) == edited
+
+
+def test_export_and_import_never_write_over_their_source(tiny_trained_drafter, tmp_path: Path) -> None:
+    target, trained = tiny_trained_drafter
+    drafter = Path(shutil.copytree(trained, tmp_path / "run" / "drafter"))  # the session's drafter stays safe
+    exported = tmp_path / "ds"
+    assert run("export", drafter, "--out", exported, "--target", target).exit_code == 0
+    before = snapshot(tmp_path)
+    for command, source, out, needle in (("export", drafter, drafter, "is the source"),
+                                         ("export", drafter, drafter / "sub", "is inside the source"),
+                                         ("export", drafter, drafter.parent, "holds the source"),
+                                         ("import", exported, exported, "is the source")):
+        result = run(command, source, "--out", out, "--target", target)
+        assert result.exit_code == 2 and needle in result.stderr, (command, out, result.output)
+    assert snapshot(tmp_path) == before
+
+
+def test_profile_never_writes_the_shipped_tables(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:
+    from minispark.defaults import SHIPPED_TABLES
+
+    before = snapshot(SHIPPED_TABLES)
+    args = ["profile", "--target", tiny_dir("llama"), "--contexts", "8", "--max-tokens", "8", "--rounds", "1",
+            "--warmup", "0", "--cooldown", "0", "--allow-busy"]
+    for extra in (["--out", SHIPPED_TABLES], ["--out", f"{SHIPPED_TABLES}/"], ["--plot", SHIPPED_TABLES / "x.png"]):
+        result = run(*args, *extra)
+        assert result.exit_code == 2 and "never rewritten" in result.stderr, result.output
+    monkeypatch.setenv("MINISPARK_SPS_TABLES", str(SHIPPED_TABLES))
+    result = run(*args)
+    assert result.exit_code == 2 and "$MINISPARK_SPS_TABLES" in result.stderr, result.output
+    assert snapshot(SHIPPED_TABLES) == before
+
+
+def test_calibrate_keeps_the_stored_fit_over_too_few_rounds(tiny_trained_drafter, prompts: Path,
+                                                             tmp_path: Path) -> None:
+    """1 prompt × 1 token must not replace a calibration fitted on many rounds; enough rounds may."""
+    from minispark.atomic import foreign_entry
+
+    target, trained = tiny_trained_drafter
+    drafter = Path(shutil.copytree(trained, tmp_path / "drafter"))  # with minispark's record of what it wrote
+    args = ["calibrate", "--drafter", drafter, "--prompts", prompts, "--target", target, "--num-prompts", "1"]
+    assert run(*args, "--max-new-tokens", "8", "--min-rounds", "1").exit_code == 0
+    assert foreign_entry(drafter) is None  # calibration.json is on minispark's record: still replaceable by it
+    before = snapshot(drafter)
+    result = run(*args, "--max-new-tokens", "1")
+    assert result.exit_code == 2 and "fewer than the 100 a fit needs" in result.stderr, result.output
+    assert "calibration.json is left as it was" in result.stderr and snapshot(drafter) == before
+
+
+def test_a_run_stopped_before_its_first_checkpoint_reruns(spelled_cache: Path, tmp_path: Path) -> None:
+    """What Ctrl-C or a full disk leaves before the first checkpoint: rerun as it was, or with --resume."""
+    args = ["train", "--recipe", "tiny", "--cache", spelled_cache, "steps=2", "checkpoint_every=2", "--no-progress"]
+    for extra in ([], ["--resume"]):
+        out = tmp_path / f"o{len(extra)}"
+        out.mkdir()
+        (out / "train_config.json").write_text("{}\n")
+        (out / "metrics.jsonl").write_text("")
+        result = run(*args, "--out", out, *extra)
+        assert result.exit_code == 0 and "training from step 0" in result.stderr, result.output
+        assert (out / "drafter" / "model.safetensors").is_file()
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "train_config.json").write_text("{}\n")
+    (user / "notes.txt").write_text("mine\n")
+    before = snapshot(user)
+    result = run(*args, "--out", user)
+    assert result.exit_code == 2 and "not a minispark training run" in result.stderr
+    assert snapshot(user) == before

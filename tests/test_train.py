@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from minispark.atomic import WRITTEN_MANIFEST
 from minispark.data.cache import CacheConfig, build_cache
 from minispark.data.cache_format import CacheMismatchError, CacheReader
 from minispark.serving.drafters.dspark import load_drafter
@@ -194,7 +195,7 @@ def test_checkpoint_layout_loads_as_a_drafter(cache, target, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-000002", "checkpoint-000004", "drafter", "latest",
                                                           "metrics.jsonl", "train_config.json"]
     assert sorted(p.name for p in (tmp_path / "checkpoint-000004").iterdir()) == [
-        "config.json", "model.safetensors", "train_config.json", "trainer.pt"]
+        WRITTEN_MANIFEST, "config.json", "model.safetensors", "train_config.json", "trainer.pt"]
     embed, lm_head = target.model.get_input_embeddings().weight, target.lm_head.weight
     drafter = load_drafter(report.drafter, embed, lm_head, "cpu", target_identity=target_id(target.identity()))
     assert drafter.config.mask_token_id == 16 and drafter.config.block_size == 4

@@ -138,7 +138,8 @@ def manifest_config(config: AnswerConfig, target: Target, prompts_hash: str, num
             "seed": config.seed, "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
             "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
                          "max_new_tokens": config.max_new_tokens},
-            # The batch size changes logits only by float noise: each shard's metadata records its own.
+            # The batch size and the runtime change logits only by float noise: each shard's metadata
+            # records its own.
             "batching": {"engine": "generate" if target.uses_mrope else "refill",
                          "samples_per_shard": config.samples_per_shard}}
 
@@ -171,7 +172,7 @@ def build_answers(config: AnswerConfig, *, target: Target | None = None, log: Ca
     progress = _Progress(log, num_shards, num_samples, sum(e["samples"] for e in done.values()))
     for k, tensors in _sample_shards(target, samples, todo, counts, config, batch_size):
         metadata = {"config_hash": stamp, "shard": k, "first_sample": k * config.samples_per_shard,
-                    "num_samples": counts[k], "batch_size": batch_size}
+                    "num_samples": counts[k], "batch_size": batch_size, "runtime": target.runtime}
         data = safetensors.torch.save(tensors, metadata={FORMAT: json.dumps(metadata, sort_keys=True)})
         write_bytes_atomic(out / shard_name(k), data)
         done[k] = {"file": shard_name(k), "bytes": len(data), "sha256": file_sha256(out / shard_name(k)),

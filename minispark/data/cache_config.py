@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from minispark import validate
 from minispark.data.cache_format import CACHE_DTYPES
 from minispark.data.prompts import HELDOUT_FILE
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
@@ -74,8 +75,7 @@ class CacheConfig:
                     "--block": (self.block, 1), "--batch-size": (self.batch_size, 0),
                     "--samples-per-shard": (self.samples_per_shard, 1)}
         for flag, (value, minimum) in minimums.items():
-            if value < minimum:
-                raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+            validate.integer(value, flag, minimum)
         if self.source not in SOURCES:
             raise MinisparkError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.split not in SPLITS:

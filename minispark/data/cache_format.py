@@ -36,7 +36,7 @@ import torch
 
 from minispark import __version__
 from minispark.data.cache_windows import WindowLayout, full_bytes
-from minispark.atomic import write_bytes_atomic
+from minispark.atomic import file_sha256, write_bytes_atomic  # file_sha256: re-exported for the cache modules
 from minispark.errors import MinisparkError
 
 FORMAT = "minispark-cache"
@@ -68,14 +68,6 @@ def shard_name(index: int) -> str:
 def config_hash(config: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a cache's config; stamped into every shard's header."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 22), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 # ---------------------------------------------------------------------- writing

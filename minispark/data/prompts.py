@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from PIL import Image
-
+from minispark import validate
 from minispark.errors import MinisparkError
 
 if TYPE_CHECKING:
@@ -48,10 +47,11 @@ HELDOUT_FILE = Path(__file__).resolve().parents[2] / "examples" / "prompts" / "h
 
 
 class PromptFileError(MinisparkError):
-    """A problem in a prompt file; the message is ``FILE:LINE: reason``."""
+    """A problem in a prompt file; the message is ``FILE:LINE: reason`` (1-based), or ``FILE: reason``
+    for the file as a whole (``line`` None)."""
 
-    def __init__(self, path: Path | str, line: int, reason: str) -> None:
-        super().__init__(f"{path}:{line}: {reason}")
+    def __init__(self, path: Path | str, line: int | None, reason: str) -> None:
+        super().__init__(f"{path}:{line}: {reason}" if line is not None else f"{path}: {reason}")
         self.path = Path(path)
         self.line = line
         self.reason = reason
@@ -84,18 +84,32 @@ class PromptSample:
 def load_prompts(path: Path | str, *, check_images: bool = True) -> list[PromptSample]:
     """Parse and validate the whole prompt file; raise :class:`PromptFileError` on the first problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptFileError(path, 0, f"cannot read prompt file: {exc}") from None
     samples = []
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" only, as editors count them (str.splitlines would also split at U+2028 inside a string).
+    for number, raw in enumerate(_read_text(path).split("\n"), start=1):
         if not raw.strip():
             continue
         samples.append(_parse_line(path, number, raw, check_images))
     if not samples:
-        raise PromptFileError(path, 0, "no prompts in file")
+        raise PromptFileError(path, None, "no prompts in file")
     return samples
+
+
+def _read_text(path: Path) -> str:
+    """The prompt file as text (UTF-8, a leading BOM allowed); bytes that are not UTF-8 are reported at
+    their 1-based line and column."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PromptFileError(path, None, f"cannot read prompt file ({exc.strerror or exc})") from None
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line_start = data.rfind(b"\n", 0, exc.start) + 1
+        column = len(data[line_start:exc.start].decode("utf-8", errors="replace")) + 1
+        raise PromptFileError(path, data.count(b"\n", 0, exc.start) + 1,
+                              f"not UTF-8 text (byte 0x{data[exc.start]:02x} at column {column}); "
+                              "save the file as UTF-8") from None
 
 
 def prompt_file_hash(path: Path | str, samples: Sequence[PromptSample] | None = None) -> str:
@@ -254,11 +268,10 @@ def _resolve_image(path: Path, value: Any, check: bool, fail) -> Path:
         value = value[len("file://") :]
     resolved = (path.parent / value).resolve()
     if check:
-        try:
-            with Image.open(resolved) as im:
-                im.verify()
-        except (OSError, SyntaxError, ValueError) as exc:
-            raise fail(f"unreadable image {value!r} ({resolved}): {exc.__class__.__name__}: {exc}") from None
+        try:  # the --image check: header first, so a decompression bomb is refused before it decodes
+            validate.image(resolved, flag=f"unreadable image {value!r}")
+        except MinisparkError as exc:
+            raise fail(str(exc)) from None
     return resolved
 
 

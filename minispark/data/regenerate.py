@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from minispark.errors import MinisparkError
 from minispark.serving.sampling import SamplingConfig, make_generator, probabilities, sample
 from minispark.serving.target import PromptInputs, Target
 
@@ -89,6 +90,15 @@ class FeatureRecorder:
         features, final = torch.cat(feats), torch.cat(finals)  # (P + n − 1, m, d), (P + n − 1, d)
         features = torch.cat([features, features.new_zeros(1, *features.shape[1:])])  # (P + n, m, d)
         return features, torch.cat([final, final.new_zeros(1, final.shape[-1])])  # (P + n, d)
+
+
+def check_answer_room(target: Target, max_new_tokens: int) -> None:
+    """Refuse a ``--max-new-tokens`` the target's context cannot hold (an answer follows its prompt
+    in the same positions): one line, before buffers of that length are allocated."""
+    limit = getattr(target.text_config, "max_position_embeddings", None)
+    if limit is not None and max_new_tokens >= limit:
+        raise MinisparkError(f"--max-new-tokens {max_new_tokens}: {target.name} has a context of {limit} "
+                             "positions, prompt and answer together; give fewer")
 
 
 def sample_seed(seed: int, index: int, stream: int) -> int:

@@ -41,6 +41,7 @@ from minispark.serving.draft_skip import DraftSkip
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.errors import MinisparkError
 from minispark.serving.generate import make_drafter
+from minispark.serving.runtime import eager_linears
 from minispark.serving.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.serving.target import PromptInputs, Target
@@ -165,9 +166,10 @@ def hf_mode(name: str, target: Target, sampling: SamplingConfig, lookup: int | N
 
     def run(inputs: PromptInputs, max_new_tokens: int, seed: int) -> tuple[list[int], None]:
         torch.manual_seed(seed)
-        out = target.model.generate(inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
-                                    max_new_tokens=max_new_tokens, pad_token_id=0,
-                                    eos_token_id=sorted(target.eos_token_ids), **inputs.model_kwargs, **extra)
+        with eager_linears(target.model):  # HF as HF runs it, whatever runtime minispark's modes use
+            out = target.model.generate(inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
+                                        max_new_tokens=max_new_tokens, pad_token_id=0,
+                                        eos_token_id=sorted(target.eos_token_ids), **inputs.model_kwargs, **extra)
         return out[0, inputs.length:].tolist(), None
 
     return Mode(name, run, drafting=False)
@@ -353,7 +355,7 @@ def _hardware(target: Target, load_before: float | None) -> dict:
     from minispark.identity import device_name
 
     return {"device": device_name(target.device), "torch_device": str(target.device),
-            "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "runtime": target.runtime, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),
             "load_1min_before": load_before, "load_1min_after": _load_average()}
 
 
@@ -371,7 +373,7 @@ def render_bench(report: dict) -> Table:
     first = next(iter(report["summary"].values()))
     table = Table(title=f"{report['target']} · drafter {report['drafter'] or '–'} · {settings['num_prompts']} prompts × "
                         f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
-                        f"{hardware['device']} · target-only {first['target_ms_per_token']:.1f} ms/token")
+                        f"{hardware['device']} · {hardware.get('runtime', 'eager')} runtime (hf modes: eager) · target-only {first['target_ms_per_token']:.1f} ms/token")
     columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "skipped",
                "acceptance per position", "propose ms", "verify ms", "acc+commit ms", "draft share",
                "parity" if greedy else "outputs")

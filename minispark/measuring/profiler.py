@@ -58,6 +58,7 @@ from minispark.identity import device_name, dtype_name, target_quantization
 from minispark.measuring import machine_load as load
 from minispark.serving.sps import SPSTable, user_tables_dir
 from minispark.serving.target import PromptInputs, Target, TargetSession, load_target
+from minispark.validate import not_shipped
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
 ProgressFn = Callable[[int, int, str], None]
@@ -273,6 +274,9 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     cools it); by default CUDA events / ``perf_counter`` and ``time.sleep``.
     """
     max_positions = getattr(target.text_config, "max_position_embeddings", None)
+    if max_positions is not None and config.max_tokens >= max_positions:
+        raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {target.name}'s {max_positions} "
+                             "positions; profile fewer tokens per step")
     contexts = [c for c in config.contexts
                 if max_positions is None or c + config.max_tokens <= max_positions]
     skipped = [c for c in config.contexts if c not in contexts]
@@ -356,6 +360,7 @@ def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipp
         "platform": platform.platform(),
         "torch_device": str(device),
         "target_identity": target.identity(),
+        "runtime": target.runtime,  # find_table matches it: packed and eager steps cost differently
         "timer": "cuda-events" if device.type == "cuda" else "perf_counter",
         "config": asdict(config),
         "contexts_skipped": skipped,
@@ -445,8 +450,15 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
                 threads: int | None = None, out_dir: str | Path | None = None, plot: str | Path | None = None,
                 show_progress: bool = True) -> tuple[SPSTable, Path]:
     """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot);
-    ``out_dir`` defaults to the user's table directory, never the shipped ``sps_tables/``."""
+    ``out_dir`` defaults to the user's table directory; the shipped ``sps_tables/`` are refused before the
+    target loads."""
+    if out_dir is not None:
+        not_shipped(out_dir, "--out", "omit --out: measured tables go to the user table directory, which is "
+                    "looked up before the shipped ones")
     out_dir = user_tables_dir() if out_dir is None else out_dir
+    not_shipped(out_dir, "$MINISPARK_SPS_TABLES", "point it at a directory of your own")
+    if plot is not None:
+        not_shipped(plot, "--plot", "write the plot elsewhere")
     if threads is not None:
         if threads < 1:
             raise MinisparkError("--threads must be >= 1")

@@ -17,6 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from minispark.atomic import record_written
+from minispark.defaults import CALIBRATION_MIN_ROUNDS
 from minispark.measuring.calibrate import Calibration, fit_sts, position_metrics
 from minispark.model.checkpoint import CALIBRATION_FILE, sampling_record
 from minispark.serving.draft_block import DraftBlock
@@ -88,19 +90,36 @@ def collect_rollouts(target: Target, drafter: Drafter, prompts: Sequence[PromptI
 
 def calibrate_drafter(target: Target, drafter: Drafter, drafter_dir: str | Path, prompts: Sequence[PromptInputs],
                       gamma: int, sampling: SamplingConfig, max_new_tokens: int = 128, seed: int = 0,
-                      progress: Callable[[int], None] | None = None) -> dict:
+                      progress: Callable[[int], None] | None = None,
+                      min_rounds: int = CALIBRATION_MIN_ROUNDS) -> dict:
     """Roll out ``drafter`` (loaded from ``drafter_dir``, e.g. by ``serving.build_serving``), fit
-    STS, save it as ``calibration.json`` in the drafter directory, report before/after."""
+    STS, save it as ``calibration.json`` in the drafter directory, report before/after. Fewer than
+    ``min_rounds`` rounds at any position is refused: the directory's calibration stays as it was."""
     rollouts = collect_rollouts(target, drafter, prompts, gamma, sampling, max_new_tokens, seed, progress)
     if len(rollouts.accepted) == 0:
         raise MinisparkError("calibration: no rounds were recorded (empty prompts?)")
+    check_enough_rounds(rollouts, min_rounds, len(prompts), Path(drafter_dir) / CALIBRATION_FILE)
     calibration: Calibration = fit_sts(rollouts.confidences, rollouts.accepted, drafter=str(drafter_dir),
                                        target=target.name)
     # What loading checks (checkpoint.load_calibration): the target and the sampling fitted for.
     calibration.target_identity = target_id(target.identity())
     calibration.sampling = sampling_record(sampling)
     path = calibration.save(Path(drafter_dir) / CALIBRATION_FILE)
+    record_written(drafter_dir, CALIBRATION_FILE)  # a directory minispark wrote stays replaceable by it
     before = position_metrics(rollouts.confidences, rollouts.accepted)
     after = position_metrics(rollouts.confidences, rollouts.accepted, calibration)
     return {"path": str(path), "rounds": int(len(rollouts.accepted)), "temperatures": calibration.temperatures,
             "before": before, "after": after, "rollouts": rollouts, "calibration": calibration}
+
+
+def check_enough_rounds(rollouts: Rollouts, min_rounds: int, num_prompts: int, path: Path) -> None:
+    """Refuse to fit on fewer than ``min_rounds`` rounds at some draft position (one line saying how many
+    there were and how to get more); ``path``, the calibration that would be replaced, is left as it is."""
+    drafted = (~np.isnan(rollouts.confidences)).sum(axis=0)  # (γ,) rounds that drafted each position
+    short = int(np.argmin(drafted))
+    if drafted[short] < min_rounds:
+        kept = f"{path} is left as it was" if path.is_file() else "nothing was written"
+        raise MinisparkError(f"calibration: position {short + 1} was drafted in only {int(drafted[short])} rounds "
+                             f"({len(rollouts.accepted)} rounds from {num_prompts} prompts), fewer than the "
+                             f"{min_rounds} a fit needs; roll out more with --num-prompts or --max-new-tokens "
+                             f"(or lower --min-rounds); {kept}")

@@ -19,12 +19,13 @@ fitted at other sampling settings loads with a one-line warning. A directory in 
 
 from __future__ import annotations
 
+import shlex
 import shutil
 from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from minispark.atomic import write_dir_atomic
@@ -88,13 +89,23 @@ def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype
 
 
 def read_weights(path: str | Path, device: torch.device | str) -> dict[str, torch.Tensor]:
-    """The tensors stored in ``path/model.safetensors``."""
-    return load_file(str(Path(path) / WEIGHTS_FILE), device=str(device))
+    """The tensors stored in ``path/model.safetensors``; an unreadable (truncated) file is a one-line error."""
+    file = Path(path) / WEIGHTS_FILE
+    try:
+        return load_file(str(file), device=str(device))
+    except (SafetensorError, OSError) as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MinisparkError(f"{file}: unreadable safetensors ({reason}); a truncated or interrupted copy?") from None
 
 
 def apply_weights(model: DraftModel, weights: dict[str, torch.Tensor], path: str | Path) -> None:
     """Load stored ``weights`` into ``model`` (frozen weights excepted); a mismatch is a one-line
     error naming ``path``'s weights file."""
+    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    for key, tensor in weights.items():
+        if key in shapes and tensor.shape != shapes[key]:
+            raise MinisparkError(f"{Path(path) / WEIGHTS_FILE}: weight {key!r} has shape {list(tensor.shape)}, its "
+                                 f"config.json makes it {list(shapes[key])} (weights and config of two drafters?)")
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.startswith(FROZEN)]
     if missing or unexpected:
@@ -166,7 +177,24 @@ def load_calibration(drafter_dir: str | Path, target_identity: str | None = None
                              f"{target_identity!r}; re-run `minispark calibrate`")
     warning = None
     if sampling is not None and calibration.sampling and calibration.sampling != sampling_record(sampling):
-        fitted = ", ".join(f"{k} {v:g}" for k, v in calibration.sampling.items())
-        warning = (f"{path} was fitted at {fitted}; confidences may be miscalibrated at these sampling "
-                   f"settings (re-run `minispark calibrate` with them)")
+        warning = _other_settings_notice(Path(drafter_dir), calibration.sampling, sampling)
     return calibration, warning
+
+
+def _other_settings_notice(drafter_dir: Path, fitted: dict, sampling: SamplingConfig) -> str:
+    """The notice for a calibration fitted at other sampling settings, with a calibrate command that runs:
+    a shipped drafter is never rewritten, so its notice calibrates a copy."""
+    from minispark.data.prompts import HELDOUT_FILE
+    from minispark.defaults import SHIPPED_DRAFTERS
+
+    flags = f"--temperature {sampling.temperature:g}"
+    flags += f" --top-p {sampling.top_p:g}" if sampling.top_p != 1.0 else ""
+    flags += f" --top-k {sampling.top_k}" if sampling.top_k else ""
+    shipped = SHIPPED_DRAFTERS.resolve() in drafter_dir.resolve().parents
+    quoted = shlex.quote(str(drafter_dir))
+    where, fit = (("the shipped drafter's calibration", f"cp -rL {quoted} my-drafter && minispark calibrate "
+                   "--drafter my-drafter") if shipped else
+                  (str(drafter_dir / CALIBRATION_FILE), f"minispark calibrate --drafter {quoted}"))
+    return (f"{where} was fitted at {', '.join(f'{k} {v:g}' for k, v in fitted.items())}: at these settings its "
+            f"confidences may be off, which changes only how many tokens are drafted, never the output; to fit "
+            f"them: {fit} --prompts {shlex.quote(str(HELDOUT_FILE))} {flags}")

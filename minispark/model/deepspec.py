@@ -32,7 +32,8 @@ markov_head.py, eval/dspark/draft_ops.py, read for this module):
   none, so the two agree at top-k 0 and top-p 1.
 * refused with a one-line error: ``target_layer_ids`` naming -1 (the embedding output) or the final
   layer (post-norm in HF outputs), ``attention_bias``, sliding-window ``layer_types``, RoPE scaling,
-  any activation but silu, and every mismatch with the target.
+  any activation but silu, and every mismatch with the target, including a directory minispark
+  exported for another target (its ``minispark_target``).
 * ``embed_tokens``/``lm_head``: DeepSpec stores frozen copies of the target's; they are used when
   present (as DeepSpec does) and the target's otherwise (as vLLM does).
 
@@ -56,8 +57,9 @@ ARCHITECTURE = "Qwen3DSparkModel"
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
-#: Written by minispark's export only: the drafter's training window W (0 = whole context).
-WINDOW_KEY = "minispark_window"
+#: Written by minispark's export only: the drafter's training window W (0 = whole context), and the
+#: identity of the target it was trained for (refused for any other target).
+WINDOW_KEY, TARGET_KEY = "minispark_window", "minispark_target"
 #: Weights a DeepSpec checkpoint may omit (engines then share the target's).
 OPTIONAL_KEYS = ("embed_tokens.weight", "lm_head.weight")
 #: minispark module prefix → DeepSpec module prefix; every other name is the same in both.
@@ -221,7 +223,7 @@ def deepspec_config_from_draft(config: DraftConfig, target_config: dict, num_tar
         "num_anchors": 512,  # training-only in DeepSpec (anchors per sequence); DeepSpec's default
         "enable_confidence_head": config.confidence_head,
         "markov_rank": config.markov_rank if config.head != "none" else 0,
-        WINDOW_KEY: config.window, "minispark_target": config.target,
+        WINDOW_KEY: config.window, TARGET_KEY: config.target,
     })
     if config.confidence_head:
         out["confidence_head_with_markov"] = config.confidence_uses_markov
@@ -312,6 +314,8 @@ def load_deepspec_model(
     if raw is None:
         raise MinisparkError(f"{path}: not a DeepSpec drafter (config.json must name a DSpark architecture)")
     vocab, hidden = target_lm_head.shape
+    if target != "deepspec":  # the placeholder when no target identity is known
+        check_recorded_target(raw, path, target)
     config = draft_config_from_deepspec(raw, path, hidden_size=hidden, vocab_size=vocab,
                                         num_target_layers=num_target_layers, target=target, window=window)
     check_weights(path, config)
@@ -329,8 +333,22 @@ def check_against_target(path: str | Path, target: Any, window: int | None = Non
     raw = read_config(path)
     if raw is None:
         raise MinisparkError(f"{path}: not a DeepSpec drafter (config.json must name a DSpark architecture)")
+    identity = target_id(target.identity())
+    check_recorded_target(raw, path, identity)
     config = draft_config_from_deepspec(raw, path, hidden_size=target.hidden_size, vocab_size=target.vocab_size,
-                                        num_target_layers=target.num_layers, target=target_id(target.identity()),
-                                        window=window)
+                                        num_target_layers=target.num_layers, target=identity, window=window)
     check_weights(path, config)
     return config
+
+
+def check_recorded_target(raw: dict, path: Path, identity: str) -> None:
+    """Refuse a directory minispark exported for another target than ``identity`` (its ``minispark_target``):
+    the same check a minispark drafter gets, so neither ``--drafter`` nor ``import`` re-tags it. Official
+    DeepSpec checkpoints record no target and are checked by shapes only."""
+    from minispark.identity import same_target
+
+    recorded = raw.get(TARGET_KEY)
+    if recorded and not same_target(str(recorded), identity):
+        raise MinisparkError(f"{path}: exported by minispark for target {recorded!r}, not {identity!r} (its "
+                             f"config.json {TARGET_KEY}); a drafter proposes well only for the target it was "
+                             "trained on: train or export one for this target")

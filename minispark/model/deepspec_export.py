@@ -1,7 +1,8 @@
 """Convert drafters between minispark's layout and DeepSpec's (``Qwen3DSparkModel``, see
 :mod:`minispark.model.deepspec`): ``export`` writes what vLLM / SGLang load, ``import`` turns an official
 DeepSpec DSpark or DFlash checkpoint into a minispark drafter directory (e.g. to attach a
-calibration). Both check the drafter against the target first.
+calibration). Both check the drafter against the target first, and write only a new or empty
+directory or one minispark wrote itself, never the source or a directory around it.
 
     minispark export runs/draft/drafter --format deepspec --out runs/draft/deepspec
     minispark import runs/draft/deepspec --out runs/draft/imported
@@ -34,6 +35,7 @@ from minispark.model.draft_model import DraftModel
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
 from minispark.serving.target import Target
+from minispark.validate import replaceable_dir
 
 README_FILE = "README.md"
 
@@ -51,6 +53,7 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
     """Write the minispark drafter in ``drafter_dir`` to ``out`` in DeepSpec's layout: bf16
     safetensors with every weight (embedding and lm_head included), ``config.json``, README.md."""
     drafter_dir, out = Path(drafter_dir), Path(out)
+    replaceable_dir(out, "--out", drafter_dir)  # before the weights load: never over the source or a user's files
     if is_deepspec_dir(drafter_dir):
         raise MinisparkError(f"{drafter_dir}: already in DeepSpec's layout; nothing to export")
     if not (drafter_dir / CONFIG_FILE).is_file():
@@ -152,6 +155,7 @@ def import_deepspec(source: str | Path, target: Target, out: str | Path, window:
     """Convert a DeepSpec-layout directory into minispark's layout (config.json + trainable weights;
     the embedding and lm_head come from the target at load time, as for every minispark drafter)."""
     source, out = Path(source), Path(out)
+    replaceable_dir(out, "--out", source)
     config = check_against_target(source, target, window)
     embed = target.model.get_input_embeddings().weight.detach().cpu()
     lm_head = target.lm_head.weight.detach().cpu()

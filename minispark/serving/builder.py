@@ -37,6 +37,8 @@ from minispark.serving.target import Target
 TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
               "`minispark cache` + `minispark train` and pass --drafter DIR")
 PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
+SHORT_TABLE_HINT = ("the SPS table for this device and {target} profiles up to {tokens} tokens per step, this γ "
+                    "verifies up to {need}: {fallback}; run `minispark profile --max-tokens {need}` to cover it")
 
 
 @dataclass
@@ -66,15 +68,15 @@ class ServingSetup:
 
 def matching_sps_table(target: Target, path: Path | None, strict: bool = False) -> tuple[SPSTable | None, str | None]:
     """``path`` if given (with a one-line warning when it was profiled for another device, target,
-    dtype or quantization; ``strict`` refuses it), else the profiled table for this run, else None."""
+    dtype, quantization or runtime; ``strict`` refuses it), else the profiled table for this run, else None."""
     device, dtype, quantization = device_name(target.device), dtype_name(target.dtype), target_quantization(target)
     if path is not None:
         table = SPSTable.load(path)
         return table, table_mismatch(table, path, device=device, target=target.name, dtype=dtype,
-                                     quantization=quantization, strict=strict)
+                                     quantization=quantization, runtime=target.runtime, strict=strict)
     try:
         return find_table([user_tables_dir(), SHIPPED_TABLES], device, target.name, dtype=dtype,
-                          quantization=quantization, strict=True), None
+                          quantization=quantization, runtime=target.runtime, strict=True), None
     except SPSTableError:
         return None, None
 
@@ -107,6 +109,9 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     table, mismatch = matching_sps_table(target, sps, strict)
     if mismatch:
         hints.append(mismatch)
+    short = None  # the tokens per step of a found table profiled for a smaller γ: served as if there were none
+    if sps is None and table is not None and table.max_tokens < gamma + 1:
+        short, table = table.max_tokens, None
     chosen = mode is None
     if mode is None:
         mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
@@ -116,7 +121,8 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
             table, fallback = SPSTable.generic(), "schedule mode uses the generic cost model"
         elif mode == "threshold" and chosen:
             fallback = f"threshold mode ({threshold:g})"
-        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback))
+        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback) if short is None else
+                     SHORT_TABLE_HINT.format(target=target.name, tokens=short, need=gamma + 1, fallback=fallback))
     calibration = None
     if draft.has_confidence and mode != "fixed":  # calibrate (fixed mode) refits it instead
         calibration, warning = load_calibration(drafter, target_id(target.identity()), sampling)

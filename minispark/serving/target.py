@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -18,10 +19,12 @@ from typing import Any, Sequence
 import torch
 
 from minispark.atomic import write_json_atomic
+from minispark.serving.runtime import apply_runtime, requested_runtime
 from minispark.serving.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
 from minispark.identity import torch_dtype
-from minispark.validate import PICKLE_WEIGHTS, allow_pickle_weights, safetensors_only, target_location
+from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, target_location,
+                                target_weights)
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
@@ -83,6 +86,7 @@ class Target:
         self.final_norm: torch.nn.Module = self.decoder.norm
         self.vocab_size: int = self.lm_head.weight.shape[0]
         self.eos_token_ids = _eos_ids(model, tokenizer)
+        self.runtime = "eager"  # how its linears run (``runtime.apply_runtime``); load_target sets it
 
     @property
     def device(self) -> torch.device:
@@ -379,23 +383,28 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
 def resolve_device(device: str | None) -> torch.device:
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise MinisparkError(f"--device {device}: CUDA is not available on this machine")
-    return torch.device(device)
+    return torch.device(validate_device(device))
 
 
 def load_target(source: str | None = None, *, dtype: str | None = None, device: str | None = None,
                 load_in_4bit: bool = False, load_in_8bit: bool = False,
-                trust_remote_code: bool = False) -> Target:
-    """Load a target from a hub id, a local directory, or the embedded default (``None``/"embedded")."""
+                trust_remote_code: bool = False, runtime: str | None = None) -> Target:
+    """Load a target from a hub id, a local directory, or the embedded default (``None``/"embedded").
+
+    ``runtime`` (default: ``minispark --runtime``, else auto) is how its linears run; see ``runtime.py``.
+    """
     from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, \
         AutoTokenizer, BitsAndBytesConfig
 
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the CLI shows its own status; keep stderr to one line on errors
+    # transformers' log lines ("Loading a GGUF checkpoint ...", "Token indices sequence length is longer ...")
+    # are about its internals, not the user's input: minispark checks the context itself and says so.
+    hf_logging.set_verbosity_error()
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
+    runtime = requested_runtime(runtime)
     if source in (None, "", "embedded", EMBEDDED_NAME):
         name, location = EMBEDDED_NAME, embedded_model_dir()
     else:
@@ -403,7 +412,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         # A local directory is named by its resolved path, so every spelling of it is one target.
         name = str(location.resolve()) if location is not None else source
         if location is not None:
-            safetensors_only(location, source)
+            target_weights(location, source)
     ref = str(location) if location is not None else name
     try:
         config = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
@@ -425,7 +434,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
             bnb_4bit_compute_dtype=torch_dtype, bnb_4bit_quant_type="nf4")
         kwargs["device_map"] = {"": torch_device.index or 0} if torch_device.type == "cuda" else {"": "cpu"}
     model_cls = AutoModelForImageTextToText if model_type in VLM_TYPES else AutoModelForCausalLM
-    model = model_cls.from_pretrained(ref, **kwargs)
+    model = _load_weights(model_cls, ref, source, location, kwargs)
     if "device_map" not in kwargs:
         model = model.to(torch_device)
     tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
@@ -433,7 +442,40 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         if model_type in VLM_TYPES else None
     if location is None:
         location = _hub_snapshot_dir(model)
-    return Target(name, model, tokenizer, processor, location)
+    used = apply_runtime(model, runtime)  # before Target reads its lm_head module
+    target = Target(name, model, tokenizer, processor, location)
+    target.runtime = used
+    return target
+
+
+def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path | None,
+                  kwargs: dict[str, Any]) -> torch.nn.Module:
+    """``model_cls.from_pretrained``, with a damaged or refused weight file as one line naming it, and
+    weights missing from the checkpoint refused (transformers, whose log is silenced, would only warn and
+    initialize them at random)."""
+    import pickle
+
+    from safetensors import SafetensorError
+
+    try:
+        model, info = model_cls.from_pretrained(ref, output_loading_info=True, **kwargs)
+    except pickle.UnpicklingError as exc:  # torch's weights-only loader met a pickle that would run code
+        pickled = sorted(p for pattern in PICKLE_WEIGHTS for p in (location or Path(ref)).glob(pattern))
+        name = str(pickled[0]) if pickled else f"a pickle weight file of {source}"
+        blocked = re.search(r"GLOBAL (\S+)", str(exc))
+        raise MinisparkError(f"--target {source}: refused {name}: it asks to run code when loaded"
+                             f"{f' ({blocked.group(1)})' if blocked else ''}, which torch's weights-only loader "
+                             "blocks; nothing ran. Use safetensors weights from a source you trust") from None
+    except (OSError, SafetensorError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MinisparkError(f"--target {source}: cannot load the weights ({first})") from None
+    absent = sorted(info.get("missing_keys") or ()) + sorted(str(k[0]) if isinstance(k, tuple) else str(k)
+                                                             for k in info.get("mismatched_keys") or ())
+    if absent:
+        raise MinisparkError(f"--target {source}: its weights lack or mis-shape {absent[0]!r}"
+                             f"{f' and {len(absent) - 1} more' if len(absent) > 1 else ''} (an incomplete or "
+                             "mismatched checkpoint: config.json and the weights differ)")
+    return model
 
 
 def _hub_snapshot_dir(model: torch.nn.Module) -> Path | None:

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import tomllib
 import types
 import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1, DraftConfig
+from minispark import validate
 from minispark.errors import MinisparkError
 
 RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
@@ -156,6 +158,13 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
+        for item in fields(self):  # past these, torch and numpy overflow instead of refusing
+            value = getattr(self, item.name)
+            if isinstance(value, int) and not isinstance(value, bool):
+                if item.name == "seed":
+                    validate.seed(value, "seed")
+                else:
+                    validate.integer(value, item.name, -validate.MAX_INT)
         if self.cache_dir and self.answers_dir:
             raise MinisparkError("cache_dir and answers_dir: train on a feature cache or on an answer set, not both")
         if self.onpolicy and self.answers_dir:
@@ -338,11 +347,22 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
 def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
     """The :class:`TrainConfig` of a recipe file (or shipped recipe name) with overrides applied."""
     path = recipe_path(name_or_path)
-    settings = apply_overrides(read_recipe_file(path), list(overrides or []))
+    overrides = list(overrides or [])
+    settings = apply_overrides(read_recipe_file(path), overrides)
     try:
         return TrainConfig(**settings, name=path.stem)
     except MinisparkError as exc:
-        raise MinisparkError(f"{path}: {exc}") from None
+        raise MinisparkError(f"{_blame(str(exc), path, overrides)}: {exc}") from None
+
+
+def _blame(message: str, path: Path, overrides: Sequence[str]) -> str:
+    """Who set what a :class:`TrainConfig` check refused (its message starts with the key or keys
+    at fault): the command-line overrides of those keys, else the recipe file."""
+    named = set(re.findall(r"\w+", message.split(":", 1)[0]))
+    culprits = [item for item in overrides if item.partition("=")[0].strip().rpartition(".")[2] in named]
+    if not culprits:
+        return str(path)
+    return ("override " if len(culprits) == 1 else "overrides ") + ", ".join(repr(item) for item in culprits)
 
 
 def launch_command(path: Path) -> str:

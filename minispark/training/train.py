@@ -21,7 +21,8 @@ Output directory::
                                            when a held-out cache was given, else the last checkpoint
 
 Each checkpoint is written to a temporary directory and renamed into place; ``resume=True``
-continues from ``latest`` with the identical next-step loss.
+continues from ``latest`` with the identical next-step loss. A run stopped before its first checkpoint
+(Ctrl-C, a full disk) starts again from step 0 when rerun, with or without ``--resume``.
 
     minispark train --recipe tiny --cache runs/cache-tiny --out runs/draft-tiny
 """
@@ -44,7 +45,7 @@ import torch
 import torch.utils.checkpoint
 
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
-from minispark.atomic import open_append, write_text_atomic
+from minispark.atomic import adopt_written, open_append, write_text_atomic
 from minispark.data.answers import AnswerSet
 from minispark.data.cache_format import CacheReader, config_hash
 from minispark.model.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter, start_from_drafter
@@ -55,7 +56,7 @@ from minispark.errors import MinisparkError
 from minispark.training.heldout import HeldoutProxy, HeldoutScore
 from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
-from minispark.training.onpolicy import Replay, load_or_replay
+from minispark.training.onpolicy import ONPOLICY_FILE, Replay, load_or_replay
 from minispark.training.online import OnlinePlan, OnlineSource, open_reader
 from minispark.training.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
                                target_dims)
@@ -65,7 +66,7 @@ METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 #: Fields that may change on ``--resume`` without changing the math of the next steps.
 RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "answers_dir", "online_prompts",
                      "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience")
-BEST_DIR, HELDOUT_FILE = "best", "heldout.json"
+BEST_DIR, HELDOUT_FILE, DRAFTER_DIR = "best", "heldout.json", "drafter"
 CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6}")
 
 
@@ -186,8 +187,9 @@ class Trainer:
                  log: Callable[[str], None] | None = None) -> None:
         self.config, self.reader, self.out = config, reader, Path(out_dir)
         if config.resolved_device == "cuda" and not torch.cuda.is_available():
-            raise MinisparkError(f"device: recipe {config.name!r} trains on CUDA, but this machine has none "
-                                 "(override device=cpu dtype=fp32 optimizer=adamw to train on the CPU)")
+            raise MinisparkError("device: this run trains on CUDA (device = 'cuda', from the recipe or an override), "
+                                 "but this machine has none; override device=cpu dtype=fp32 optimizer=adamw to "
+                                 "train on the CPU")
         if reader.config.get("split", "train") != "train":
             raise MinisparkError(f"--cache: {reader.directory} is a held-out evaluation cache; train on a "
                                  "--split train cache and pass this one as --heldout-cache")
@@ -337,10 +339,14 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
                              "or --answers DIR")
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
+    restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
+    if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:
+        log(f"{out}: no checkpoint written yet (stopped before its first one?); training from step 0")
+    resume = resume and not restart
     if not resume and (out / LATEST_FILE).exists():
         raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
                              "choose another --out")
-    if not resume and out.is_dir() and any(out.iterdir()):
+    if not resume and not restart and out.is_dir() and any(out.iterdir()):
         # Checkpoints are pruned and drafter/ replaced: never in a directory holding someone else's files.
         raise MinisparkError(f"--out {out}: not empty and not a minispark training run; choose an empty or new "
                              "directory")
@@ -381,6 +387,8 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     metrics_path = out / METRICS_FILE
     if resume:
         path = trainer.restore()
+        for mine in (BEST_DIR, DRAFTER_DIR):  # this run's own, written by a minispark that kept no record
+            adopt_written(out / mine)
         kept = [line for line in _read_lines(metrics_path) if json.loads(line)["step"] <= trainer.step]
         write_text_atomic(metrics_path, "".join(kept))
         if log:
@@ -388,7 +396,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     else:
         write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
         open_append(metrics_path, truncate=True).close()
-    report = TrainReport(out=out, drafter=out / "drafter", first_step=trainer.step + 1, last_step=trainer.step)
+    report = TrainReport(out=out, drafter=out / DRAFTER_DIR, first_step=trainer.step + 1, last_step=trainer.step)
     with _Meter(config, trainer.step, progress) as meter, open_append(metrics_path) as metrics:
         while trainer.step < config.steps:
             stats, norm, anchors = trainer.train_one()
@@ -424,6 +432,25 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     copy_drafter(best, report.drafter)
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started
     return report
+
+
+#: What a run writes into ``--out`` before its first checkpoint (and the temporary names of its atomic writes).
+EARLY_FILES = (TRAIN_CONFIG_FILE, METRICS_FILE, ONPOLICY_FILE, BEST_DIR)
+_EARLY_TEMP = re.compile(r"\.(checkpoint-\d{6}|best|latest|metrics\.jsonl|train_config\.json|onpolicy\.json)\..+")
+
+
+def stopped_before_checkpoint(out: Path) -> bool:
+    """Whether ``out`` is empty, or holds a run of ours that stopped (Ctrl-C, a full disk) before its first
+    checkpoint: its ``train_config.json`` and nothing but what a run writes before one. Such a run is
+    started again from step 0, with or without ``--resume``: there is nothing to continue or to lose."""
+    entries = [p for p in out.iterdir()] if out.is_dir() and not out.is_symlink() else None
+    if entries is None:
+        return False
+    if not entries:
+        return True
+    if not (out / TRAIN_CONFIG_FILE).is_file():
+        return False
+    return all(not p.is_symlink() and (p.name in EARLY_FILES or _EARLY_TEMP.fullmatch(p.name)) for p in entries)
 
 
 def online_memory(config: TrainConfig, source: OnlineSource) -> str:

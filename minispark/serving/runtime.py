@@ -1,0 +1,128 @@
+"""How the target's linear layers run on a CPU: eager PyTorch, or with oneDNN-prepacked weights.
+
+Eager ``F.linear`` on this project's CPUs re-packs each weight matrix on every call, so a forward of
+n > 1 rows (verifying a drafted block, a batched regeneration step) costs ~1.8× a one-row step, and a
+one-row step pays the packing too. ``packed`` reorders every ``nn.Linear`` weight once, when the
+target loads, into oneDNN's blocked layout and calls the prepacked kernel (the one inductor's
+``freezing`` uses), without compiling anything: same weights, same fp32 arithmetic up to summation
+order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. ``auto`` picks ``packed`` for an fp32 CPU target whose kernels pack,
+``eager`` everywhere else (CUDA, quantized or half-precision targets).
+
+    python -c "from minispark.serving.target import load_target; print(load_target().runtime)"
+    python benchmarks/target_runtime.py     # eager vs packed forward times of the embedded target
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import warnings
+from typing import Iterator
+
+import torch
+from torch import nn
+
+from minispark.defaults import TARGET_RUNTIME_ENV, TARGET_RUNTIMES
+from minispark.errors import MinisparkError
+
+
+def requested_runtime(runtime: str | None = None) -> str:
+    """The runtime asked for: the argument, else ``minispark --runtime`` / its variable, else auto."""
+    value = runtime or os.environ.get(TARGET_RUNTIME_ENV) or "auto"
+    if value not in TARGET_RUNTIMES:
+        raise MinisparkError(f"--runtime / ${TARGET_RUNTIME_ENV}: {value!r} is not one of "
+                             f"{', '.join(TARGET_RUNTIMES)}")
+    return value
+
+
+class PackedLinear(nn.Linear):
+    """An ``nn.Linear`` whose forward uses a oneDNN-prepacked copy of its (frozen) weight.
+
+    It keeps the original ``weight`` Parameter, so tied weights stay tied, ``state_dict`` and every
+    reader of ``.weight`` see the checkpoint's tensor, and the module still is an ``nn.Linear``.
+    """
+
+    packed: torch.Tensor
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "PackedLinear":
+        module = cls.__new__(cls)
+        nn.Module.__init__(module)
+        module.in_features, module.out_features = linear.in_features, linear.out_features
+        module.weight, module.bias = linear.weight, linear.bias
+        # (out, in) in oneDNN's blocked layout; a plain attribute, not a buffer: never saved.
+        module.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
+        return module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and self.weight.requires_grad:
+            return super().forward(x)  # the prepacked kernel has no backward
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def _plain_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
+    """The exact ``nn.Linear`` modules (bitsandbytes' quantized subclasses are left alone)."""
+    return [(name, module) for name, module in model.named_modules() if type(module) is nn.Linear]
+
+
+def packable(model: nn.Module) -> str | None:
+    """Why ``model``'s linears cannot be prepacked here, or None when they can."""
+    linears = _plain_linears(model)
+    if not linears:
+        return "the target has no plain linear layers (a quantized target?)"
+    weight = linears[0][1].weight
+    if weight.device.type != "cpu":
+        return f"the target runs on {weight.device.type}"
+    if any(module.weight.dtype != torch.float32 for _, module in linears):
+        return f"the target computes in {weight.dtype} (packing covers fp32)"
+    if not torch.backends.mkldnn.is_available():
+        return "this PyTorch build has no oneDNN"
+    return None
+
+
+def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
+    """Switch ``model``'s plain ``nn.Linear`` layers to the requested runtime; the one it now runs.
+
+    ``packed`` where it cannot pack is refused; ``auto`` then stays ``eager`` silently, and a kernel
+    that fails to pack (an unsupported CPU) falls back to eager with a one-line warning.
+    """
+    runtime = requested_runtime(runtime)
+    if runtime == "eager":
+        return "eager"
+    reason = packable(model)
+    if reason is not None:
+        if runtime == "packed":
+            raise MinisparkError(f"--runtime packed: {reason}; use --runtime eager or auto")
+        return "eager"
+    try:
+        packed = [(name, PackedLinear.from_linear(module)) for name, module in _plain_linears(model)]
+    except RuntimeError as exc:  # oneDNN refuses this CPU or shape
+        warnings.warn(f"runtime: cannot prepack the target's linear layers ({str(exc).splitlines()[0]}); "
+                      "running eager")
+        return "eager"
+    for name, module in packed:
+        _replace(model, name, module)
+    return "packed"
+
+
+@contextlib.contextmanager
+def eager_linears(model: nn.Module) -> Iterator[None]:
+    """Run ``model``'s packed linears eagerly inside the block (the transformers ``generate``
+    baseline of ``bench`` measures HF as HF runs), then pack them again; the weights are shared."""
+    packed = [(name, module) for name, module in model.named_modules() if isinstance(module, PackedLinear)]
+    for name, module in packed:
+        plain = nn.Linear.__new__(nn.Linear)
+        nn.Module.__init__(plain)
+        plain.in_features, plain.out_features = module.in_features, module.out_features
+        plain.weight, plain.bias = module.weight, module.bias
+        _replace(model, name, plain)
+    try:
+        yield
+    finally:
+        for name, module in packed:
+            _replace(model, name, module)
+
+
+def _replace(model: nn.Module, name: str, module: nn.Module) -> None:
+    parent, _, child = name.rpartition(".")
+    setattr(model.get_submodule(parent), child, module)

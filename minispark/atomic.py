@@ -69,7 +69,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         fill(tmp)
-        write_json_atomic(tmp / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": _hashes(tmp)})
+        _write_record(tmp, _hashes(tmp))
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -133,6 +133,10 @@ def _hashes(directory: Path) -> dict[str, str]:
             if p.is_file() and p.name != WRITTEN_MANIFEST}
 
 
+def _write_record(directory: Path, files: dict[str, str]) -> None:
+    write_json_atomic(directory / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": files})
+
+
 def _written(directory: Path) -> dict[str, str] | None:
     """The file hashes ``directory``'s record says minispark wrote, or None without a valid record."""
     record = directory / WRITTEN_MANIFEST
@@ -178,7 +182,7 @@ def adopt_written(directory: str | Path) -> None:
     directory = Path(directory)
     if directory.is_dir() and not directory.is_symlink() and _written(directory) is None and all(
             p.is_file() and not p.is_symlink() for p in directory.iterdir()):
-        write_json_atomic(directory / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": _hashes(directory)})
+        _write_record(directory, _hashes(directory))
 
 
 def record_written(directory: str | Path, name: str) -> None:
@@ -188,7 +192,7 @@ def record_written(directory: str | Path, name: str) -> None:
     written = _written(directory)
     if written is not None:
         written[name] = file_sha256(directory / name)
-        write_json_atomic(directory / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": written})
+        _write_record(directory, written)
 
 
 @contextlib.contextmanager

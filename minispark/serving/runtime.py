@@ -46,10 +46,7 @@ class PackedLinear(nn.Linear):
 
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "PackedLinear":
-        module = cls.__new__(cls)
-        nn.Module.__init__(module)
-        module.in_features, module.out_features = linear.in_features, linear.out_features
-        module.weight, module.bias = linear.weight, linear.bias
+        module = _sharing(cls, linear)
         # (out, in) in oneDNN's blocked layout; a plain attribute, not a buffer: never saved.
         module.packed = torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), None)
         return module
@@ -58,6 +55,15 @@ class PackedLinear(nn.Linear):
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return super().forward(x)  # the prepacked kernel has no backward
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+def _sharing(cls: type[nn.Linear], linear: nn.Linear) -> nn.Linear:
+    """A ``cls`` module holding ``linear``'s own weight and bias Parameters (no new tensors)."""
+    module = cls.__new__(cls)
+    nn.Module.__init__(module)
+    module.in_features, module.out_features = linear.in_features, linear.out_features
+    module.weight, module.bias = linear.weight, linear.bias
+    return module
 
 
 def _plain_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
@@ -73,8 +79,9 @@ def packable(model: nn.Module) -> str | None:
     weight = linears[0][1].weight
     if weight.device.type != "cpu":
         return f"the target runs on {weight.device.type}"
-    if any(module.weight.dtype != torch.float32 for _, module in linears):
-        return f"the target computes in {weight.dtype} (packing covers fp32)"
+    other = next((module.weight.dtype for _, module in linears if module.weight.dtype != torch.float32), None)
+    if other is not None:
+        return f"the target computes in {other} (packing covers fp32)"
     if not torch.backends.mkldnn.is_available():
         return "this PyTorch build has no oneDNN"
     return None
@@ -111,11 +118,7 @@ def eager_linears(model: nn.Module) -> Iterator[None]:
     baseline of ``bench`` measures HF as HF runs), then pack them again; the weights are shared."""
     packed = [(name, module) for name, module in model.named_modules() if isinstance(module, PackedLinear)]
     for name, module in packed:
-        plain = nn.Linear.__new__(nn.Linear)
-        nn.Module.__init__(plain)
-        plain.in_features, plain.out_features = module.in_features, module.out_features
-        plain.weight, plain.bias = module.weight, module.bias
-        _replace(model, name, plain)
+        _replace(model, name, _sharing(nn.Linear, module))
     try:
         yield
     finally:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import torch
 
-from minispark.atomic import write_json_atomic
+from minispark.atomic import file_sha256, write_json_atomic
 from minispark.serving.runtime import apply_runtime, requested_runtime
 from minispark.serving.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
@@ -68,7 +68,7 @@ class Target:
     """A loaded target model with its tokenizer (and processor for VLMs)."""
 
     def __init__(self, name: str, model: torch.nn.Module, tokenizer: Any, processor: Any | None,
-                 model_dir: Path | None) -> None:
+                 model_dir: Path | None, runtime: str = "eager") -> None:
         self.name = name
         self.model = model.eval()
         self.tokenizer = tokenizer
@@ -86,7 +86,7 @@ class Target:
         self.final_norm: torch.nn.Module = self.decoder.norm
         self.vocab_size: int = self.lm_head.weight.shape[0]
         self.eos_token_ids = _eos_ids(model, tokenizer)
-        self.runtime = "eager"  # how its linears run (``runtime.apply_runtime``); load_target sets it
+        self.runtime = runtime  # how its linears run: what ``runtime.apply_runtime`` did to ``model``
 
     @property
     def device(self) -> torch.device:
@@ -443,9 +443,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     if location is None:
         location = _hub_snapshot_dir(model)
     used = apply_runtime(model, runtime)  # before Target reads its lm_head module
-    target = Target(name, model, tokenizer, processor, location)
-    target.runtime = used
-    return target
+    return Target(name, model, tokenizer, processor, location, used)
 
 
 def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path | None,
@@ -526,11 +524,7 @@ def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
         stat = path.stat()
         key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
         if key not in memo:
-            file_digest = hashlib.sha256()
-            with path.open("rb") as handle:
-                for chunk in iter(lambda: handle.read(1 << 22), b""):
-                    file_digest.update(chunk)
-            memo[key] = file_digest.hexdigest()
+            memo[key] = file_sha256(path)
             changed = True
         digest.update(path.name.encode() + memo[key].encode())
     if changed:

@@ -87,6 +87,10 @@ def main(
         None, "--runtime", show_default=False, help="How the target's linear layers run: auto (oneDNN-prepacked "
         "weights for an fp32 CPU target, eager elsewhere), eager (plain PyTorch, to compare), or packed. "
         "Lossless either way: the baseline and every drafting mode use the same one. [default: auto]"),
+    max_pixels: int | None = typer.Option(
+        None, "--max-pixels", show_default=False, help="Pixel budget of one image for a vision-language target: "
+        "a larger image is downscaled to it (aspect kept, with a notice). "
+        f"[default: {defaults.IMAGE_MAX_PIXELS:,}, ~1 MP, sized for a 6 GB card]"),
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
     if allow_pickle_weights:
@@ -101,6 +105,11 @@ def main(
             raise typer.BadParameter(f"{runtime!r} is not one of {', '.join(defaults.TARGET_RUNTIMES)}",
                                      param_hint="--runtime")
         os.environ[defaults.TARGET_RUNTIME_ENV] = runtime
+    if max_pixels is not None:
+        if max_pixels < defaults.IMAGE_MIN_PIXELS:
+            raise typer.BadParameter(f"{max_pixels} is below the smallest budget, {defaults.IMAGE_MIN_PIXELS} "
+                                     "(4 visual tokens)", param_hint="--max-pixels")
+        os.environ[defaults.IMAGE_MAX_PIXELS_ENV] = str(max_pixels)  # read where images are encoded
 
 
 def one_line_errors(command: Callable) -> Callable:
@@ -208,7 +217,13 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
           load_in_8bit: bool = False):
     from minispark.serving.target import load_target
 
+    from minispark.remembered_target import auto_4bit_notice
+
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    notice = auto_4bit_notice(target, device, dtype, load_in_4bit, load_in_8bit)  # CUDA only; a flag wins
+    if notice is not None:
+        err_console.print(f"notice: {notice}", highlight=False, soft_wrap=True, markup=False)
+        load_in_4bit = True
     if target in EMBEDDED_SPELLINGS:
         what = "the embedded SmolLM2-135M-Instruct"
     elif validate.target_location(target) is not None:
@@ -217,6 +232,23 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
         what = f"hub model {target} (downloading from the Hugging Face Hub unless cached)"
     with err_console.status(f"loading {what}..."):
         return load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
+
+
+def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[str], device: Optional[str],
+                load_in_4bit: bool, load_in_8bit: bool) -> tuple[Optional[str], Optional[str], bool, bool]:
+    """The target and loading flags with what ``artifact`` (a --drafter DIR) records filled in
+    (``remembered_target.resolve_loading``); a contradicting --target is one line, exit 2."""
+    from minispark.remembered_target import resolve_loading
+
+    validate.choice(dtype, "--dtype", validate.DTYPES)
+    validate.device(device)
+    artifact = None if artifact is None or str(artifact) in ("none", "lookup", "hybrid") else str(artifact)
+    if artifact is not None and artifact.startswith("hybrid:"):
+        artifact = artifact.removeprefix("hybrid:")
+    loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit)
+    if loading.notice:
+        err_console.print(f"[dim]{escape(loading.notice)}[/dim]", highlight=False, soft_wrap=True)
+    return loading.target, loading.dtype, loading.load_in_4bit, loading.load_in_8bit
 
 
 def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Optional[str],
@@ -280,8 +312,9 @@ def generate(
     image: list[Path] = typer.Option([], "--image", help="Image file for a vision-language target "
                                      "(repeat --image for more)."),
     target: Optional[str] = TargetOpt,
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a drafter directory "
-                                          "(default: the drafter shipped for the target, else lookup)."),
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | hybrid | hybrid:DIR | a drafter "
+                                          "directory (default: the drafter shipped for the target, else lookup); "
+                                          "hybrid: per round the lookup or the trained drafter."),
     mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
                                        "schedule with a confidence head and an SPS table, else threshold/fixed)."),
     gamma: Optional[int] = GammaOpt,
@@ -311,6 +344,7 @@ def generate(
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
@@ -337,8 +371,8 @@ def generate(
 def chat(
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = typer.Option(None, "--drafter",
-                                          help="none | lookup | a DSpark checkpoint directory (default: the "
-                                               "shipped drafter for the target, else lookup)."),
+                                          help="none | lookup | hybrid | hybrid:DIR | a DSpark checkpoint directory "
+                                               "(default: the shipped drafter for the target, else lookup)."),
     image: list[Path] = typer.Option([], "--image", help="Image file for the first message (repeat --image for "
                                      "more; /image PATH later)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
@@ -370,6 +404,7 @@ def chat(
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
@@ -381,16 +416,76 @@ def chat(
 
 @app.command()
 @one_line_errors
+def serve(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a DSpark checkpoint directory "
+                                          "(default: the shipped drafter for the target, else lookup)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
+                                       "an SPS table; with several requests in flight, schedule = Algorithm 1 "
+                                       "across them)."),
+    gamma: Optional[int] = GammaOpt,
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
+    host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
+                             "reachable from the network (use --api-key)."),
+    port: int = typer.Option(defaults.SERVE_PORT, "--port", help="TCP port."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="MINISPARK_API_KEY",
+                                          help="Require 'Authorization: Bearer KEY' on /v1 routes."),
+    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="Requests decoded together, "
+                                                 "verified in one forward (default: 8 on CUDA, 4 on a CPU)."),
+    queue: int = typer.Option(defaults.SERVE_QUEUE, "--queue", help="Requests waiting for a slot before 429."),
+    max_tokens: int = typer.Option(defaults.SERVE_MAX_TOKENS, "--max-tokens", help="Largest max_tokens a request may ask."),
+    image_dir: Optional[Path] = typer.Option(None, "--image-dir", help="Directory image_url file paths may name "
+                                             "(default: none; data: URLs only, never a network fetch)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+) -> None:
+    """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/models, /health); Ctrl-C drains."""
+    from minispark.serve.app import ServeConfig, run_server, served_model_id
+    from minispark.serve.protocol import ServeLimits
+    from minispark.serving.builder import build_serving
+
+    validate.drafter_spec(drafter)
+    validate.choice(mode, "--mode", validate.MODES)
+    validate.integer(gamma, "--gamma", 1)
+    validate.input_file(sps, "--sps")
+    validate.integer(port, "--port", 0)
+    validate.integer(max_concurrent, "--max-concurrent", 1)
+    validate.integer(queue, "--queue", 0)
+    validate.integer(max_tokens, "--max-tokens", 1)
+    if image_dir is not None and not image_dir.is_dir():
+        raise MinisparkError(f"--image-dir {image_dir}: not a directory")
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD, sps)
+    for hint in setup.hints:
+        err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)
+    slots = max_concurrent or defaults.serve_slots(loaded.device.type)
+    limits = ServeLimits(max_tokens=max_tokens, default_max_tokens=min(defaults.SERVE_DEFAULT_MAX_TOKENS, max_tokens),
+                         queue=queue)
+    config = ServeConfig(served_model_id(loaded), api_key=api_key, limits=limits, image_dir=image_dir, slots=slots)
+    if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        err_console.print(f"notice: --host {host} is reachable from the network and no --api-key is set",
+                          highlight=False, markup=False)
+    err_console.print(f"serving {config.model_id} ({setup.drafter_spec}, {setup.mode}, {slots} in flight) on "
+                      f"http://{host}:{port}/v1 — Ctrl-C drains and exits", highlight=False, markup=False)
+    run_server(loaded, setup, config, host, port)
+
+
+@app.command()
+@one_line_errors
 def bench(
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter DIR for fixed/threshold/schedule (default: "
-                                          "the drafter shipped for the target; none: no drafter)."),
+                                          "the drafter shipped for the target; none: no drafter); hybrid or "
+                                          "hybrid:DIR: that drafter, and the hybrid modes by default."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (its last N prompts); default: built-in set."),
     num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
     category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
     modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
-                                        "threshold,schedule,schedule-noskip,schedule-raw (target always runs). Default: target,hf,"
-                                        "hf-lookup,lookup, plus fixed,threshold,schedule with --drafter."),
+                                        "threshold,schedule,schedule-noskip,schedule-raw,hybrid,hybrid-schedule (target always runs). "
+                                        "Default: target,hf,hf-lookup,lookup, plus fixed,threshold,schedule with "
+                                        "--drafter (and hybrid,hybrid-schedule with --drafter hybrid)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per answer at most."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),
     top_p: float = TopPOpt,
@@ -404,6 +499,8 @@ def bench(
     seed: int = SeedOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
     as_json: bool = typer.Option(False, "--json", help="Only the JSON report on stdout (progress on stderr)."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Also write tok/s and acceptance per position as a PNG."),
 ) -> None:
@@ -430,7 +527,8 @@ def bench(
     config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
                          threshold=threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
                          repeats=repeats, seed=seed)  # checks the rest before the target loads
-    loaded = _load(target, dtype, device)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is None:
         from minispark.serving.generate import default_drafter
 
@@ -441,7 +539,8 @@ def bench(
     elif drafter == "none":
         drafter = None
     if names is None and drafter:
-        config = BenchConfig(**{**config.__dict__, "modes": BASELINE_MODES + ["fixed", "threshold", "schedule"]})
+        hybrid = ["hybrid", "hybrid-schedule"] if drafter.partition(":")[0] == "hybrid" else []
+        config = BenchConfig(**{**config.__dict__, "modes": BASELINE_MODES + ["fixed", "threshold", "schedule"] + hybrid})
     if drafter is not None:
         _check_deepspec(drafter, loaded)
     chosen = (file_prompts(loaded, prompts, num_prompts or 16, category) if prompts
@@ -692,6 +791,8 @@ def train(
 @one_line_errors
 def profile(
     target: Optional[str] = TargetOpt,
+    drafter: Optional[Path] = typer.Option(None, "--drafter", help="A drafter directory: profile the target it "
+                                           "records (as it was loaded) when --target is not given."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
@@ -743,7 +844,15 @@ def profile(
     config = ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens,
                            rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
                            cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
+    validate.input_dir(drafter, "--drafter")
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    from minispark.remembered_target import auto_4bit_notice
+
+    notice = auto_4bit_notice(target, device, dtype, load_in_4bit, load_in_8bit)  # CUDA only; a flag wins
+    if notice is not None:
+        err_console.print(f"notice: {notice}", highlight=False, soft_wrap=True, markup=False)
+        load_in_4bit = True
     table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                               load_in_8bit=load_in_8bit, threads=threads, out_dir=out, plot=plot,
                               show_progress=not as_json)
@@ -772,6 +881,8 @@ def calibrate(
     seed: int = SeedOpt,
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write reliability diagrams (PNG)."),
     as_json: bool = JsonOpt,
 ) -> None:
@@ -797,7 +908,8 @@ def calibrate(
     validate.seed(seed)
     validate.output_file(plot, "--plot")
     sampling = SamplingConfig(validate.number(temperature, "--temperature", 0.0))
-    loaded = _load(target, dtype, device)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     setup = build_serving(loaded, drafter, "fixed", gamma, sampling=sampling)  # fixed: every position rolled out
     inputs = load_prompt_inputs(loaded, prompts, num_prompts)
@@ -864,6 +976,8 @@ def _check_deepspec(drafter: str, target) -> None:
     """A DeepSpec-layout --drafter is checked against the target first, for errors naming the key."""
     from minispark.model.deepspec import check_against_target, is_deepspec_dir
 
+    if str(drafter).startswith("hybrid:"):  # the hybrid's trained drafter
+        drafter = str(drafter).partition(":")[2]
     if is_deepspec_dir(drafter):
         check_against_target(drafter, target)
 
@@ -875,7 +989,10 @@ def import_(
     out: Path = typer.Option(..., "--out", help="Output minispark drafter directory (new, or one this wrote)."),
     target: Optional[str] = TargetOpt,
     window: Optional[int] = typer.Option(None, "--window", help="Context window W (default: recorded, else 0 = all)."),
+    dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
     from minispark.model.deepspec_export import import_deepspec
@@ -883,7 +1000,7 @@ def import_(
     validate.checkpoint(source, "SOURCE")
     validate.replaceable_dir(out, "--out", source)
     validate.integer(window, "--window", 0)
-    report = import_deepspec(source, _load(target, None, device), out, window)
+    report = import_deepspec(source, _load(target, dtype, device, load_in_4bit, load_in_8bit), out, window)
     _print_conversion(report)
 
 
@@ -894,7 +1011,10 @@ def export(
     out: Path = typer.Option(..., "--out", help="Output directory (new, or one this wrote)."),
     fmt: str = typer.Option("deepspec", "--format", help="Output layout: deepspec (vLLM / SGLang)."),
     target: Optional[str] = TargetOpt,
+    dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Export a minispark drafter in DeepSpec's layout (bf16 safetensors, config.json, serving README)."""
     from minispark.model.deepspec_export import export_deepspec
@@ -903,7 +1023,9 @@ def export(
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
     validate.checkpoint(drafter_dir, "DRAFTER_DIR")
     validate.replaceable_dir(out, "--out", drafter_dir)
-    report = export_deepspec(drafter_dir, _load(target, None, device), out)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter_dir, target, dtype, device, load_in_4bit,
+                                                            load_in_8bit)
+    report = export_deepspec(drafter_dir, _load(target, dtype, device, load_in_4bit, load_in_8bit), out)
     _print_conversion(report)
 
 

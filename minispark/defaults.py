@@ -24,6 +24,17 @@ DEFAULT_GAMMA = 7
 REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.8, 20
 #: Confidence threshold of the threshold length policy.
 DEFAULT_THRESHOLD = 0.5
+#: The hybrid drafter (``serving/drafters/hybrid.py``). Its lookup side tries trailing n-grams of
+#: ``HYBRID_MAX_NGRAM`` down to ``HYBRID_MIN_NGRAM`` tokens over the whole conversation and prompt
+#: (chosen by measurement on held-out prompts: README, issue 25). Priors of the conditional acceptance
+#: q_k of draft position k (the chance x_k survives given x_1..x_{k−1} did), measured at T 0 on
+#: held-out chat and code prompts the bench does not use: the lookup's by matched n-gram length, the
+#: DSpark block's (q_1 only serves a drafter without a confidence head); each is worth
+#: ``HYBRID_PRIOR_ROUNDS`` rounds against the counts of the generation's own rounds.
+HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM = 3, 1
+HYBRID_LOOKUP_PRIOR = {1: (0.18, 0.54, 0.65, 0.75), 2: (0.45, 0.55, 0.6, 0.8), 3: (0.9,)}
+HYBRID_DSPARK_PRIOR = (0.3, 0.35, 0.35, 0.3, 0.4)
+HYBRID_PRIOR_ROUNDS = 4.0
 #: Rounds ``minispark calibrate`` must roll out at every draft position before it fits and stores a
 #: calibration: fewer (1 prompt × 1 token) would replace a good fit with noise, so it refuses instead.
 CALIBRATION_MIN_ROUNDS = 100
@@ -37,6 +48,25 @@ DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
 #: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).
 TARGET_RUNTIMES = ("auto", "eager", "packed")
 TARGET_RUNTIME_ENV = "MINISPARK_RUNTIME"
+
+#: Pixel budget of one image given to a vision-language target: a larger image is downscaled (aspect kept,
+#: with a one-line notice) to at most this many pixels before the processor sees it. 1280 × 28² ≈ 1.0 MP is
+#: 1,280 visual tokens for Qwen2.5-VL, which a 6 GB card's vision tower takes beside a 4-bit 3B target;
+#: qwen-vl-utils' own cap (16,384 tokens, ~12.8 MP) is ~2 GB of vision-tower transients. ``minispark
+#: --max-pixels N`` (or its variable, read where images are encoded, here and in subprocesses) changes it.
+IMAGE_MAX_PIXELS = 1280 * 28 * 28
+IMAGE_MAX_PIXELS_ENV = "MINISPARK_MAX_PIXELS"
+#: The smallest budget accepted: qwen-vl-utils' floor of 4 visual tokens (4 × 28²).
+IMAGE_MIN_PIXELS = 4 * 28 * 28
+
+
+def image_max_pixels() -> int:
+    """The pixel budget asked for by ``minispark --max-pixels`` or its variable, else ``IMAGE_MAX_PIXELS``."""
+    value = os.environ.get(IMAGE_MAX_PIXELS_ENV) or str(IMAGE_MAX_PIXELS)
+    if not value.isdigit() or int(value) < IMAGE_MIN_PIXELS:
+        raise ValueError(f"--max-pixels / ${IMAGE_MAX_PIXELS_ENV}: {value!r} is not a whole number of pixels "
+                         f">= {IMAGE_MIN_PIXELS}")
+    return int(value)
 
 
 def draft_precision() -> str:
@@ -78,3 +108,25 @@ def console_width(stream: TextIO) -> int | None:
     """Width for a rich Console writing to ``stream``: rich's own (the terminal, or ``$COLUMNS``) on a
     terminal or when ``$COLUMNS`` is set, else ``PIPED_WIDTH``."""
     return None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
+
+
+#: `minispark serve`: loopback unless told otherwise; the limits every request is checked against (each
+#: refused with an OpenAI-style JSON error: 413 body/pixels, 400 messages/max_tokens, 429 queue, 503 draining).
+SERVE_HOST = "127.0.0.1"
+SERVE_PORT = 8000
+SERVE_MAX_BODY_BYTES = 16 * 1024 * 1024  # a few base64 images
+SERVE_MAX_MESSAGES = 128
+SERVE_MAX_IMAGES = 8
+#: Pixels per image a request may send (413 past it); under it the target downscales each image to its own
+#: 6 GB-card budget (``image_max_pixels``, issue 23) before the vision tower sees it.
+SERVE_MAX_IMAGE_PIXELS = 4_000_000
+SERVE_MAX_TOKENS = 2048  # the most max_tokens a request may ask for
+SERVE_DEFAULT_MAX_TOKENS = 256  # when it asks for none
+SERVE_QUEUE = 32  # requests waiting for a slot before 429
+SERVE_DRAIN_S = 60.0  # Ctrl-C: how long in-flight requests get to finish
+
+
+def serve_slots(device_type: str) -> int:
+    """Requests in flight at once by default: a GPU verifies many rows for the price of one, a CPU
+    (2 cores here) is compute-bound past a few."""
+    return 8 if device_type == "cuda" else 4

@@ -206,11 +206,16 @@ def replaceable_dir(path: Path, flag: str, source: Path | None = None) -> Path:
 
 
 def drafter_spec(spec: str | None, flag: str = "--drafter") -> str | None:
-    """``none``, ``lookup``, or a directory with ``config.json`` and safetensors weights."""
-    if spec is None or spec in ("none", "lookup"):
+    """``none``, ``lookup``, ``hybrid``, ``hybrid:DIR``, or a directory DIR with ``config.json`` and
+    safetensors weights."""
+    if spec is None or spec in ("none", "lookup", "hybrid"):
+        return spec
+    if spec.startswith("hybrid:"):
+        checkpoint(Path(spec.partition(":")[2]), flag)
         return spec
     if not Path(spec).exists():
-        raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup or a drafter directory)")
+        raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
+                             "directory)")
     checkpoint(Path(spec), flag)
     return spec
 

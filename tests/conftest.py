@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -65,3 +66,27 @@ def tiny_trained_drafter(tiny_dir, tmp_path_factory) -> tuple[Path, Path]:
     build_cache(config, target=target, log=lambda _: None)
     report = train(load_recipe("tiny", ["steps=30"]), config.out, root / "train", target=target, log=None)
     return target_dir, Path(report.drafter)
+
+
+@pytest.fixture(scope="module")
+def target(tiny_dir):
+    """The tiny Llama target of the training tests (a module may define its own ``target``)."""
+    from minispark.serving.target import load_target  # after HF_HUB_OFFLINE is set
+
+    return load_target(str(tiny_dir("llama")))
+
+
+@pytest.fixture(scope="module")
+def cache(target, tmp_path_factory) -> Path:
+    """A small fp32 feature cache of ``target`` (16 samples, 8 anchors each)."""
+    from minispark.data.cache import CacheConfig, build_cache
+
+    root = tmp_path_factory.mktemp("train-cache")
+    prompts = root / "prompts.jsonl"
+    lines = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly.", "Write a haiku.",
+             "Name four colours."]
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in lines))
+    config = CacheConfig(prompts=prompts, out=root / "cache", num_samples=16, max_new_tokens=32, layers="1,2",
+                         anchors_per_sample=8, window=16, block=4, dtype="fp32", batch_size=8)
+    build_cache(config, target=target, log=lambda _: None)
+    return config.out

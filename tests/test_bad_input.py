@@ -509,7 +509,7 @@ def full_disk(monkeypatch: pytest.MonkeyPatch, where: str = "") -> None:
 @pytest.mark.parametrize("command", ["cache", "train", "export", "import"])
 def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tiny_trained_drafter, tmp_path, monkeypatch,
                                                                    command: str) -> None:
-    from tests.test_data_safety import snapshot
+    from tests.helpers import snapshot
 
     target, drafter = tiny_trained_drafter
     prompts = tmp_path / "p.jsonl"

@@ -30,7 +30,7 @@ from minispark.identity import target_id
 from minispark.serving.builder import PROFILE_HINT, TRAIN_HINT, build_serving
 from minispark.serving.sps import SPSTable
 from minispark.serving.target import Target, load_target
-from tests.test_conversation import random_dspark
+from tests.helpers import random_dspark
 
 REPO = Path(__file__).resolve().parent.parent
 

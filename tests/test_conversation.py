@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from minispark.serving.conversation import Conversation
-from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
@@ -21,7 +20,7 @@ from minispark.serving.engine import speculative_generate
 from minispark.serving.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
 from minispark.serving.target import Target, load_target
-from tests.test_engine import OracleDrafter, assert_parity, hf_greedy
+from tests.helpers import OracleDrafter, assert_parity, hf_greedy, random_dspark
 
 MAX_NEW = 16
 
@@ -34,17 +33,6 @@ def tiny_vlm(tiny_dir) -> Target:
 @pytest.fixture(scope="module")
 def tiny_llama(tiny_dir) -> Target:
     return load_target(str(tiny_dir("llama")))
-
-
-def random_dspark(target: Target, seed: int = 0) -> DSparkDrafter:
-    """An untrained DSpark drafter on the target's features: wrong most of the time, which is what
-    exercises rejections, crops and the context cache's rollback."""
-    torch.manual_seed(seed)
-    config = DraftConfig(target="tiny", hidden_size=target.hidden_size, num_heads=4, num_kv_heads=2,
-                         head_dim=16, intermediate_size=64, vocab_size=target.vocab_size, feature_layers=(1,),
-                         mask_token_id=target.vocab_size - 1, block_size=4, markov_rank=16, dtype="float32")
-    model = DraftModel.from_target(config, target.model.get_input_embeddings().weight, target.lm_head.weight)
-    return DSparkDrafter(model.to(target.device))
 
 
 def check_session(conversation: Conversation) -> None:

@@ -6,7 +6,6 @@ symlinks and the shipped tables are hashed before and after, and must be unchang
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -18,24 +17,12 @@ from typer.testing import CliRunner
 from minispark.atomic import open_append, save_figure, write_json_atomic
 from minispark.cli import app, json_safe
 from minispark.errors import MinisparkError
+from tests.helpers import snapshot
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = [REPO / "sps_tables", REPO / "drafters"]
 CACHE_FLAGS = ["--num-samples", "2", "--max-new-tokens", "12", "--layers", "1,2", "--window", "16", "--block", "4",
                "--anchors-per-sample", "4", "--anchor-run", "4", "--feature-dtype", "fp32", "--batch-size", "2"]
-
-
-def snapshot(*roots: Path) -> dict[str, str]:
-    """sha256 of every file under ``roots`` (symlinks recorded by their target, never followed)."""
-    hashes = {}
-    for root in roots:
-        paths = [root] if not root.is_dir() or root.is_symlink() else sorted(root.rglob("*"))
-        for path in paths:
-            if path.is_symlink():
-                hashes[str(path)] = "link:" + os.readlink(path)
-            elif path.is_file():
-                hashes[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
-    return hashes
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -37,7 +37,7 @@ from minispark.serving.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, ThresholdLength, make_length_policy
 from minispark.serving.sps import SPSTable
 from minispark.serving.target import Target, load_target
-from tests.test_engine import assert_parity, hf_greedy
+from tests.helpers import assert_parity, hf_greedy
 
 PROMPTS = ["Tell me a story.", "List three fruits and a vegetable."]
 LAYERS = [1, 2]  # of the tiny target's 4 decoder layers (never the last)

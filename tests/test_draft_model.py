@@ -12,7 +12,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
-from scipy.stats import chi2, poisson
 
 from minispark.model.checkpoint import save_drafter
 from minispark.model.draft_model import DraftConfig, DraftModel, block_attention_mask
@@ -21,8 +20,8 @@ from minispark.serving.engine import DecodeState, schedule
 from minispark.errors import MinisparkError
 from minispark.serving.sampling import SamplingConfig, make_generator, probabilities
 from minispark.serving.schedule import LengthPolicy
+from tests.helpers import D, V, GAMMA, M, make_config, target_weights, subset, make_model, pair_chi_square, draw_many, SMALL_V, DRAWS
 
-D, V, GAMMA, M = 32, 97, 4, 3
 HEADS = ("none", "vanilla", "gated", "rnn")
 GREEDY = SamplingConfig(0.0)
 
@@ -34,54 +33,6 @@ def _one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
-
-
-def make_config(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True,
-                draft_vocab: int = 0, markov_w1: str = "table") -> DraftConfig:
-    return DraftConfig(
-        draft_vocab=draft_vocab,
-        markov_w1=markov_w1,
-        target="tiny-test-target@0",
-        hidden_size=D,
-        num_heads=4,
-        num_kv_heads=2,
-        head_dim=8,
-        intermediate_size=64,
-        vocab_size=vocab,
-        feature_layers=(0, 2, 3),
-        mask_token_id=vocab - 1,
-        block_size=GAMMA,
-        window=window,
-        head=head,
-        markov_rank=16,
-        confidence_head=confidence,
-        dtype="float32",
-    )
-
-
-def target_weights(vocab: int = V, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(vocab, D, generator=g), 0.5 * torch.randn(vocab, D, generator=g)
-
-
-def subset(vocab: int, n: int) -> torch.Tensor:
-    """A draft vocabulary of n ids that is neither a prefix nor contiguous (every other id, from the top)."""
-    return torch.arange(vocab - 1, -1, -2)[:n].flip(0)
-
-
-def make_model(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True, seed: int = 0,
-               draft_vocab: int = 0, markov_w1: str = "table") -> DraftModel:
-    """A draft model whose trainable weights are large enough that every path matters."""
-    embed, lm_head = target_weights(vocab, seed)
-    ids = subset(vocab, draft_vocab) if draft_vocab else None
-    config = make_config(head, window, vocab, confidence, draft_vocab, markov_w1)
-    model = DraftModel.from_target(config, embed, lm_head, ids)
-    torch.manual_seed(seed + 1)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if p.requires_grad and "norm" not in name:
-                p.normal_(0.0, 0.5 if "markov" in name else 0.3)
-    return model.eval()
 
 
 def sequence(length: int, seed: int = 0, offset: int = 3):
@@ -216,39 +167,7 @@ def test_cache_crop_rolls_back_a_commit() -> None:
 # ---- sampling exactness -----------------------------------------------------------------------
 
 
-def pair_chi_square(tokens: torch.Tensor, probs: torch.Tensor, anchor: int, vocab: int) -> float:
-    """Smallest p-value over positions k of a chi-square test of the counts of (x_{k−1}, x_k)
-    against Σ_draws 1{x_{k−1}=u}·p_k(v) — the counts the returned distributions predict (valid for
-    any prefix dependence). Cells expected below 5 are pooled and tested with a Poisson tail."""
-    n, gamma = tokens.shape
-    prev = torch.cat([torch.full((n, 1), anchor), tokens[:, :-1]], dim=1)  # (N, γ)
-    worst = 1.0
-    for k in range(gamma):
-        onehot_prev = F.one_hot(prev[:, k], vocab).double()  # (N, V)
-        expected = onehot_prev.T @ probs[:, k].double()  # (V_prev, V)
-        observed = onehot_prev.T @ F.one_hot(tokens[:, k], vocab).double()
-        if (observed[expected == 0] > 0).any():
-            return 0.0  # drew a token its own distribution gives no mass
-        big = expected >= 5
-        stat = ((observed - expected)[big] ** 2 / expected[big]).sum().item()
-        dof = max(int(big.sum()) - int(big.any(1).sum()), 1)
-        worst = min(worst, float(chi2.sf(stat, dof)))
-        rare_expected, rare_observed = expected[~big].sum().item(), observed[~big].sum().item()
-        if rare_expected > 0:  # P(Poisson(E) >= O): too many draws of rare tokens
-            worst = min(worst, float(poisson.sf(rare_observed - 1, rare_expected)))
-    return worst
-
-
-def draw_many(model: DraftModel, hidden: torch.Tensor, anchor: int, sampling: SamplingConfig, n: int, seed: int):
-    generator = make_generator(seed)
-    anchor_t = torch.tensor(anchor)
-    proposals = [model.draft_block(hidden, anchor_t, sampling, generator).proposal(GAMMA) for _ in range(n)]
-    return torch.stack([p.tokens for p in proposals]), torch.stack([p.probs for p in proposals])
-
-
-SMALL_V = 6
 SAMPLINGS = [SamplingConfig(1.0), SamplingConfig(0.8, top_p=0.9), SamplingConfig(1.3, top_k=3)]
-DRAWS = 2500
 
 
 @pytest.mark.parametrize("head", HEADS)

@@ -31,7 +31,7 @@ def test_int8_linear_equals_its_dequantized_weights():
 
 
 def test_quantize_int8_replaces_the_large_linears_only():
-    from tests.test_draft_model import make_model
+    from tests.helpers import make_model
 
     model = make_model()
     before = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)}
@@ -48,7 +48,7 @@ def test_int8_sampler_draws_from_the_distributions_it_returns(head: str):
     """p_d of the int8 drafter is exactly what it samples from (the precondition of lossless
     rejection sampling), and it differs from the float drafter's: the test sees the int8 path."""
     from minispark.serving.sampling import SamplingConfig, probabilities
-    from tests.test_draft_model import D, DRAWS, GAMMA, SMALL_V, draw_many, make_model, pair_chi_square
+    from tests.helpers import D, DRAWS, GAMMA, SMALL_V, draw_many, make_model, pair_chi_square
 
     model, float_model = make_model(head, vocab=SMALL_V, seed=3), make_model(head, vocab=SMALL_V, seed=3)
     quantize_int8(model)
@@ -94,7 +94,7 @@ def test_int8_drafter_decodes_and_keeps_greedy_parity(served, temperature):
     from minispark.serving.generate import make_drafter
     from minispark.serving.sampling import SamplingConfig
     from minispark.serving.schedule import FixedLength
-    from tests.test_engine import assert_parity, hf_greedy
+    from tests.helpers import assert_parity, hf_greedy
 
     target, drafter_dir = served
     drafter = make_drafter(drafter_dir, target, "int8")

@@ -24,8 +24,8 @@ from minispark.serving.generate import make_drafter
 from minispark.serving.sampling import SamplingConfig
 from minispark.serving.builder import build_serving
 from minispark.serving.target import PromptInputs, Target, load_target
-from tests.test_accept import PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint
-from tests.test_engine import OracleDrafter, assert_parity, hf_greedy
+from tests.helpers import PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint
+from tests.helpers import OracleDrafter, assert_parity, hf_greedy
 
 PROPOSE_S, TARGET_S = 0.4, 1.0  # a drafter forward costs 0.4 target steps in the unit tests
 

@@ -18,7 +18,7 @@ from minispark.serving.schedule import FixedLength, ScheduledLength, ThresholdLe
 from minispark.serving.builder import build_serving
 from minispark.serving.sps import SPSTable
 from minispark.serving.target import load_target
-from tests.test_engine import assert_parity, hf_greedy
+from tests.helpers import assert_parity, hf_greedy
 
 PROMPTS = ["Tell me a story.", "List three fruits and a vegetable.", "Why is the sky blue?"]
 

@@ -10,34 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.serving.draft_block import FixedBlock
 from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.serving.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
 from minispark.serving.target import PromptInputs, Target, load_target
-
-
-class OracleDrafter(Drafter):
-    """Proposes the reference continuation (always right) or a corrupted one (always wrong)."""
-
-    def __init__(self, reference: list[int], prompt_length: int, right: bool, vocab: int) -> None:
-        self.reference, self.prompt_length, self.right, self.vocab = reference, prompt_length, right, vocab
-        self.name = "always-right" if right else "always-wrong"
-
-    def propose(self, ids, anchor_position, sampling, generator) -> FixedBlock:
-        done = ids.numel() - self.prompt_length
-        tokens = [token if self.right else (token + 1) % self.vocab for token in self.reference[done:]]
-        return FixedBlock(torch.tensor(tokens, dtype=torch.long))
-
-
-def hf_greedy(target: Target, inputs: PromptInputs, max_new_tokens: int) -> list[int]:
-    kwargs = dict(inputs.model_kwargs)
-    out = target.model.generate(inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
-                                max_new_tokens=max_new_tokens, do_sample=False,
-                                eos_token_id=sorted(target.eos_token_ids), pad_token_id=0, **kwargs)
-    return out[0, inputs.length:].tolist()
+from tests.helpers import OracleDrafter, hf_greedy, assert_parity
 
 
 def run(target: Target, inputs: PromptInputs, drafter: Drafter, gamma: int, max_new_tokens: int) -> list[int]:
@@ -45,20 +24,6 @@ def run(target: Target, inputs: PromptInputs, drafter: Drafter, gamma: int, max_
         result = speculative_generate(session, inputs, drafter, SamplingConfig(), FixedLength(gamma),
                                       max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids)
     return result.token_ids
-
-
-def assert_parity(target: Target, inputs: PromptInputs, got: list[int], want: list[int]) -> None:
-    """Equal, or the first divergence is a logit near-tie (then it is not a bug)."""
-    if got == want:
-        return
-    index = next(i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b)
-    prefix = torch.tensor([want[:index]], dtype=torch.long)
-    full = target.extend(inputs, prefix[0])
-    with target.session() as session:
-        logits = session.prefill(full).logits[-1]
-    top2 = logits.topk(2).values
-    gap = float(top2[0] - top2[1])
-    assert gap < 1e-4, f"divergence at new token {index} with top-2 gap {gap:.3g}: not a near-tie"
 
 
 def drafters_for(reference: list[int], prompt_length: int, vocab: int) -> list[Drafter]:

@@ -21,7 +21,7 @@ from minispark.training.recipes import load_recipe
 from minispark.serving.schedule import FixedLength
 from minispark.serving.target import load_target
 from minispark.training.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
-from tests.test_engine import assert_parity, hf_greedy
+from tests.helpers import assert_parity, hf_greedy
 
 TRAIN_PROMPTS = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly."]
 CACHE = dict(num_samples=8, max_new_tokens=24, layers="1,2", anchors_per_sample=64, window=16, block=4,

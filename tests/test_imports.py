@@ -13,10 +13,12 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "minispark"
 #: What runs when a model decodes (generate, chat): the engine and everything it is built from.
 SERVING = ("chat", "identity", "model.checkpoint", "model.draft_cache", "model.draft_config", "model.draft_heads",
-           "model.draft_model", "serving", "serving.accept", "serving.builder", "serving.conversation",
+           "model.draft_model", "serving", "serving.accept", "serving.batch_schedule", "serving.batched",
+           "serving.builder", "serving.conversation",
            "serving.draft_block", "serving.draft_skip", "serving.drafters", "serving.drafters.base",
-           "serving.drafters.dspark", "serving.drafters.lookup", "serving.engine", "serving.generate",
-           "serving.sampling", "serving.schedule", "serving.sps", "serving.target")
+           "serving.drafters.dspark", "serving.drafters.hybrid", "serving.drafters.lookup", "serving.engine", "serving.generate",
+           "serving.sampling", "serving.schedule", "serving.sps", "serving.target",
+           "serve", "serve.app", "serve.protocol", "serve.worker")
 #: Modules the serving path must never reach.
 FORBIDDEN = ("measuring.bench", "cli", "measuring.profiler", "training.train")
 
@@ -116,3 +118,15 @@ def test_serving_never_imports_cli_bench_profiler_or_trainer() -> None:
         seen = reachable(edges, module)
         for bad in FORBIDDEN:
             assert bad not in seen, f"{module} reaches {bad} (imported by {seen.get(bad)})"
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared test helpers live in ``tests/helpers.py`` (fixtures in ``conftest.py``), never in a test module."""
+    tests = Path(__file__).resolve().parent
+    offenders = []
+    for path in sorted(tests.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.startswith("tests.test_")]
+    assert not offenders, offenders

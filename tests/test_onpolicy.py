@@ -18,7 +18,7 @@ from minispark.training.anchor_batches import make_batch
 from minispark.training.heldout import block_acceptance
 from minispark.training.onpolicy import ONPOLICY_FILE, acceptance_table, replay_sample, sample_anchors
 from minispark.training.train import Trainer, train
-from tests.test_train import cache, recipe, target  # noqa: F401  (module fixtures)
+from tests.helpers import recipe
 
 GAMMA = 4
 

@@ -11,7 +11,7 @@ from minispark.serving.generate import SHIPPED_DRAFTERS, default_drafter, genera
 from minispark.identity import target_id
 from minispark.serving.schedule import FixedLength
 from minispark.serving.builder import build_serving
-from tests.test_engine import assert_parity, hf_greedy
+from tests.helpers import assert_parity, hf_greedy
 
 SHIPPED = SHIPPED_DRAFTERS / "smollm2-135m-dspark"
 PROMPTS = ["Give me two tips for a rainy day.", "Write a Python function that returns the square of a number."]

@@ -9,45 +9,21 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 import torch
 
 from minispark.atomic import WRITTEN_MANIFEST
-from minispark.data.cache import CacheConfig, build_cache
 from minispark.data.cache_format import CacheMismatchError, CacheReader
 from minispark.serving.drafters.dspark import load_drafter
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
-from minispark.training.recipes import load_recipe
 from minispark.serving.target import load_target
 from minispark.tiny_models import build_tiny
 from minispark.training.anchor_batches import AnchorPlan, make_batch
 from minispark.training.draft_vocab import answer_token_counts
 from minispark.training.train import LATEST_FILE, Trainer, train
-
-
-@pytest.fixture(scope="module")
-def target(tiny_dir):
-    return load_target(str(tiny_dir("llama")))
-
-
-@pytest.fixture(scope="module")
-def cache(target, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("train-cache")
-    prompts = root / "prompts.jsonl"
-    lines = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly.", "Write a haiku.",
-             "Name four colours."]
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in lines))
-    config = CacheConfig(prompts=prompts, out=root / "cache", num_samples=16, max_new_tokens=32, layers="1,2",
-                         anchors_per_sample=8, window=16, block=4, dtype="fp32", batch_size=8)
-    build_cache(config, target=target, log=lambda _: None)
-    return config.out
-
-
-def recipe(*overrides: str):
-    return load_recipe("tiny", list(overrides))
+from tests.helpers import recipe
 
 
 def test_plan_is_sample_major_and_covers_each_epoch(cache):

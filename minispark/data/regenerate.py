@@ -19,7 +19,7 @@ training never uses that row either (an anchor needs a label after it).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,6 +151,29 @@ def collate(prompts: Sequence[PromptInputs], pad_id: int) -> dict[str, torch.Ten
     return inputs
 
 
+@contextlib.contextmanager
+def without_checkpoint_defaults(model: torch.nn.Module) -> Iterator[None]:
+    """Run ``model.generate`` with none of the checkpoint's generation defaults.
+
+    transformers 5.x fills every field a passed ``GenerationConfig`` leaves unset from
+    ``model.generation_config`` (Qwen's sets ``repetition_penalty=1.05``, top-k, ...), so a fresh
+    config alone does not drop them. Answers must follow the plain target distribution the drafter
+    is verified against (and the sampling the manifest records), so the checkpoint's config is swapped
+    for a blank one, keeping only its special-token ids, while ``generate`` runs.
+    """
+    saved = getattr(model, "generation_config", None)
+    if saved is None:
+        yield
+        return
+    tokens = {key: getattr(saved, key, None) for key in ("bos_token_id", "eos_token_id", "pad_token_id",
+                                                         "decoder_start_token_id")}
+    model.generation_config = GenerationConfig(**{k: v for k, v in tokens.items() if v is not None})
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
 @torch.no_grad()
 def regenerate(target: Target, prompts: Sequence[PromptInputs], seeds: Sequence[int],
                config: SamplingConfig, max_new_tokens: int, capture_layers: Sequence[int] | None = None
@@ -166,12 +189,10 @@ def regenerate(target: Target, prompts: Sequence[PromptInputs], seeds: Sequence[
     pad_id = eos[0] if pad_id is None else pad_id
     inputs = collate(prompts, pad_id)
     generators = [make_generator(seed, target.device) for seed in seeds]
-    # A fresh GenerationConfig drops the checkpoint's defaults (repetition penalty, top-k, ...):
-    # answers must follow the plain target distribution the drafter will be verified against.
     generation = GenerationConfig(do_sample=False, max_new_tokens=max_new_tokens, eos_token_id=eos,
                                   pad_token_id=pad_id)
     recorder = FeatureRecorder(target, capture_layers) if capture_layers is not None else contextlib.nullcontext()
-    with recorder:
+    with recorder, without_checkpoint_defaults(target.model):
         sequences = target.model.generate(
             **inputs, generation_config=generation,
             logits_processor=LogitsProcessorList([RowSampler(config, generators)]),  # does the sampling

@@ -5,15 +5,19 @@ against), ``hf`` (transformers ``generate``), ``hf-lookup`` (its prompt-lookup d
 ``lookup`` (minispark's n-gram drafter) and, with a trained drafter, ``fixed`` (γ drafts every
 round), ``threshold`` (stop at the first c_k below a threshold), ``schedule`` (Algorithm 1 on the
 SPS table's monotone envelope with draft-skip, what ``generate`` serves with), ``schedule-noskip``
-(the same, drafting every round: the comparison draft-skip has to win) and ``schedule-raw``
-(Algorithm 1 on the raw table, with draft-skip: the comparison the envelope has to win).
+(the same, drafting every round: the comparison draft-skip has to win), ``schedule-raw``
+(Algorithm 1 on the raw table, with draft-skip: the comparison the envelope has to win), and the
+hybrid drafter (``serving/drafters/hybrid.py``: per round the lookup or the trained drafter) as
+``hybrid`` (fixed γ, sources priced by expected tokens) and ``hybrid-schedule`` (priced on the SPS
+table, schedule mode with draft-skip). ``--drafter hybrid`` runs the DSpark modes with its trained
+drafter and adds the two hybrid modes.
 
 Each repeat runs every prompt in every mode; the order rotates per prompt and repeat, so slow
 drift (heat, neighbours) spreads evenly over the modes. Per mode: total and median tok/s, speedup
 over ``target`` (overall and on the worst prompt), τ, acceptance per position, drafts verified per
 round, rounds draft-skipped, the per-round time split of the loop (propose / verify /
 accept+commit ms, target-only ms per token and draft_share = propose ms ÷ target-only ms per
-token) and, at T = 0, parity: whether every output equals ``target``'s token for token. At T > 0 outputs are samples and no parity is
+token), rounds and τ by source (the drafter, the hybrid's lookup / dspark / plain, or skipped) and, at T = 0, parity: whether every output equals ``target``'s token for token. At T > 0 outputs are samples and no parity is
 claimed. The report names the hardware, versions and load the numbers were taken on, and the weights
 the DSpark drafter ran with (`drafter_precision`).
 
@@ -35,8 +39,10 @@ import transformers
 
 import minispark
 from minispark.atomic import save_figure
+from minispark.data.regenerate import without_checkpoint_defaults
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.drafters.hybrid import HybridDrafter, make_hybrid
 from minispark.serving.draft_skip import DraftSkip
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.errors import MinisparkError
@@ -44,15 +50,18 @@ from minispark.serving.generate import make_drafter
 from minispark.serving.runtime import eager_linears
 from minispark.serving.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
+from minispark.serving.sps import SPSTable
 from minispark.serving.target import PromptInputs, Target
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-MODES = ("target", "hf", "hf-lookup", "lookup", "fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw")
+MODES = ("target", "hf", "hf-lookup", "lookup", "fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw",
+         "hybrid", "hybrid-schedule")
 BASELINE_MODES = ["target", "hf", "hf-lookup", "lookup"]
-DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw")
-CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw")
+DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid", "hybrid-schedule")
+CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule")
+HYBRID_MODES = ("hybrid", "hybrid-schedule")
 
 BENCH_PROMPTS = [
     "Add type hints and a docstring to this function:\n\ndef area(width, height):\n    return width * height\n",
@@ -166,7 +175,9 @@ def hf_mode(name: str, target: Target, sampling: SamplingConfig, lookup: int | N
 
     def run(inputs: PromptInputs, max_new_tokens: int, seed: int) -> tuple[list[int], None]:
         torch.manual_seed(seed)
-        with eager_linears(target.model):  # HF as HF runs it, whatever runtime minispark's modes use
+        # HF as HF runs it, whatever runtime minispark's modes use, and without the checkpoint's generation
+        # defaults (a repetition penalty would make it sample another distribution than every other mode)
+        with eager_linears(target.model), without_checkpoint_defaults(target.model):
             out = target.model.generate(inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
                                         max_new_tokens=max_new_tokens, pad_token_id=0,
                                         eos_token_id=sorted(target.eos_token_ids), **inputs.model_kwargs, **extra)
@@ -205,14 +216,32 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
             notices.append(f"skipping {name}: it needs a trained drafter (--drafter DIR)")
         elif name in CONFIDENCE_MODES and not setup.drafter.has_confidence:
             notices.append(f"skipping {name}: drafter {drafter_spec} has no confidence head")
+        elif name in HYBRID_MODES:
+            modes.append(hybrid_mode(name, target, setup, sampling))
         else:
             mode = "schedule" if name.startswith("schedule") else name
             envelope = name != "schedule-raw"
             setup.policy_for(mode, envelope)  # refuses a table too short for γ, before any run
-            modes.append(minispark_mode(name, target, setup.drafter,
+            modes.append(minispark_mode(name, target, trained(setup.drafter),
                                         lambda m=mode, e=envelope: setup.policy_for(m, e), sampling,
                                         draft_skip=mode == "schedule" and name != "schedule-noskip"))
     return modes, notices
+
+
+def trained(drafter: Drafter) -> Drafter:
+    """The trained drafter the DSpark modes run: a hybrid's own (``--drafter hybrid``), else ``drafter``."""
+    return drafter.model if isinstance(drafter, HybridDrafter) else drafter
+
+
+def hybrid_mode(name: str, target: Target, setup, sampling: SamplingConfig) -> Mode:
+    """``hybrid`` (fixed γ, sources priced on a flat curve) or ``hybrid-schedule`` (priced on the SPS
+    table, schedule mode with draft-skip), around the setup's trained drafter."""
+    schedule = name == "hybrid-schedule"
+    hybrid = make_hybrid(trained(setup.drafter))
+    hybrid.price_with((setup.sps_table or SPSTable.generic()) if schedule else None, setup.gamma, setup.calibration)
+    mode = "schedule" if schedule else "fixed"
+    setup.policy_for(mode)  # refuses a table too short for γ, before any run
+    return minispark_mode(name, target, hybrid, lambda: setup.policy_for(mode), sampling, draft_skip=schedule)
 
 
 # ---------------------------------------------------------------------- running
@@ -274,6 +303,7 @@ def _merged(stats: list[GenerationStats]) -> GenerationStats:
         merged.verify_s += s.verify_s
         merged.accept_commit_s += s.accept_commit_s
         merged.skipped_rounds += s.skipped_rounds
+        merged.sources += s.sources
     return merged
 
 
@@ -301,10 +331,10 @@ def _summary(modes: Sequence[Mode], runs: dict[str, list[Run]], config: BenchCon
         if mode.drafting and loop is not None and loop.rounds:
             row.update(tau=loop.tau, acceptance_per_position=loop.acceptance_per_position,
                        drafts_per_round=sum(loop.proposed_lengths) / loop.rounds, rounds=loop.rounds,
-                       skipped_rounds=loop.skipped_rounds)
+                       skipped_rounds=loop.skipped_rounds, by_source=loop.by_source)
         elif mode.drafting:
             row.update(tau=None, acceptance_per_position=None, drafts_per_round=None, rounds=None,
-                       skipped_rounds=None)
+                       skipped_rounds=None, by_source=None)
         timed = loop is not None and loop.rounds > 0  # HF modes have no loop to split
         propose_ms = 1e3 * loop.propose_s / loop.rounds if timed else None
         row.update(propose_ms=propose_ms,
@@ -364,6 +394,14 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "–" if value is None else f"{value:.{digits}f}"
 
 
+def _by_source(by_source: dict | None) -> str:
+    """``lookup 31 · 2.10, dspark 12 · 1.25``: rounds and τ of each source (skipped rounds: no τ)."""
+    if not by_source:
+        return "–"
+    return ", ".join(f"{source} {row['rounds']}" + ("" if source == "skipped" else f" · {row['tau']:.2f}")
+                     for source, row in by_source.items())
+
+
 def render_bench(report: dict) -> Table:
     """The one rich table: a row per mode."""
     from rich.table import Table
@@ -375,10 +413,11 @@ def render_bench(report: dict) -> Table:
                         f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
                         f"{hardware['device']} · {hardware.get('runtime', 'eager')} runtime (hf modes: eager) · target-only {first['target_ms_per_token']:.1f} ms/token")
     columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "skipped",
-               "acceptance per position", "propose ms", "verify ms", "acc+commit ms", "draft share",
+               "acceptance per position", "rounds · τ by source", "propose ms", "verify ms", "acc+commit ms", "draft share",
                "parity" if greedy else "outputs")
     for column in columns:
-        table.add_column(column, justify="left" if column in ("mode", "acceptance per position") else "right")
+        table.add_column(column, justify="left" if column in ("mode", "acceptance per position",
+                                                               "rounds · τ by source") else "right")
     for name, row in report["summary"].items():
         acceptance = row.get("acceptance_per_position")
         table.add_row(
@@ -386,6 +425,7 @@ def render_bench(report: dict) -> Table:
             _fmt(row["worst_prompt_speedup"], 3), _fmt(row.get("tau")), _fmt(row.get("drafts_per_round")),
             "–" if row.get("skipped_rounds") is None else f"{row['skipped_rounds']}/{row['rounds']}",
             " ".join(f"{a:.2f}" for a in acceptance) if acceptance else "–",
+            _by_source(row.get("by_source")),
             _fmt(row["propose_ms"], 1), _fmt(row["verify_ms"], 1), _fmt(row["accept_commit_ms"], 1),
             "–" if row["draft_share"] is None else f"{row['draft_share']:.0%}",
             ("yes" if row["parity"] else "[red]no[/red]") if greedy else "samples",

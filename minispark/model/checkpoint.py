@@ -7,7 +7,9 @@ A drafter directory holds:
 * ``model.safetensors`` — every weight except the frozen embedding and lm_head (``FROZEN``), which
   are always taken from the target at load time;
 * ``calibration.json`` (optional) — Sequential Temperature Scaling from ``minispark calibrate``,
-  with the target identity and the sampling settings it was fitted for.
+  with the target identity and the sampling settings it was fitted for;
+* ``target.json`` (written by ``minispark train``) — the target's source, dtype and quantization, so a
+  command given ``--drafter DIR`` loads that target the same way (``minispark.remembered_target``).
 
 Every write is atomic (a reader sees the old directory or the complete new one). Loading refuses a
 drafter trained for another target, and a calibration fitted for another target; a calibration
@@ -35,13 +37,15 @@ from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.errors import MinisparkError
 from minispark.identity import same_target
+from minispark.remembered_target import TARGET_FILE
 from minispark.serving.sampling import SamplingConfig
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CALIBRATION_FILE = "calibration.json"
-#: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score).
-DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE)
+#: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score);
+#: ``target.json`` records how its target was loaded (``minispark.remembered_target``).
+DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE)
 #: Weights shared with the target and never stored: the frozen embedding and lm_head.
 FROZEN = ("embed_tokens.", "lm_head.")
 
@@ -66,13 +70,17 @@ def save_drafter(model: DraftModel, path: str | Path, config: DraftConfig | None
     return write_dir_atomic(path, fill)
 
 
-def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype | None = None) -> Path:
-    """Copy a drafter's files (config, weights, calibration if any) to ``dest`` atomically;
-    ``weight_dtype`` recasts the floating-point weights (the loader casts them back to the config's
-    compute dtype), e.g. bf16 to ship a drafter small."""
+def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype | None = None,
+                 extra: Callable[[Path], None] | None = None) -> Path:
+    """Copy a drafter's files (config, weights, calibration and target record if any) to ``dest``
+    atomically; ``weight_dtype`` recasts the floating-point weights (the loader casts them back to the
+    config's compute dtype), e.g. bf16 to ship a drafter small; ``extra(tmp)`` adds files before the
+    directory appears."""
     source = Path(source)
 
     def fill(tmp: Path) -> None:
+        if extra is not None:
+            extra(tmp)
         for name in DRAFTER_FILES:
             if name != WEIGHTS_FILE and (source / name).is_file():
                 shutil.copy2(source / name, tmp / name)
@@ -88,11 +96,23 @@ def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype
     return write_dir_atomic(dest, fill)
 
 
-def read_weights(path: str | Path, device: torch.device | str) -> dict[str, torch.Tensor]:
-    """The tensors stored in ``path/model.safetensors``; an unreadable (truncated) file is a one-line error."""
+def read_weights(path: str | Path, device: torch.device | str,
+                 dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+    """The tensors stored in ``path/model.safetensors``; an unreadable (truncated) file is a one-line error.
+
+    With ``dtype`` the floating-point tensors arrive in it: each is read on the host and converted before it
+    moves to ``device``, one at a time, so neither the device nor the host holds the stored (fp32) copy of
+    the whole drafter on the way."""
     file = Path(path) / WEIGHTS_FILE
     try:
-        return load_file(str(file), device=str(device))
+        if dtype is None:
+            return load_file(str(file), device=str(device))
+        weights = {}
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for key in handle.keys():
+                tensor = handle.get_tensor(key)
+                weights[key] = (tensor.to(dtype) if tensor.is_floating_point() else tensor).to(device)
+        return weights
     except (SafetensorError, OSError) as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise MinisparkError(f"{file}: unreadable safetensors ({reason}); a truncated or interrupted copy?") from None
@@ -149,8 +169,9 @@ def load_draft_model(
     config = DraftConfig.load(path / CONFIG_FILE)
     if target_identity is not None and not same_target(config.target, target_identity):
         raise MinisparkError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
-    weights = read_weights(path, device)
+    weights = read_weights(path, device, config.torch_dtype)  # on the device in their final dtype
     vocab_ids = weights.get("vocab_ids") if config.draft_vocab else None  # which lm_head rows to take
+    # The target's own embedding and lm_head tensors when device and dtype fit (no second copy; from_target)
     model = DraftModel.from_target(config, target_embed.to(device), target_lm_head.to(device), vocab_ids)
     apply_weights(model, weights, path)
     return model

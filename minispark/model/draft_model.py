@@ -193,16 +193,18 @@ class TrainForward:
 
 
 class DraftModel(nn.Module):
-    def __init__(self, config: DraftConfig) -> None:
+    def __init__(self, config: DraftConfig, frozen_device: torch.device | str | None = None) -> None:
+        """``frozen_device="meta"``: the embedding and lm_head are placeholders, no memory (``from_target``
+        puts the target's tensors in their place)."""
         super().__init__()
         self.config = config
         d = config.hidden_size
-        self.embed_tokens = nn.Embedding(config.vocab_size, d)
+        self.embed_tokens = nn.Embedding(config.vocab_size, d, device=frozen_device)
         self.fc = nn.Linear(config.feature_size, d, bias=False)
         self.hidden_norm = RMSNorm(d, config.rms_eps)
         self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
         self.norm = RMSNorm(d, config.rms_eps)
-        self.lm_head = nn.Linear(d, config.output_size, bias=False)
+        self.lm_head = nn.Linear(d, config.output_size, bias=False, device=frozen_device)
         if config.draft_vocab:
             # vocab_ids (N,) target id of each draft index, saved with the weights; vocab_index (V,)
             # the inverse map, N ("other") for tokens outside the draft vocabulary.
@@ -269,22 +271,41 @@ class DraftModel(nn.Module):
         vocab_ids: torch.Tensor | None = None,
     ) -> "DraftModel":
         """A fresh draft model with the target's embedding and lm_head (its ``vocab_ids`` rows, with a
-        draft vocabulary) copied in and frozen."""
+        draft vocabulary), frozen.
+
+        No second copy of the frozen tensors is made where none is needed: when a weight already has the
+        draft's compute dtype, the draft's parameter *is* the target's tensor (same storage; a target with
+        tied embedding and lm_head stays tied), so serving a drafter costs no second V×d embedding or
+        lm_head. Otherwise (another dtype) it is converted once, a tied pair still once. A draft vocabulary
+        keeps its own (N, d) lm_head rows, a copy of N rows only. The placeholders are built on the meta
+        device, so no random V×d tensors are allocated first either.
+        """
         expected = (config.vocab_size, config.hidden_size)
         for name, weight in (("embedding", embed_weight), ("lm_head", lm_head_weight)):
             if tuple(weight.shape) != expected:
                 raise ValueError(f"target {name} has shape {tuple(weight.shape)}, draft config wants {expected}")
         if bool(config.draft_vocab) != (vocab_ids is not None):
             raise ValueError(f"draft_vocab {config.draft_vocab} needs vocab_ids exactly when it is > 0")
-        model = cls(config).to(device=embed_weight.device, dtype=config.torch_dtype)
-        with torch.no_grad():
-            model.embed_tokens.weight.copy_(embed_weight)
-            if vocab_ids is not None:
-                model.set_vocab(vocab_ids)
-                lm_head_weight = lm_head_weight[model.vocab_ids]  # (N, d)
-            model.lm_head.weight.copy_(lm_head_weight)
-        model.embed_tokens.requires_grad_(False)
-        model.lm_head.requires_grad_(False)
+        dtype, device = config.torch_dtype, embed_weight.device
+        model = cls(config, frozen_device="meta")
+        converted: dict[tuple, torch.Tensor] = {}  # a target tensor → its frozen form (once if tied)
+
+        def frozen(weight: torch.Tensor) -> nn.Parameter:
+            key = (weight.data_ptr(), tuple(weight.shape), weight.stride())
+            if key not in converted:
+                converted[key] = weight.detach().to(device=device, dtype=dtype)  # the same tensor if it fits
+            return nn.Parameter(converted[key], requires_grad=False)
+
+        model.embed_tokens.weight = frozen(embed_weight)
+        if vocab_ids is None:
+            model.lm_head.weight = frozen(lm_head_weight)
+        else:  # (N, d) rows of the draft vocabulary, gathered straight into the compute dtype
+            model.lm_head.weight = nn.Parameter(
+                lm_head_weight.detach()[vocab_ids.to(lm_head_weight.device, torch.long)].to(device=device, dtype=dtype),
+                requires_grad=False)
+        model.to(device=device, dtype=dtype)  # the rest (small); the frozen tensors already fit, so stay shared
+        if vocab_ids is not None:
+            model.set_vocab(vocab_ids)
         return model
 
     # ---- backbone -------------------------------------------------------------------------

@@ -14,6 +14,8 @@ command shares (the constants are in :mod:`minispark.defaults`):
 * calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
 * draft-skip (``draft_skip.py``): on in schedule mode, off in the others (there γ or a threshold
   is what was asked for), never without a drafter.
+* the hybrid drafter (``--drafter hybrid``) prices its two sources on the SPS table in schedule
+  mode and on a flat curve in the others, with its trained drafter's calibration in every mode.
 
     .venv/bin/python -m pytest -q tests/test_chat.py -k defaults
 """
@@ -26,6 +28,7 @@ from pathlib import Path
 from minispark.measuring.calibrate import Calibration
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
 from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_id, target_quantization
@@ -124,8 +127,11 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback) if short is None else
                      SHORT_TABLE_HINT.format(target=target.name, tokens=short, need=gamma + 1, fallback=fallback))
     calibration = None
-    if draft.has_confidence and mode != "fixed":  # calibrate (fixed mode) refits it instead
-        calibration, warning = load_calibration(drafter, target_id(target.identity()), sampling)
+    hybrid = isinstance(draft, HybridDrafter)
+    # calibrate (fixed mode) refits it instead; the hybrid prices c_1 in every mode
+    if draft.has_confidence and (mode != "fixed" or hybrid):
+        directory = draft.model_dir if hybrid and draft.model_dir is not None else drafter
+        calibration, warning = load_calibration(directory, target_id(target.identity()), sampling)
         if warning:
             hints.append(warning)
     if draft_skip is None:
@@ -133,4 +139,6 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None
     setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip)
     setup.policy = setup.policy_for(mode)
+    if hybrid:  # its choice prices both sources on the curve the policy schedules against (flat outside schedule)
+        draft.price_with(table if mode == "schedule" else None, gamma, calibration)
     return setup

@@ -45,6 +45,12 @@ class DraftBlock:
     :meth:`_draw`. Drawn tokens, their p_d and confidences are kept in ``tokens``, ``probs`` and
     ``confidences`` (one entry per position, in order)."""
 
+    #: The source that drew the block, for per-source counts (None: the engine names the drafter).
+    source: str | None = None
+    #: True when the drafter fixed the block's length before drawing anything (the hybrid drafter's
+    #: lookup rounds, priced by expected tokens × SPS): the schedule step then verifies all of it.
+    fixed_length: bool = False
+
     def __init__(self, size: int, device: torch.device | str = "cpu") -> None:
         self.size = size
         self.device = device

@@ -59,6 +59,9 @@ class GenerationStats:
     verify_s: float = 0.0
     accept_commit_s: float = 0.0
     skipped_rounds: int = 0  # rounds draft-skip left the drafter out of (a plain target step)
+    # Per round, the source of its proposal: the drafter's name, the hybrid drafter's choice
+    # (lookup / dspark / plain) or "skipped" (draft-skip); bench breaks τ and rounds down by it.
+    sources: list[str] = field(default_factory=list)
 
     @property
     def tau(self) -> float:
@@ -75,6 +78,17 @@ class GenerationStats:
             accepted = sum(1 for length in self.accepted_lengths if length >= k)
             rates.append(accepted / proposed)
         return rates
+
+    @property
+    def by_source(self) -> dict[str, dict]:
+        """Rounds, drafts verified per round and τ of the rounds of each source."""
+        rounds: dict[str, list[int]] = {}
+        for index, source in enumerate(self.sources):
+            rounds.setdefault(source, []).append(index)
+        return {source: {"rounds": len(rows),
+                         "drafts_per_round": sum(self.proposed_lengths[i] for i in rows) / len(rows),
+                         "tau": 1.0 + sum(self.accepted_lengths[i] for i in rows) / len(rows)}
+                for source, rows in rounds.items()}
 
     @property
     def tokens_per_s(self) -> float:
@@ -96,6 +110,7 @@ class GenerationStats:
             "verify_s": self.verify_s,
             "accept_commit_s": self.accept_commit_s,
             "skipped_rounds": self.skipped_rounds,
+            "by_source": self.by_source,
         }
 
 
@@ -149,7 +164,10 @@ def propose(drafter: Drafter, state: DecodeState, session: TargetSession, sampli
 
 
 def schedule(block: DraftBlock, policy: LengthPolicy, state: DecodeState) -> Proposal:
-    """Step 2: the prefix of the block to verify, admitted position by position before each draw."""
+    """Step 2: the prefix of the block to verify, admitted position by position before each draw
+    (all of a block whose length its drafter fixed before drawing it, up to γ)."""
+    if block.fixed_length:
+        return block.proposal(min(block.size, policy.gamma))
     return block.proposal(scheduled_length(policy, block.confidence, block.size, state.ids.numel()))
 
 
@@ -258,8 +276,9 @@ def speculative_generate(
         if drafting:
             block = propose(drafter, state, session, sampling, generator)
             proposal = schedule(block, policy, state)
+            source = block.source or drafter.name
         else:
-            proposal = Proposal.empty()
+            proposal, source = Proposal.empty(), "skipped"
         t_proposed = _now(device)
         verified = verify(session, state, proposal)
         t_verified = _now(device)
@@ -269,6 +288,7 @@ def speculative_generate(
         if skip is not None:
             skip.observe(drafting, len(proposal), accepted, t_proposed - t_start, t_committed - t_proposed)
         stats.skipped_rounds += not drafting
+        stats.sources.append(source)
         stats.propose_s += t_proposed - t_start
         stats.verify_s += t_verified - t_proposed
         stats.accept_commit_s += t_committed - t_verified

@@ -26,6 +26,8 @@ from minispark.serving.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.serving.target import Target
 
+#: The ``--drafter`` spec of the hybrid drafter (``hybrid`` or ``hybrid:DIR``).
+HYBRID = "hybrid"
 #: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
 
@@ -69,12 +71,25 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
 
 
 def make_drafter(spec: str, target: Target, precision: str | None = None) -> Drafter:
-    """``none``, ``lookup``, or a DSpark checkpoint directory, served at ``precision`` (``auto`` /
-    ``float`` / ``int8``; default: what ``minispark --draft-precision`` asked for, else ``auto``)."""
+    """``none``, ``lookup``, a DSpark checkpoint directory, or ``hybrid`` / ``hybrid:DIR`` (the lookup and
+    the shipped drafter / DIR, chosen per round: ``drafters/hybrid.py``); a DSpark drafter is served at
+    ``precision`` (``auto`` / ``float`` / ``int8``; default: ``minispark --draft-precision``, else ``auto``)."""
     if spec == "none":
         return NoDrafter()
     if spec == "lookup":
         return LookupDrafter()
+    if str(spec) == HYBRID or str(spec).startswith(HYBRID + ":"):
+        from minispark.serving.drafters.hybrid import make_hybrid
+
+        directory = str(spec).partition(":")[2] or default_drafter(target)
+        if directory is None:
+            raise MinisparkError(f"--drafter {spec}: no trained drafter is shipped for {target.name}; "
+                                 f"pass hybrid:DIR with a drafter directory")
+        if not Path(directory).is_dir():
+            raise MinisparkError(f"--drafter {spec}: {directory} is not a drafter directory")
+        hybrid = make_hybrid(make_drafter(str(directory), target, precision))
+        hybrid.model_dir = Path(directory)
+        return hybrid
     if Path(spec).is_dir():
         from minispark.defaults import draft_precision
         from minispark.identity import target_id
@@ -95,7 +110,7 @@ def make_drafter(spec: str, target: Target, precision: str | None = None) -> Dra
         if int8 and precision != "float":
             quantize_int8(drafter.model)
         return drafter
-    raise MinisparkError(f"--drafter {spec}: expected none, lookup, or a drafter checkpoint directory")
+    raise MinisparkError(f"--drafter {spec}: expected none, lookup, hybrid[:DIR] or a drafter checkpoint directory")
 
 
 def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int, what: str = "--prompt",

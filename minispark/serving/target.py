@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -19,6 +20,7 @@ from typing import Any, Sequence
 import torch
 
 from minispark.atomic import file_sha256, write_json_atomic
+from minispark.defaults import image_max_pixels
 from minispark.serving.runtime import apply_runtime, requested_runtime
 from minispark.serving.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
@@ -87,6 +89,7 @@ class Target:
         self.vocab_size: int = self.lm_head.weight.shape[0]
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.runtime = runtime  # how its linears run: what ``runtime.apply_runtime`` did to ``model``
+        self.max_pixels: int | None = None  # pixel budget per image; None: ``defaults.image_max_pixels()``
 
     @property
     def device(self) -> torch.device:
@@ -160,11 +163,9 @@ class Target:
         return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
 
     def _encode_vlm(self, messages: list[dict], add_generation_prompt: bool) -> PromptInputs:
-        from qwen_vl_utils import process_vision_info
-
         text = self.processor.apply_chat_template(messages, tokenize=False,
                                                   add_generation_prompt=add_generation_prompt)
-        image_inputs, _ = process_vision_info(messages)
+        image_inputs = self._budgeted_images(messages)
         batch = self.processor(text=[text], images=image_inputs, return_tensors="pt")
         input_ids = batch.pop("input_ids").to(self.device)
         batch.pop("attention_mask", None)
@@ -174,6 +175,35 @@ class Target:
         position_ids, _ = self.mrope_positions(input_ids, kwargs)
         return PromptInputs(input_ids=input_ids, text_positions=position_ids[0, 0].cpu(),
                             model_kwargs=kwargs, position_ids=position_ids)
+
+    def _budgeted_images(self, messages: list[dict]) -> list[Any] | None:
+        """The messages' images read by qwen-vl-utils, each downscaled to the pixel budget
+        (``self.max_pixels``, default ``defaults.image_max_pixels()``) unless its item sets its own
+        ``max_pixels``; one warning line (a CLI ``notice:``) per image made smaller."""
+        from PIL import Image
+        from qwen_vl_utils import process_vision_info
+
+        budget = self.max_pixels or image_max_pixels()
+        # Copies with the budget added: the caller's messages (a conversation's history) stay as they were.
+        messages = [{**m, "content": [{"max_pixels": budget, **i} if isinstance(i, dict) and i.get("type") == "image"
+                                      else i for i in m["content"]]} if isinstance(m.get("content"), list) else m
+                    for m in messages]
+        items = [item for message in messages if isinstance(message.get("content"), list)
+                 for item in message["content"] if isinstance(item, dict) and item.get("type") == "image"]
+        sizes = []
+        for item in items:
+            image = item.get("image")
+            if isinstance(image, (str, Path)):
+                with Image.open(str(image).removeprefix("file://")) as img:  # header only: no decode
+                    sizes.append((str(image), img.size))
+            else:
+                sizes.append((type(image).__name__, getattr(image, "size", None)))
+        image_inputs, _ = process_vision_info(messages)
+        for (name, size), image, item in zip(sizes, image_inputs or [], items):
+            if size is not None and size[0] * size[1] > item["max_pixels"]:  # not the rounding to 28-pixel tiles
+                warnings.warn(f"image {name}: {size[0]}x{size[1]} downscaled to {image.size[0]}x{image.size[1]} "
+                              f"(pixel budget {item['max_pixels']:,}; minispark --max-pixels N changes it)", stacklevel=2)
+        return image_inputs
 
     def mrope_positions(self, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> tuple[torch.Tensor, int]:
         """(3, 1, P) M-RoPE positions and the rope delta (position − index after the last image)."""

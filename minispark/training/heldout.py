@@ -17,12 +17,16 @@ and keeps the checkpoint with the best T = 1 τ_proxy; ``main`` scores finished 
 
     minispark train --recipe cpu-smollm2 --cache runs/cache --heldout-cache runs/cache-heldout --out runs/draft
     .venv/bin/python -m minispark.training.heldout runs/cache-heldout runs/draft/drafter drafters/smollm2-135m-dspark
+
+(the held-out argument may also be an answer set, ``minispark answers --split heldout``: its features
+are computed with each drafter's layers and window).
 """
 
 from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -130,18 +134,27 @@ def main(argv: list[str]) -> None:
     from minispark.model.checkpoint import load_draft_model
     from minispark.serving.target import load_target
 
+    from minispark.data.answers import MANIFEST, AnswerSet
+    from minispark.training.online import open_reader
+
     if len(argv) < 2:
-        sys.exit("usage: python -m minispark.training.heldout HELDOUT_CACHE DRAFTER_DIR [DRAFTER_DIR ...]")
-    reader = CacheReader(argv[0], verify=False)
-    target = load_target("embedded" if reader.config["target"]["name"] == "SmolLM2-135M-Instruct"
-                         else reader.config["target"]["name"], device="cpu")
+        sys.exit("usage: python -m minispark.training.heldout HELDOUT_CACHE_OR_ANSWERS DRAFTER_DIR [DRAFTER_DIR ...]")
+    held = Path(argv[0])
+    online = (held / MANIFEST).exists()
+    config = AnswerSet(held).config if online else CacheReader(held).config
+    target = load_target("embedded" if config["target"]["name"] == "SmolLM2-135M-Instruct"
+                         else config["target"]["name"], device="cpu")
     embed, head = target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach()
-    proxies: dict[int, HeldoutProxy] = {}
+    proxies: dict[tuple, HeldoutProxy] = {}
     for path in argv[1:]:
         model = load_draft_model(path, embed, head, "cpu").float()
-        gamma = model.config.block_size
-        proxy = proxies.setdefault(gamma, HeldoutProxy(reader, gamma, full_lm_head=head))
-        print(json.dumps({"drafter": path} | proxy.score(model).to_json()), flush=True)
+        c = model.config
+        key = (c.block_size, tuple(c.feature_layers), c.window)  # an answer set's features follow the drafter
+        if key not in proxies:
+            reader = (open_reader(held, target, list(c.feature_layers), c.window, c.block_size) if online
+                      else CacheReader(held, verify=False))
+            proxies[key] = HeldoutProxy(reader, c.block_size, full_lm_head=head)
+        print(json.dumps({"drafter": path} | proxies[key].score(model).to_json()), flush=True)
 
 
 if __name__ == "__main__":

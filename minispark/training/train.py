@@ -48,6 +48,8 @@ from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import adopt_written, open_append, write_text_atomic
 from minispark.data.answers import AnswerSet
 from minispark.data.cache_format import CacheReader, config_hash
+from minispark.training.compile_fallback import compile_or_eager
+from minispark.remembered_target import record_from_manifest, write_record
 from minispark.model.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
@@ -87,9 +89,10 @@ def build_model(draft: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, 
     if config.grad_checkpointing:
         for layer in model.layers:  # instance attribute: state_dict keys stay unchanged
             layer.forward = functools.partial(torch.utils.checkpoint.checkpoint, layer.forward, use_reentrant=False)
-    if config.compile:
-        model.forward_train = torch.compile(model.forward_train, dynamic=True)
-        model.head_logits = torch.compile(model.head_logits, dynamic=True)
+    if config.compile:  # eager with a one-line notice where Triton / a C++ compiler is missing
+        device = config.resolved_device
+        model.forward_train = compile_or_eager(model.forward_train, device, dynamic=True)
+        model.head_logits = compile_or_eager(model.head_logits, device, dynamic=True)
     return model
 
 
@@ -354,7 +357,13 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         raise MinisparkError(f"--out {out}: is a file, not a directory")
     online = cache_dir is None and config.cache_dir is None
     data = AnswerSet(Path(config.answers_dir)) if online else CacheReader(Path(cache_dir or config.cache_dir))
-    if target is None:
+    if target is None and not online and config.init_layers == "random":
+        from minispark.training.target_tensors import load_frozen_parts
+
+        # From a cache the target never runs: its embedding, lm_head, tokenizer and identity are read from
+        # its safetensors, with no whole model on the host (see target_tensors.py).
+        target = load_frozen_parts(config.target or data.config["target"]["name"])
+    elif target is None:
         from minispark.serving.target import load_target
 
         # Online, the target computes features as training goes: on the training device, in fp32 on a CPU.
@@ -429,7 +438,8 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                 break
     # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
     best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
-    copy_drafter(best, report.drafter)
+    record = record_from_manifest(data.config)  # chat --drafter DIR loads this target the same way
+    copy_drafter(best, report.drafter, extra=lambda tmp: write_record(tmp, record))
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started
     return report
 

@@ -28,14 +28,20 @@ class LookupDrafter(Drafter):
     def continuation(self, ids: torch.Tensor) -> torch.Tensor:
         """The tokens following the latest earlier occurrence of the trailing n-gram (a view of
         ``ids``: the scheduler takes at most γ of them)."""
+        return self.match(ids)[1]
+
+    def match(self, ids: torch.Tensor) -> tuple[int, torch.Tensor]:
+        """(n, continuation): the length n of the longest trailing n-gram with an earlier occurrence
+        in ``ids`` (the whole conversation and prompt, no window; 0 without one) and the tokens after
+        its latest occurrence."""
         length = ids.numel()
         for n in range(min(self.max_ngram, length - 1), self.min_ngram - 1, -1):
             windows = ids[: length - 1].unfold(0, n, 1)  # (length - n, n): every n-gram but the trailing one
             hits = (windows == ids[length - n:]).all(dim=1).nonzero().flatten()
             if hits.numel():
                 start = int(hits[-1]) + n
-                return ids[start:]
-        return ids[:0]
+                return n, ids[start:]
+        return 0, ids[:0]
 
     def propose(
         self,

@@ -1,0 +1,219 @@
+"""One remembered target: a drafter directory records the target it was trained for and how that target
+was loaded (``target.json``: source, identity, dtype, quantization), as answer sets and caches already
+do in their manifests; a command given ``--drafter DIR`` (or a cache / answer set) and no ``--target``
+loads that target the same way.
+
+Rules (:func:`resolve_loading`): the recorded source is used when ``--target`` is not given; an explicit
+``--target`` that is a local directory or the embedded model is checked against the recorded identity
+before anything loads (another target: one line, exit 2); the recorded quantization and half-precision
+dtype apply on CUDA only when no loading flag says otherwise (a CPU run loads fp32, bitsandbytes needs
+CUDA). :func:`auto_4bit` decides, on CUDA, to load 4-bit when the bf16 weights would not fit the free
+memory (an explicit flag wins).
+
+    .venv/bin/python -m pytest -q tests/test_remembered_target.py
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from minispark.errors import MinisparkError
+
+TARGET_FILE = "target.json"
+#: What a 4-bit load needs besides the weights on a card: activations, KV cache, vision-tower
+#: transients, the drafter and the CUDA context (the bf16 weights must fit *with* this to stay bf16).
+AUTO_4BIT_HEADROOM = 1.5e9
+#: ``dtype`` names as manifests record them (torch's) → the ``--dtype`` spelling.
+DTYPE_FLAGS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16",
+               "fp32": "fp32"}
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """How a target was loaded for an artifact: ``source`` as given (hub id, resolved path, or the embedded
+    name), ``identity`` (``name@weights-hash``), ``dtype`` (fp32 | bf16 | fp16) and ``quantization``
+    (``4bit`` | ``8bit`` | None)."""
+
+    source: str
+    identity: str
+    dtype: str | None = None
+    quantization: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        how = ", ".join(f for f in (self.dtype, self.quantization) if f)
+        return f"{self.source} ({how})" if how else self.source
+
+
+def record_from_manifest(config: dict[str, Any]) -> TargetRecord:
+    """The record a cache or answer-set manifest config holds (``target`` identity dict, dtype, quantization)."""
+    from minispark.identity import target_id
+
+    identity = config["target"]
+    model = config.get("target_model", {})
+    dtype = config.get("compute_dtype", model.get("compute_dtype"))
+    quantization = config.get("quantization", model.get("quantization"))
+    return TargetRecord(identity["name"], target_id(identity), DTYPE_FLAGS.get(str(dtype)) if dtype else None,
+                        quantization)
+
+
+def write_record(directory: Path | str, record: TargetRecord) -> Path:
+    """Write ``target.json`` into ``directory`` atomically."""
+    from minispark.atomic import write_json_atomic
+
+    path = Path(directory) / TARGET_FILE
+    write_json_atomic(path, record.to_json())
+    return path
+
+
+def read_record(directory: Path | str) -> TargetRecord | None:
+    """The record of a drafter directory (``target.json``), a cache or an answer set (their manifest);
+    None when it records none (a drafter trained before records existed, a DeepSpec import)."""
+    directory = Path(directory)
+    path = directory / TARGET_FILE
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return TargetRecord(**{k: data.get(k) for k in ("source", "identity", "dtype", "quantization")})
+        except (ValueError, TypeError) as exc:
+            raise MinisparkError(f"{path}: not a target record ({type(exc).__name__}); delete it to load "
+                                 "the target from --target") from None
+    config = directory / "config.json"  # a drafter trained before target.json: its identity, loaded as given
+    if config.is_file():
+        try:
+            identity = json.loads(config.read_text()).get("target")
+        except ValueError:
+            identity = None
+        if isinstance(identity, str) and "@" in identity and not identity.startswith("deepspec"):
+            return TargetRecord(identity.rpartition("@")[0], identity)
+    manifest = directory / "manifest.json"
+    if manifest.is_file():
+        try:
+            data = json.loads(manifest.read_text())
+            return record_from_manifest(data.get("config", data))
+        except (ValueError, KeyError, TypeError):
+            return None
+    return None
+
+
+@dataclass(frozen=True)
+class Loading:
+    """The loading flags a command ends up with, and the notice that says where they came from."""
+
+    target: str | None
+    dtype: str | None
+    load_in_4bit: bool
+    load_in_8bit: bool
+    notice: str | None = None
+
+
+def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str | None, device: str | None,
+                    load_in_4bit: bool = False, load_in_8bit: bool = False, flag: str = "--drafter") -> Loading:
+    """The target and loading flags for a command given ``artifact`` (a drafter directory, cache or answer
+    set) and the user's flags (see the module docstring). An explicit ``target`` the record contradicts is
+    refused with one line."""
+    record = read_record(artifact) if artifact is not None and Path(artifact).is_dir() else None
+    given = Loading(target, dtype, load_in_4bit, load_in_8bit)
+    if record is None:
+        return given
+    if target is not None:
+        check_target(record, target, f"{flag} {artifact}")
+        return given
+    cuda = _device_type(device) == "cuda"
+    explicit_quant = load_in_4bit or load_in_8bit
+    q4 = load_in_4bit or (cuda and not explicit_quant and record.quantization == "4bit")
+    q8 = load_in_8bit or (cuda and not explicit_quant and record.quantization == "8bit")
+    if dtype is None and cuda and record.dtype in ("bf16", "fp16"):
+        dtype = record.dtype
+    how = ", ".join(f for f in (dtype, "4-bit" if q4 else "8-bit" if q8 else None) if f)
+    notice = f"target: {record.source}{f' ({how})' if how else ''}, recorded in {artifact}"
+    return Loading(record.source, dtype, q4, q8, notice)
+
+
+def check_target(record: TargetRecord, target: str, what: str) -> None:
+    """Refuse an explicit ``--target`` that is not the recorded one, before it loads: a local directory
+    (or the embedded model) by its weights hash, a hub id by name (a hub id's weights are checked when
+    the drafter loads)."""
+    from minispark.identity import same_target, target_id
+    from minispark.serving.embedded import EMBEDDED_SPELLINGS
+    from minispark.validate import target_location
+
+    if target in EMBEDDED_SPELLINGS:
+        from minispark.serving.embedded import EMBEDDED_NAME, embedded_model_dir
+        from minispark.serving.target import _dir_hash
+
+        current = target_id({"name": EMBEDDED_NAME, "weights_hash": _dir_hash(embedded_model_dir(),
+                                                                              ("config.json", "*.safetensors"))})
+    else:
+        hub_source = not Path(record.source).is_absolute() and not Path(record.source).exists()
+        if not Path(target).exists() and hub_source and target != record.source:  # two hub ids: by name
+            raise MinisparkError(f"--target {target}: {what} was trained for {record.source}; omit --target "
+                                 "to load that one")
+        location = target_location(target)
+        if location is None:  # a hub id: its weights are checked when the drafter loads
+            return
+        from minispark.serving.target import _dir_hash
+
+        current = target_id({"name": str(location.resolve()), "weights_hash": _dir_hash(
+            location, ("config.json", "*.safetensors"))})
+    if not same_target(record.identity, current):
+        raise MinisparkError(f"--target {target}: {what} was trained for {record.source} ({record.identity}), "
+                             "another target; omit --target to load that one")
+
+
+def _device_type(device: str | None) -> str:
+    if device is not None:
+        return device.split(":")[0]
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def auto_4bit(bf16_weight_bytes: int, free_bytes: int, headroom: float = AUTO_4BIT_HEADROOM) -> bool:
+    """Whether to load 4-bit: the bf16 weights plus ``headroom`` would not fit ``free_bytes`` of the card."""
+    return bf16_weight_bytes + headroom > free_bytes
+
+
+def bf16_weight_bytes(location: Path) -> int | None:
+    """Bytes of a local checkpoint's weights in bf16 (2 per parameter, from the safetensors headers: nothing
+    is read beyond them), or None when it has no safetensors."""
+    from safetensors import safe_open
+
+    files = sorted(Path(location).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for file in files:
+        with safe_open(str(file), framework="pt") as handle:
+            for key in handle.keys():
+                shape = handle.get_slice(key).get_shape()
+                n = 1
+                for size in shape:
+                    n *= size
+                total += 2 * n
+    return total
+
+
+def auto_4bit_notice(target: str | None, device: str | None, dtype: str | None, load_in_4bit: bool,
+                     load_in_8bit: bool) -> str | None:
+    """On CUDA with no quantization or fp32 flag: a one-line notice when 4-bit should be chosen, else None."""
+    if load_in_4bit or load_in_8bit or dtype is not None or _device_type(device) != "cuda" or target is None:
+        return None
+    from minispark.validate import target_location
+
+    location = target_location(target)
+    weights = bf16_weight_bytes(location) if location is not None else None
+    if weights is None:
+        return None
+    import torch
+
+    free, _total = torch.cuda.mem_get_info(torch.device(device or "cuda"))
+    if not auto_4bit(weights, free):
+        return None
+    return (f"the bf16 weights of {target} ({weights / 1e9:.1f} GB) would not fit this card's {free / 1e9:.1f} GB "
+            "free: loading it 4-bit (--dtype bf16 loads it unquantized, --load-in-8bit 8-bit)")

@@ -1,0 +1,265 @@
+"""``minispark serve``: an OpenAI-compatible HTTP server (FastAPI + uvicorn, server-sent events via sse-starlette).
+
+Routes: ``POST /v1/chat/completions`` (streamed or not; the response's extra ``minispark`` field carries the
+request's speculative figures: τ, drafted/accepted tokens, rounds), ``GET /v1/models``, ``GET /health``.
+Safe by default: it binds loopback unless given another ``host``; with an ``api_key`` every ``/v1`` route
+wants ``Authorization: Bearer <key>``; every limit (:class:`~minispark.serve.protocol.ServeLimits`) and every
+failure is an OpenAI-style JSON error with its status (400/401/404/413/429/500/503), never a traceback. A
+client that disconnects frees its slot; Ctrl-C (uvicorn's graceful shutdown) lets in-flight requests
+finish, then the worker drains and the process exits. :class:`LocalServer` runs one in a thread on
+127.0.0.1 with a free port and stops it by itself (tests, the load benchmark).
+
+    minispark serve --target /tmp/tiny-llama --port 8000   # then: curl localhost:8000/v1/models
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import socket
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import AsyncIterator
+
+import anyio
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from sse_starlette.sse import EventSourceResponse
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from minispark import defaults
+from minispark.errors import MinisparkError
+from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request
+from minispark.serve.worker import Job, Worker
+from minispark.serving.batched import fork_drafter
+from minispark.serving.builder import ServingSetup
+from minispark.serving.target import Target
+
+
+@dataclass
+class ServeConfig:
+    """How the server answers: the model id it lists, the key it wants, its limits and image directory."""
+
+    model_id: str
+    api_key: str | None = None
+    limits: ServeLimits = field(default_factory=ServeLimits)
+    image_dir: Path | None = None
+    slots: int = 1
+    drain_s: float = defaults.SERVE_DRAIN_S
+
+
+def served_model_id(target: Target) -> str:
+    """The id ``/v1/models`` lists: the target's name, a local directory by its last component."""
+    return Path(target.name).name if "/" in target.name and Path(target.name).is_dir() else target.name
+
+
+async def read_body(request: Request, limit: int) -> object:
+    """The JSON body, refusing one larger than ``limit`` bytes (413) before reading it all."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise APIError(413, f"request body of {int(declared):,} bytes; at most {limit:,}", code="body_too_large")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks) or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"the request body is not valid JSON ({exc})") from None
+
+
+def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> FastAPI:
+    """The FastAPI app; its lifespan starts the decoding worker and drains it on shutdown."""
+    if config.slots > 1:
+        fork_drafter(setup.drafter)  # a drafter that cannot be in flight R times: refused before binding
+    scratch = tempfile.TemporaryDirectory(prefix="minispark-serve-")
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        app.state.worker = Worker(target, setup, config.slots, config.limits.queue)
+        try:
+            yield
+        finally:
+            await run_in_threadpool(app.state.worker.drain, config.drain_s)
+            scratch.cleanup()
+
+    app = FastAPI(title="minispark", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+
+    @app.exception_handler(APIError)
+    async def api_error(_request: Request, exc: APIError) -> JSONResponse:
+        return JSONResponse(exc.body(), status_code=exc.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return JSONResponse(APIError(exc.status_code, str(exc.detail)).body(), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def any_error(_request: Request, exc: Exception) -> JSONResponse:
+        return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}").body(), status_code=500)
+
+    @app.middleware("http")
+    async def authorize(request: Request, call_next):
+        if config.api_key and request.url.path.startswith("/v1"):
+            given = request.headers.get("authorization", "")
+            if not hmac.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
+                return JSONResponse(APIError(401, "missing or wrong API key (Authorization: Bearer ...)",
+                                             code="invalid_api_key").body(), status_code=401)
+        return await call_next(request)
+
+    @app.get("/health")
+    async def health() -> dict:
+        worker: Worker = app.state.worker
+        load = worker.load()
+        return {"status": "ok" if load["accepting"] else "draining", "model": config.model_id, **load}
+
+    @app.get("/v1/models")
+    async def models() -> dict:
+        return {"object": "list", "data": [{"id": config.model_id, "object": "model", "created": 0,
+                                            "owned_by": "minispark"}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        worker: Worker = app.state.worker
+        body = await read_body(request, config.limits.max_body_bytes)
+        chat = parse_chat_request(body, config.limits, config.image_dir, Path(scratch.name), target.is_vlm)
+        if chat.model != config.model_id:
+            raise APIError(404, f"model {chat.model!r} is not served here; GET /v1/models lists "
+                                f"{config.model_id!r}", "model", "model_not_found")
+        try:
+            inputs = await run_in_threadpool(target.encode, chat.messages)
+        except MinisparkError as exc:
+            raise APIError(400, str(exc), "messages") from None
+        context = getattr(target.text_config, "max_position_embeddings", None)
+        if context is not None and inputs.length >= context:
+            raise APIError(400, f"the prompt is {inputs.length} tokens; the model's context is {context}",
+                           "messages", "context_length_exceeded")
+        if inputs.length < 2:
+            raise APIError(400, "the prompt renders to fewer than 2 tokens", "messages")
+        job = Job(chat, inputs, asyncio.get_running_loop())
+        worker.submit(job)
+        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+        if chat.stream:
+            # On shutdown sse-starlette would cut every stream at once; the grace period lets it finish
+            # (Ctrl-C drains), inside uvicorn's own graceful-shutdown timeout.
+            return EventSourceResponse(_stream(job, chat, completion_id, config.model_id), ping=15,
+                                       shutdown_event=anyio.Event(),
+                                       shutdown_grace_period=max(0.0, config.drain_s - 1.0))
+        return await _complete(job, request, completion_id, config.model_id)
+
+    return app
+
+
+async def _complete(job: Job, request: Request, completion_id: str, model: str) -> JSONResponse:
+    """Wait for the whole answer; a client that hangs up meanwhile cancels the job (frees its slot)."""
+    while True:
+        try:
+            kind, value = await asyncio.wait_for(job.events.get(), timeout=0.25)
+        except asyncio.TimeoutError:
+            if await request.is_disconnected():
+                job.cancelled.set()
+                return JSONResponse({}, status_code=499)
+            continue
+        if kind == "error":
+            raise value
+        if kind == "done":
+            return JSONResponse({
+                "id": completion_id, "object": "chat.completion", "created": int(job.created), "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": value["text"]},
+                             "finish_reason": value["finish_reason"], "logprobs": None}],
+                "usage": _usage(value), "minispark": value["metrics"]})
+
+
+def _usage(done: dict) -> dict:
+    return {"prompt_tokens": done["prompt_tokens"], "completion_tokens": done["completion_tokens"],
+            "total_tokens": done["prompt_tokens"] + done["completion_tokens"]}
+
+
+async def _stream(job: Job, chat: ChatRequest, completion_id: str, model: str) -> AsyncIterator[dict]:
+    """chat.completion.chunk events, then ``[DONE]``; cancelled (client gone) → the job is cancelled."""
+    def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
+        body = {"id": completion_id, "object": "chat.completion.chunk", "created": int(job.created),
+                "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+        return {"data": json.dumps(body)}
+
+    try:
+        yield chunk({"role": "assistant", "content": ""})
+        while True:
+            kind, value = await job.events.get()
+            if kind == "delta":
+                yield chunk({"content": value})
+            elif kind == "error":
+                yield {"data": json.dumps(value.body())}
+                break
+            elif kind == "done":
+                yield chunk({}, value["finish_reason"], minispark=value["metrics"])
+                if chat.include_usage:
+                    yield {"data": json.dumps({"id": completion_id, "object": "chat.completion.chunk",
+                                               "created": int(job.created), "model": model, "choices": [],
+                                               "usage": _usage(value)})}
+                break
+        yield {"data": "[DONE]"}
+    finally:
+        job.cancelled.set()  # a no-op once done; frees the slot when the client went away mid-stream
+
+
+def run_server(target: Target, setup: ServingSetup, config: ServeConfig, host: str = defaults.SERVE_HOST,
+               port: int = defaults.SERVE_PORT) -> None:
+    """Serve until Ctrl-C (SIGINT/SIGTERM): then in-flight requests finish (up to ``config.drain_s``)."""
+    import uvicorn
+
+    server = uvicorn.Server(uvicorn.Config(create_app(target, setup, config), host=host, port=port,
+                                           log_level="warning", timeout_graceful_shutdown=int(config.drain_s)))
+    server.run()
+
+
+class LocalServer:
+    """A server on 127.0.0.1 and a free port, in a thread; stops on ``__exit__`` or after ``lifetime_s``.
+
+        with LocalServer(target, setup, config) as url:   # url = "http://127.0.0.1:PORT"
+            ...
+    """
+
+    def __init__(self, target: Target, setup: ServingSetup, config: ServeConfig, lifetime_s: float = 600.0) -> None:
+        import uvicorn
+
+        self.socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", 0))
+        self.host, self.port = self.socket.getsockname()
+        self.server = uvicorn.Server(uvicorn.Config(create_app(target, setup, config), log_level="warning",
+                                                    timeout_graceful_shutdown=int(config.drain_s)))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+        self.timer = threading.Timer(lifetime_s, self.stop)
+        self.timer.daemon = True
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def __enter__(self) -> str:
+        self.thread.start()
+        self.timer.start()
+        deadline = time.monotonic() + 60
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        return self.url
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+
+    def __exit__(self, *exc: object) -> None:
+        self.timer.cancel()
+        self.stop()
+        self.thread.join(30)
+        self.socket.close()

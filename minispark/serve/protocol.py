@@ -1,0 +1,212 @@
+"""The OpenAI chat-completions request, checked: JSON body → a :class:`ChatRequest` the worker decodes,
+or an :class:`APIError` with the status and OpenAI-style JSON error body the client gets instead.
+
+What is taken from the request: ``model``, ``messages`` (roles system/developer, user, assistant; content a
+string or a list of ``text`` and ``image_url`` parts), ``temperature``, ``top_p``, ``max_tokens`` /
+``max_completion_tokens``, ``stop``, ``seed``, ``stream`` (+ ``stream_options.include_usage``) and
+``n`` (1 only). Fields this server has no use for (``user``, ``logit_bias`` …) are ignored, as OpenAI-compatible
+servers do. Images: ``data:`` URLs are decoded into the server's temporary directory; a ``file://`` URL or a
+plain path is read only from under the directory the operator named (``--image-dir``), after resolving
+symlinks; ``http(s)`` URLs are refused — this server never fetches from the network.
+
+    .venv/bin/python -m pytest -q tests/test_serve.py -k limits
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from minispark import defaults
+from minispark.errors import MinisparkError
+
+
+class APIError(Exception):
+    """An error the client gets as ``{"error": {...}}`` with HTTP ``status``."""
+
+    TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
+             413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.TYPES.get(self.status, "invalid_request_error"),
+                          "param": self.param, "code": self.code}}
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """What one request may ask for (the defaults' home is :mod:`minispark.defaults`)."""
+
+    max_body_bytes: int = defaults.SERVE_MAX_BODY_BYTES
+    max_messages: int = defaults.SERVE_MAX_MESSAGES
+    max_images: int = defaults.SERVE_MAX_IMAGES
+    max_image_pixels: int = defaults.SERVE_MAX_IMAGE_PIXELS
+    max_tokens: int = defaults.SERVE_MAX_TOKENS
+    default_max_tokens: int = defaults.SERVE_DEFAULT_MAX_TOKENS
+    queue: int = defaults.SERVE_QUEUE
+
+
+@dataclass
+class ChatRequest:
+    """A checked request: chat-template messages (images as local paths) and how to decode them."""
+
+    model: str
+    messages: list[dict]
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: list[str] = field(default_factory=list)
+    seed: int | None = None
+    stream: bool = False
+    include_usage: bool = False
+    images: list[str] = field(default_factory=list)
+
+
+def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
+    value = body.get(name)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise APIError(400, f"'{name}' must be a number in [{low}, {high}], got {value!r}", name)
+    return float(value)
+
+
+def _integer(body: dict, name: str) -> int | None:
+    value = body.get(name)
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+        raise APIError(400, f"'{name}' must be an integer, got {value!r}", name)
+    return value
+
+
+def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, scratch: Path,
+                       vision: bool) -> ChatRequest:
+    """Check ``body`` (parsed JSON) against ``limits``; images are written/validated under ``scratch``."""
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise APIError(400, "'model' is required (GET /v1/models lists it)", "model")
+    n = _integer(body, "n")
+    if n not in (None, 1):
+        raise APIError(400, f"'n' must be 1 (this server returns one choice), got {n}", "n")
+    asked = [(k, _integer(body, k)) for k in ("max_completion_tokens", "max_tokens")]
+    key, max_tokens = next(((k, v) for k, v in asked if v is not None), ("max_tokens", limits.default_max_tokens))
+    if not 1 <= max_tokens <= limits.max_tokens:
+        raise APIError(400, f"'{key}' must be in [1, {limits.max_tokens}], got {max_tokens}", key)
+    stop = body.get("stop")
+    stop = [stop] if isinstance(stop, str) else stop if stop is not None else []
+    if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
+        raise APIError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "stop")
+    seed = _integer(body, "seed")
+    stream = body.get("stream", False)
+    if not isinstance(stream, bool):
+        raise APIError(400, f"'stream' must be true or false, got {stream!r}", "stream")
+    options = body.get("stream_options") or {}
+    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "'messages' must be a non-empty list", "messages")
+    if len(messages) > limits.max_messages:
+        raise APIError(400, f"{len(messages)} messages: at most {limits.max_messages} per request", "messages")
+    request = ChatRequest(model=model, messages=[], max_tokens=max_tokens,
+                          temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+                          top_p=_number(body, "top_p", 1.0, 1e-6, 1.0), stop=stop, seed=seed, stream=stream,
+                          include_usage=include_usage)
+    for index, message in enumerate(messages):
+        request.messages.append(_message(message, index, request, limits, image_dir, scratch, vision))
+    if request.messages[-1]["role"] == "assistant":
+        raise APIError(400, "the last message must not be the assistant's (nothing to answer)", "messages")
+    return request
+
+
+def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits, image_dir: Path | None,
+             scratch: Path, vision: bool) -> dict:
+    where = f"messages[{index}]"
+    if not isinstance(message, dict):
+        raise APIError(400, f"{where} must be an object", "messages")
+    role = {"developer": "system"}.get(message.get("role"), message.get("role"))
+    if role not in ("system", "user", "assistant"):
+        raise APIError(400, f"{where}.role {message.get('role')!r}: expected system, developer, user or assistant",
+                       "messages")
+    content = message.get("content")
+    if isinstance(content, str):
+        return {"role": role, "content": content}
+    if not isinstance(content, list) or not content:
+        raise APIError(400, f"{where}.content must be a string or a non-empty list of parts", "messages")
+    parts = []
+    for k, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        elif kind == "image_url" and role == "user":
+            if not vision:
+                raise APIError(400, f"{where}.content[{k}]: the served model is text-only; it cannot take images",
+                               "messages")
+            if len(request.images) >= limits.max_images:
+                raise APIError(400, f"more than {limits.max_images} images in one request", "messages")
+            url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
+            path = _image(url, f"{where}.content[{k}]", limits, image_dir, scratch)
+            request.images.append(path)
+            parts.append({"type": "image", "image": path})
+        else:
+            raise APIError(400, f"{where}.content[{k}]: expected a text part{' or an image_url part' * (role == 'user')}",
+                           "messages")
+    if role != "user":  # system and assistant turns are text: the template renders a string
+        return {"role": role, "content": "".join(p["text"] for p in parts)}
+    return {"role": role, "content": parts}
+
+
+DATA_URL = re.compile(r"data:image/[\w.+-]+;base64,(.*)", re.S)
+
+
+def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, scratch: Path) -> str:
+    """A local, validated image file for ``url``: a decoded data URL, or a file under ``image_dir``."""
+    if not isinstance(url, str) or not url:
+        raise APIError(400, f"{where}: image_url.url must be a string", "messages")
+    if match := DATA_URL.match(url):
+        try:
+            data = base64.b64decode(match.group(1), validate=True)
+        except (binascii.Error, ValueError):
+            raise APIError(400, f"{where}: the data URL is not valid base64", "messages") from None
+        path = scratch / f"{hashlib.sha256(data).hexdigest()[:24]}.img"
+        path.write_bytes(data)
+    elif re.match(r"[a-z][a-z0-9+.-]*://", url, re.I) and not url.lower().startswith("file://"):
+        raise APIError(400, f"{where}: only data: URLs (and files under the server's --image-dir) are "
+                            "accepted; this server never fetches from the network", "messages")
+    else:
+        if image_dir is None:
+            raise APIError(400, f"{where}: local image files are off (the server was started without "
+                                "--image-dir); send the image as a data: URL", "messages")
+        path = Path(url[len("file://"):] if url.lower().startswith("file://") else url)
+        path = (image_dir / path if not path.is_absolute() else path).resolve()
+        if not path.is_relative_to(image_dir.resolve()) or not path.is_file():
+            raise APIError(400, f"{where}: {url} is not a file under the server's --image-dir", "messages")
+    _check_pixels(path, where, limits)
+    return str(path)
+
+
+def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:
+    from PIL import Image, UnidentifiedImageError
+
+    from minispark import validate
+
+    try:
+        with Image.open(path) as image:
+            width, height = image.size
+    except (UnidentifiedImageError, OSError, Image.DecompressionBombError):
+        raise APIError(400, f"{where}: not an image PIL can read", "messages") from None
+    if width * height > limits.max_image_pixels:
+        raise APIError(413, f"{where}: {width}x{height} pixels; at most {limits.max_image_pixels:,} per image",
+                       "messages", "image_too_large")
+    try:
+        validate.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
+    except MinisparkError as exc:
+        raise APIError(400, str(exc), "messages") from None

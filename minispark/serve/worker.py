@@ -1,0 +1,230 @@
+"""The decoding thread behind ``minispark serve``: a bounded queue of jobs, R slots, text events back.
+
+HTTP handlers (asyncio) encode a request and :meth:`Worker.submit` it; one thread owns the target and
+decodes. With one slot each job runs through the single-request engine (``engine.speculative_generate``:
+the length policy and draft-skip ``generate``/``chat`` use, the KV cache of the previous conversation
+reused for a matching prefix). With R > 1 slots the jobs in flight are stepped together by
+:class:`~minispark.serving.batched.BatchDecoder` (one verify forward per round, Algorithm 1 across
+requests). Each job gets its text as it is committed (``delta`` events, stop strings held back so
+they never reach the client) and a ``done`` event with the result. A job whose client went away is
+cancelled between rounds and its slot freed; :meth:`Worker.drain` refuses new jobs (503) and lets
+the ones in flight and queued finish.
+
+    .venv/bin/python -m pytest -q tests/test_serve.py -k disconnect
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from minispark.serve.protocol import APIError, ChatRequest
+from minispark.serving.batched import BatchDecoder, BatchRequest
+from minispark.serving.builder import ServingSetup
+from minispark.serving.engine import GenerationStats, speculative_generate
+from minispark.serving.generate import stop_on_strings
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.target import PromptInputs, Target
+
+
+@dataclass
+class Job:
+    """One chat completion between the HTTP handler (``events``, on its event loop) and the worker."""
+
+    request: ChatRequest
+    inputs: PromptInputs
+    loop: asyncio.AbstractEventLoop
+    events: asyncio.Queue = field(default_factory=asyncio.Queue)
+    cancelled: threading.Event = field(default_factory=threading.Event)
+    created: float = field(default_factory=time.time)
+    batch: BatchRequest | None = None
+    sent: str = ""  # text already sent as deltas
+    ids: list[int] = field(default_factory=list)  # committed ids so far (the single-request path)
+
+    def emit(self, kind: str, value: Any) -> None:
+        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+
+
+def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
+    """``text`` up to the first stop string (excluded, as OpenAI does), and whether one was found."""
+    hits = [text.find(s) for s in stops if s in text]
+    return (text[: min(hits)], True) if hits else (text, False)
+
+
+class Worker:
+    """Owns the target; decodes submitted jobs on its own thread (see the module docstring)."""
+
+    def __init__(self, target: Target, setup: ServingSetup, slots: int, queue: int) -> None:
+        self.target, self.setup, self.slots, self.queue_limit = target, setup, slots, queue
+        self.pending: deque[Job] = deque()
+        self.running: dict[int, Job] = {}  # id(batch request) → job
+        self.cond = threading.Condition()
+        self.accepting = True
+        self._stop = False
+        self.completed = 0
+        self.cancelled = 0  # jobs stopped because their client went away
+        self.decoder: BatchDecoder | None = None
+        self.session = None
+        if slots > 1:
+            schedule = setup.sps_table if setup.mode == "schedule" else None
+            self.decoder = BatchDecoder(target, setup.drafter, slots, setup.gamma, schedule, setup.calibration)
+        else:
+            self.session = target.session(setup.drafter.feature_layers)
+        self.thread = threading.Thread(target=self._loop, name="minispark-decode", daemon=True)
+        self.thread.start()
+
+    # ------------------------------------------------------------------ the handler side
+    def submit(self, job: Job) -> None:
+        with self.cond:
+            if not self.accepting:
+                raise APIError(503, "the server is shutting down; not taking new requests", code="shutting_down")
+            if len(self.pending) >= self.queue_limit:
+                raise APIError(429, f"{len(self.pending)} requests are already waiting (queue limit "
+                                    f"{self.queue_limit}); retry later", code="queue_full")
+            self.pending.append(job)
+            self.cond.notify()
+
+    def load(self) -> dict:
+        with self.cond:
+            return {"in_flight": len(self.running), "queued": len(self.pending), "slots": self.slots,
+                    "completed": self.completed, "cancelled": self.cancelled, "accepting": self.accepting}
+
+    def drain(self, timeout: float | None = None) -> bool:
+        """Refuse new jobs, finish the queued and running ones, stop the thread; False on timeout."""
+        with self.cond:
+            self.accepting = False
+            self._stop = True
+            self.cond.notify()
+        self.thread.join(timeout)
+        return not self.thread.is_alive()
+
+    # ------------------------------------------------------------------ the decoding thread
+    def _loop(self) -> None:
+        torch.set_grad_enabled(False)
+        while True:
+            with self.cond:
+                while not self.pending and not self.running and not self._stop:
+                    self.cond.wait(0.5)
+                if self._stop and not self.pending and not self.running:
+                    break
+            try:
+                if self.decoder is None:
+                    self._run_single()
+                else:
+                    self._run_round()
+            except Exception as exc:  # a failed forward: every job in flight gets a 500, the slots are reset
+                self._fail_all(exc)
+        if self.decoder is not None:
+            self.decoder.close()
+        elif self.session is not None:
+            self.session.close()
+
+    def _next_job(self) -> Job | None:
+        with self.cond:
+            while self.pending:
+                job = self.pending.popleft()
+                if not job.cancelled.is_set():
+                    return job
+        return None
+
+    def _sampling(self, request: ChatRequest) -> SamplingConfig:
+        return SamplingConfig(request.temperature, top_p=request.top_p)
+
+    def _run_single(self) -> None:
+        job = self._next_job()
+        if job is None:
+            return
+        self.running[0] = job
+        request = job.request
+        try:
+            result = speculative_generate(
+                self.session, job.inputs, self.setup.drafter, sampling=self._sampling(request),
+                policy=self.setup.policy, max_new_tokens=self._room(job), eos_ids=self.target.eos_token_ids,
+                stop=stop_on_strings(self.target, request.stop), on_tokens=lambda ids: self._stream(job, ids),
+                generator=make_generator(request.seed, self.target.device), reuse=True,
+                interrupt=job.cancelled.is_set, skip=self.setup.skip)
+        finally:
+            self.running.pop(0, None)
+        self._done(job, result.token_ids, result.stop_reason, result.stats)
+
+    def _run_round(self) -> None:
+        decoder = self.decoder
+        for batch in decoder.active:  # clients that went away: free their slots first
+            job = self.running[id(batch)]
+            if job.cancelled.is_set():
+                decoder.cancel(batch)
+                del self.running[id(batch)]
+                self._done(job, batch.token_ids, "cancelled", batch.stats)
+        while decoder.free and (job := self._next_job()) is not None:
+            request = job.request
+            job.batch = BatchRequest(job.inputs, self._room(job), self._sampling(request),
+                                     stop_on_strings(self.target, request.stop),
+                                     on_tokens=lambda ids, job=job: self._stream(job, ids), seed=request.seed)
+            self.running[id(job.batch)] = job
+            decoder.start(job.batch)
+        for batch in decoder.step():
+            job = self.running.pop(id(batch))
+            self._done(job, batch.token_ids, batch.stop_reason, batch.stats)
+
+    def _room(self, job: Job) -> int:
+        limit = getattr(self.target.text_config, "max_position_embeddings", None)
+        room = limit - job.inputs.length if limit else job.request.max_tokens
+        return max(1, min(job.request.max_tokens, room))
+
+    def _stream(self, job: Job, ids: list[int]) -> None:
+        """Committed ids → the new text, holding back what could still become a stop string."""
+        if job.batch is not None:
+            ids = job.batch.token_ids
+        else:
+            job.ids.extend(ids)
+            ids = job.ids
+        text = self.target.tokenizer.decode(ids, skip_special_tokens=True)
+        text, stopped = cut_at_stop(text, job.request.stop)
+        hold = 0 if stopped else max((len(s) - 1 for s in job.request.stop), default=0)
+        ready = text[: len(text) - hold] if hold else text
+        if ready.endswith("\ufffd"):  # a character split across tokens: wait for the rest
+            return
+        if len(ready) > len(job.sent):
+            job.emit("delta", ready[len(job.sent):])
+            job.sent = ready
+
+    def _done(self, job: Job, token_ids: list[int], reason: str, stats: GenerationStats) -> None:
+        text, _ = cut_at_stop(self.target.tokenizer.decode(token_ids, skip_special_tokens=True), job.request.stop)
+        if len(text) > len(job.sent) and text.startswith(job.sent):
+            job.emit("delta", text[len(job.sent):])
+            job.sent = text
+        gone = reason in ("interrupted", "cancelled")
+        with self.cond:
+            self.completed += 1
+            self.cancelled += gone
+        if gone:
+            return  # nobody is listening
+        job.emit("done", {"text": text, "finish_reason": "length" if reason == "max_tokens" else "stop",
+                          "prompt_tokens": job.inputs.length, "completion_tokens": len(token_ids),
+                          "metrics": metrics(stats, self.setup)})
+
+    def _fail_all(self, exc: Exception) -> None:
+        jobs = list(self.running.values())
+        self.running.clear()
+        if self.decoder is not None:
+            for i, session in enumerate(self.decoder.sessions):
+                self.decoder.requests[i] = None
+                session.crop(0)
+        elif self.session is not None:
+            self.session.crop(0)
+        for job in jobs:
+            job.emit("error", APIError(500, f"decoding failed: {type(exc).__name__}: {exc}"))
+
+
+def metrics(stats: GenerationStats, setup: ServingSetup) -> dict:
+    """Per-request speculative figures (the response's ``minispark`` field)."""
+    return {"drafter": setup.drafter.name, "mode": setup.mode, "rounds": stats.rounds, "tau": stats.tau,
+            "drafted_tokens": sum(stats.proposed_lengths), "accepted_tokens": sum(stats.accepted_lengths),
+            "acceptance_per_position": stats.acceptance_per_position, "prefill_tokens": stats.prefill_tokens,
+            "reused_tokens": stats.reused_tokens, "wall_s": stats.wall_s, "tokens_per_s": stats.tokens_per_s}

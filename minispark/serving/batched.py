@@ -1,0 +1,266 @@
+"""R requests decoded together: their rounds stepped in lockstep, every round verified in ONE target forward.
+
+Each request keeps its own :class:`~minispark.serving.target.TargetSession` (KV cache) and its own drafter
+(context cache), so prefill, commit, crop and rollback are the single-request engine's own steps
+(``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
+
+1. propose:  each request's drafter returns its lazy draft block;
+2. schedule: Algorithm 1 across requests (``batch_schedule.admit_across``, SPS(B) of the whole verify)
+   when the drafter has a confidence head, else min(γ, block) each; target-only decoding admits 0;
+3. verify:   :func:`batched_step`, one forward over every request's [anchor, x_1..x_ℓ] (padded layout);
+4. accept / commit per request, with its own sampling and generator: lossless per request.
+
+The padded layout: the R caches are copied into one (R, H, L_max, D) cache per layer (zero rows past
+each request's length), the new tokens right-padded to Q = max(1 + ℓ_r), and a 4D additive mask lets
+row r's queries see its L_r cached keys and its own block causally. The new K/V rows are appended back
+to each request's cache. The copy costs O(R·L_max) per round; it keeps every per-request step of the
+single-request engine unchanged (``benchmarks/serve_load.py`` measures the whole).
+
+    .venv/bin/python -m pytest -q tests/test_batched.py
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from transformers import DynamicCache
+from transformers.cache_utils import DynamicLayer
+
+from minispark.serving.batch_schedule import admit_across, batch_sps
+from minispark.serving.draft_block import Proposal
+from minispark.serving.drafters.base import Drafter, NoDrafter
+from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.drafters.lookup import LookupDrafter
+from minispark.errors import MinisparkError
+from minispark.serving.engine import (DecodeState, GenerationStats, accept, commit, prefill, propose, settle,
+                                      truncate)
+from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import PromptInputs, StepOutput, Target, TargetSession
+
+
+def fork_drafter(drafter: Drafter) -> Drafter:
+    """A drafter for another request: the same weights, its own per-sequence context."""
+    if type(drafter) is DSparkDrafter:
+        return DSparkDrafter(drafter.model)
+    if type(drafter) in (NoDrafter, LookupDrafter):
+        return copy.copy(drafter)  # no per-sequence state
+    raise MinisparkError(f"drafter {drafter.name}: requests in flight together need none, lookup or a DSpark "
+                         "drafter (one context each); serve this one with one request at a time")
+
+
+def _batchable(sessions: list[TargetSession]) -> bool:
+    return len(sessions) > 1 and all(type(layer) is DynamicLayer and layer.is_initialized
+                                     for s in sessions for layer in s.cache.layers)
+
+
+@torch.no_grad()
+def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor]) -> list[StepOutput]:
+    """``session.step(block)`` for every request, as one target forward; same outputs, same caches after.
+
+    ``blocks[r]`` (q_r,) long are request r's [anchor, drafts]. Sessions must share one target; a cache
+    of another layer type (sliding window) falls back to one forward per request."""
+    if not _batchable(sessions):
+        return [session.step(block) for session, block in zip(sessions, blocks)]
+    target = sessions[0].target
+    device, dtype = target.device, target.dtype
+    num = len(sessions)
+    lengths = [s.cache_length for s in sessions]
+    sizes = [int(b.numel()) for b in blocks]
+    longest, width = max(lengths), max(sizes)
+    tokens = torch.zeros(num, width, dtype=torch.long, device=device)  # (R, Q), right-padded
+    positions = torch.zeros(num, width, dtype=torch.long, device=device)  # (R, Q)
+    # (R, 1, Q, L_max + Q) additive mask: row r sees its L_r cached keys and its own block causally.
+    mask = torch.full((num, 1, width, longest + width), torch.finfo(dtype).min, dtype=dtype, device=device)
+    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
+    for r, (session, block) in enumerate(zip(sessions, blocks)):
+        tokens[r, : sizes[r]] = block.to(device)
+        tokens[r, sizes[r]:] = block[-1]  # padding queries: outputs ignored
+        positions[r] = torch.arange(lengths[r], lengths[r] + width, device=device) + session.rope_delta
+        mask[r, 0, :, : lengths[r]] = 0
+        mask[r, 0, :, longest:] = mask[r, 0, :, longest:].masked_fill(causal, 0)
+    layers = []
+    for index in range(len(sessions[0].cache.layers)):
+        first = sessions[0].cache.layers[index].keys  # (1, H, L_0, D)
+        keys = first.new_zeros(num, first.shape[1], longest, first.shape[3])  # (R, H, L_max, D)
+        values = torch.zeros_like(keys)
+        for r, session in enumerate(sessions):
+            layer = session.cache.layers[index]
+            keys[r, :, : lengths[r]] = layer.keys[0]
+            values[r, :, : lengths[r]] = layer.values[0]
+        layers.append((keys, values))
+    cache = DynamicCache(ddp_cache_data=layers)
+    position_ids = positions.view(1, num, width).expand(3, num, width) if target.uses_mrope else positions
+    out = target.model(input_ids=tokens, position_ids=position_ids, attention_mask=mask, cache=cache,
+                       use_cache=True)
+    results = []
+    for r, session in enumerate(sessions):
+        span = slice(longest, longest + sizes[r])
+        for index, layer in enumerate(session.cache.layers):
+            batched = cache.layers[index]
+            layer.update(batched.keys[r:r + 1, :, span], batched.values[r:r + 1, :, span])
+        session.ids = torch.cat([session.ids, tokens[r, : sizes[r]].to(session.ids.device)])
+        features = None
+        if session.capture_layers:  # every session's hooks saw the batched (R, Q, d) outputs
+            features = torch.cat([session._captured.pop(i)[r, : sizes[r]] for i in session.capture_layers], dim=-1)
+        results.append(StepOutput(logits=out.logits[r, : sizes[r]].float(), features=features))
+    return results
+
+
+@dataclass
+class BatchRequest:
+    """One generation in a :class:`BatchDecoder`: its prompt, limits, sampling and (when done) result."""
+
+    prompt: PromptInputs
+    max_new_tokens: int
+    sampling: SamplingConfig = SamplingConfig()
+    stop: Callable[[list[int]], int | None] | None = None
+    on_tokens: Callable[[list[int]], None] | None = None
+    seed: int | None = None
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    token_ids: list[int] = field(default_factory=list)
+    stop_reason: str | None = None
+    slot: int = -1
+    state: DecodeState | None = None
+    generator: torch.Generator | None = None
+    started: float = 0.0
+    streamed: int = 0
+
+
+class BatchDecoder:
+    """Up to ``slots`` requests in flight on one target. Not thread-safe: one thread drives it.
+
+    ``drafter`` is forked once per slot (:func:`fork_drafter`); a slot keeps its KV cache after a request,
+    so a later request whose prompt starts with the same tokens (the next turn of a conversation) is
+    placed there and only prefills the rest. ``sps_table`` (with a confidence-head drafter) turns on
+    Algorithm 1 admission; without one each request verifies min(γ, its block)."""
+
+    def __init__(self, target: Target, drafter: Drafter, slots: int, gamma: int,
+                 sps_table: SPSTable | None = None, calibration=None, envelope: bool = True) -> None:
+        self.target = target
+        self.gamma = 0 if isinstance(drafter, NoDrafter) else gamma
+        self.drafters = [drafter] + [fork_drafter(drafter) for _ in range(slots - 1)]
+        self.sessions = [target.session(drafter.feature_layers) for _ in range(slots)]
+        self.requests: list[BatchRequest | None] = [None] * slots
+        self.scheduled = drafter.has_confidence and sps_table is not None and self.gamma > 0
+        self.sps_table, self.calibration, self.envelope = sps_table, calibration, envelope
+        self.rounds = 0
+        self.verify_tokens = 0  # Σ over rounds of B (anchors + admitted drafts)
+        self.request_rounds = 0  # Σ over rounds of the requests in flight
+
+    def close(self) -> None:
+        for session in self.sessions:
+            session.close()
+
+    @property
+    def active(self) -> list[BatchRequest]:
+        return [r for r in self.requests if r is not None]
+
+    @property
+    def free(self) -> int:
+        return sum(r is None for r in self.requests)
+
+    def budget_per_request(self) -> float:
+        """Mean verified tokens per request per round (anchor included): the scheduler's verify budget."""
+        return self.verify_tokens / self.request_rounds if self.request_rounds else 0.0
+
+    def start(self, request: BatchRequest) -> None:
+        """Prefill ``request`` into a free slot (the one whose cache shares the longest prefix)."""
+        free = [i for i, r in enumerate(self.requests) if r is None]
+        if not free:
+            raise RuntimeError("BatchDecoder.start: no free slot")
+        slot = max(free, key=lambda i: (self.sessions[i].reusable(request.prompt), -i))
+        session, drafter = self.sessions[slot], self.drafters[slot]
+        request.started = time.perf_counter()
+        request.stats.reused_tokens = prefill(session, drafter, request.prompt, reuse=True)
+        request.stats.prefill_tokens = request.prompt.length - 1 - request.stats.reused_tokens
+        request.stats.prefill_s = time.perf_counter() - request.started
+        request.state = DecodeState(ids=request.prompt.input_ids[0].cpu().clone(), prompt_length=request.prompt.length)
+        request.generator = make_generator(request.seed, self.target.device)
+        request.slot = slot
+        self.requests[slot] = request
+
+    def cancel(self, request: BatchRequest) -> None:
+        """Stop ``request`` between rounds (a client went away): its slot is free for the next one."""
+        if request.slot >= 0 and self.requests[request.slot] is request:
+            self._finish(request, "cancelled")
+
+    def _finish(self, request: BatchRequest, reason: str) -> None:
+        settle(self.sessions[request.slot], self.drafters[request.slot], request.state, request.token_ids)
+        request.stop_reason = reason
+        request.stats.new_tokens = len(request.token_ids)
+        request.stats.wall_s = time.perf_counter() - request.started
+        self.requests[request.slot] = None
+
+    def _lengths(self, active: list[BatchRequest], blocks: list) -> list[int]:
+        if self.gamma == 0:
+            return [0] * len(active)
+        available = [min(block.size, self.gamma) for block in blocks]
+        if not self.scheduled:
+            return available
+        contexts = [r.state.ids.numel() for r in active]
+        sps = batch_sps(self.sps_table, len(active) * (self.gamma + 1), sum(contexts) // len(contexts),
+                        self.envelope)
+        # A block whose length its drafter fixed before drawing it is verified whole (engine.schedule).
+        free = [i for i, block in enumerate(blocks) if not block.fixed_length]
+        admitted = admit_across([blocks[i].confidence for i in free], [available[i] for i in free], sps,
+                                self.calibration)
+        for i, length in zip(free, admitted):
+            available[i] = length
+        return available
+
+    @torch.no_grad()
+    def step(self) -> list[BatchRequest]:
+        """One round for every request in flight; returns the requests it finished."""
+        active = self.active
+        if not active:
+            return []
+        t_start = time.perf_counter()
+        sessions = [self.sessions[r.slot] for r in active]
+        drafters = [self.drafters[r.slot] for r in active]
+        if self.gamma > 0:
+            blocks = [propose(d, r.state, s, r.sampling, r.generator) for d, r, s in zip(drafters, active, sessions)]
+            proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
+        else:
+            proposals = [Proposal.empty() for _ in active]
+        t_proposed = time.perf_counter()
+        verified = batched_step(sessions, [torch.cat([r.state.anchor, p.tokens.cpu()])  # (1+ℓ_r,) each
+                                           for r, p in zip(active, proposals)])
+        t_verified = time.perf_counter()
+        self.rounds += 1
+        self.request_rounds += len(active)
+        self.verify_tokens += sum(len(p) + 1 for p in proposals)
+        finished = []
+        for request, session, drafter, proposal, out in zip(active, sessions, drafters, proposals, verified):
+            accepted, next_token = accept(proposal, out, request.sampling, request.generator)
+            commit(session, drafter, request.state, proposal, accepted, next_token, out)
+            stats = request.stats
+            stats.rounds += 1
+            stats.proposed_lengths.append(len(proposal))
+            stats.sources.append(drafter.name if self.gamma else "plain")
+            stats.accepted_lengths.append(accepted)
+            stats.propose_s += t_proposed - t_start
+            stats.verify_s += t_verified - t_proposed
+            kept, reason = truncate(request.state.new_ids, self.target.eos_token_ids, request.max_new_tokens,
+                                    request.stop)
+            request.token_ids = kept
+            if request.on_tokens is not None and len(kept) > request.streamed:
+                request.on_tokens(kept[request.streamed:])
+            request.streamed = len(kept)
+            if reason is not None:
+                self._finish(request, reason)
+                finished.append(request)
+        return finished
+
+    def run(self, requests: list[BatchRequest]) -> list[BatchRequest]:
+        """Decode ``requests`` to the end, admitting each as a slot frees (what tests and benchmarks call)."""
+        pending = list(requests)
+        while pending or self.active:
+            while pending and self.free:
+                self.start(pending.pop(0))
+            self.step()
+        return requests

@@ -1,0 +1,91 @@
+"""The part of a target training from a cache needs, read from its safetensors: the embedding, the lm_head,
+the tokenizer and the identity, with no full model on the host.
+
+Training from a cache never runs the target: the drafter takes the frozen embedding and lm_head, the mask
+token comes from the tokenizer, the cache is checked against the identity. Loading Qwen2.5-VL-3B whole for
+that (vision tower included, ~7.5 GB in fp32 on the CPU) is what made training need 10–11 GB of host RAM;
+:func:`load_frozen_parts` builds the model on the meta device (no memory), reads only the embedding and
+lm_head tensors from the safetensors files (their headers say where), and returns an ordinary
+:class:`~minispark.serving.target.Target` whose other weights are meta tensors. Anything that would run it
+fails loudly; ``init_layers`` other than ``random`` (copying decoder layers) loads the whole target instead.
+
+    .venv/bin/python -m pytest -q tests/test_target_tensors.py
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from minispark.errors import MinisparkError
+from minispark.serving.target import VLM_TYPES, Target
+
+#: Checkpoint key endings of the two tensors (every supported family names them so; VL checkpoints may
+#: prefix them with ``model.`` or ``model.language_model.``).
+EMBED_SUFFIX, HEAD_SUFFIX = "embed_tokens.weight", "lm_head.weight"
+
+
+def _locate(source: str | None) -> tuple[str, Path]:
+    """(name, local directory) of ``source`` as ``load_target`` names them (a hub id from the HF cache)."""
+    from minispark.serving.embedded import EMBEDDED_NAME, EMBEDDED_SPELLINGS, embedded_model_dir
+    from minispark.validate import target_location, target_weights
+
+    if source in EMBEDDED_SPELLINGS:
+        return EMBEDDED_NAME, embedded_model_dir()
+    location = target_location(source)
+    if location is not None:
+        target_weights(location, source)
+        return str(location.resolve()), location
+    from huggingface_hub import snapshot_download
+
+    return source, Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja",
+                                                                  "*.model"]))
+
+
+def read_frozen_tensors(location: Path, vocab_size: int, hidden_size: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The (V, d) embedding and lm_head (None when the checkpoint ties them and stores one) from the
+    safetensors files of ``location``; nothing else is read."""
+    from safetensors import safe_open
+
+    found: dict[str, torch.Tensor] = {}
+    for file in sorted(location.glob("*.safetensors")):
+        with safe_open(str(file), framework="pt", device="cpu") as handle:
+            for key in handle.keys():
+                if "visual" in key or not key.endswith((EMBED_SUFFIX, HEAD_SUFFIX)):
+                    continue
+                if tuple(handle.get_slice(key).get_shape()) == (vocab_size, hidden_size):
+                    found.setdefault(EMBED_SUFFIX if key.endswith(EMBED_SUFFIX) else HEAD_SUFFIX,
+                                     handle.get_tensor(key))
+    if EMBED_SUFFIX not in found:
+        raise MinisparkError(f"--target {location}: no ({vocab_size}, {hidden_size}) *{EMBED_SUFFIX} in its "
+                             "safetensors")
+    return found[EMBED_SUFFIX], found.get(HEAD_SUFFIX)
+
+
+def load_frozen_parts(source: str | None) -> Target:
+    """A :class:`Target` for training from a cache: real tokenizer, identity, embedding and lm_head (fp32,
+    on the CPU), every other weight on the meta device."""
+    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor,
+                              AutoTokenizer, GenerationConfig)
+
+    name, location = _locate(source)
+    if not any(location.glob("*.safetensors")):
+        raise MinisparkError(f"--target {source}: no safetensors weights to read the embedding from")
+    config = AutoConfig.from_pretrained(str(location))
+    auto = AutoModelForImageTextToText if config.model_type in VLM_TYPES else AutoModelForCausalLM
+    with torch.device("meta"):
+        model = auto.from_config(config, dtype=torch.float32)
+    text = config.get_text_config()
+    embed, head = read_frozen_tensors(location, text.vocab_size, text.hidden_size)
+    embedding = torch.nn.Parameter(embed.float(), requires_grad=False)
+    model.get_input_embeddings().weight = embedding
+    tied = head is None or bool(getattr(config, "tie_word_embeddings", False))
+    model.get_output_embeddings().weight = embedding if tied else torch.nn.Parameter(head.float(), requires_grad=False)
+    try:
+        model.generation_config = GenerationConfig.from_pretrained(str(location))  # its EOS ids
+    except OSError:
+        pass
+    tokenizer = AutoTokenizer.from_pretrained(str(location))
+    processor = AutoProcessor.from_pretrained(str(location)) if config.model_type in VLM_TYPES else None
+    return Target(name, model, tokenizer, processor, location)

@@ -1,0 +1,212 @@
+"""The prepared GPU check (issue 23): one command, no network, that measures what a 6 GB card must hold.
+
+It builds a random-init target — Qwen2.5-VL-3B's shapes with ``--scale 3b`` (36 layers, hidden 2048,
+vocab 151,936, its vision tower), loaded 4-bit through bitsandbytes on CUDA; the tiny test VLM with
+``--scale tiny`` — and measures:
+
+(a) the ``rtx3050`` recipe's training peak on a synthetic batch of the estimator's worst-case shape
+    (``--scale tiny``: the ``tiny`` recipe), beside ``train --dry-run``'s prediction;
+(b) the serving peak of one ``generate`` with a ~1-megapixel image and a DSpark drafter of the recipe's
+    shape sharing the target's embedding and lm_head (checked: same storage);
+(c) a small SPS table (``minispark profile``'s measurement) and one generation's propose / verify time split.
+
+It writes ``gpu_check.json`` and ``gpu_check.txt`` (a short table) under ``--out`` and exits 1 when a CUDA
+peak exceeds 5.5 GB. On a CPU it runs the same steps at tiny scale (``tests/test_gpu_check.py`` runs it in the
+suite, so it cannot rot); peaks there are RSS growth, reported but not held to the limit.
+
+    .venv/bin/python scripts/gpu_check.py --scale 3b --out runs/gpu-check      # on the 6 GB card: ≤ 8 minutes
+    .venv/bin/python scripts/gpu_check.py --scale tiny --device cpu --out /tmp/gpu-check
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import resource
+import sys
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import torch
+
+LIMIT_GB = 5.5
+GB = 1e9
+
+
+def qwen25_vl_3b_config(tokenizer: Any):
+    """Qwen2.5-VL-3B-Instruct's shapes (its config.json), with this tokenizer's special-token ids."""
+    from transformers import Qwen2_5_VLConfig
+
+    text = {"vocab_size": 151_936, "hidden_size": 2048, "intermediate_size": 11_008, "num_hidden_layers": 36,
+            "num_attention_heads": 16, "num_key_value_heads": 2, "max_position_embeddings": 128_000,
+            "rms_norm_eps": 1e-6, "bos_token_id": tokenizer.bos_token_id, "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1e6, "mrope_section": [16, 24, 24]}}
+    vision = {"depth": 32, "hidden_size": 1280, "intermediate_size": 3420, "num_heads": 16, "out_hidden_size": 2048,
+              "patch_size": 14, "spatial_merge_size": 2, "temporal_patch_size": 2, "window_size": 112,
+              "fullatt_block_indexes": [7, 15, 23, 31]}
+    ids = {name: tokenizer.convert_tokens_to_ids(token) for name, token in (
+        ("image_token_id", "<|image_pad|>"), ("video_token_id", "<|video_pad|>"),
+        ("vision_start_token_id", "<|vision_start|>"), ("vision_end_token_id", "<|vision_end|>"))}
+    return Qwen2_5_VLConfig(text_config=text, vision_config=vision, tie_word_embeddings=True, **ids)
+
+
+def build_target_dir(scale: str, out: Path) -> Path:
+    """A random-init target directory (safetensors, tokenizer, processor) of ``scale``."""
+    from minispark.tiny_models import build_tiny, tiny_processor, tiny_tokenizer
+
+    if scale == "tiny":
+        return build_tiny("qwen2_5_vl", out)
+    from transformers import AutoModelForImageTextToText
+
+    tokenizer = tiny_tokenizer("qwen2_5_vl")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForImageTextToText.from_config(qwen25_vl_3b_config(tokenizer), dtype=torch.bfloat16)
+    model.save_pretrained(out)
+    del model
+    gc.collect()
+    processor = tiny_processor("qwen2_5_vl", tokenizer)
+    processor.image_processor.size = {"shortest_edge": 56 * 56, "longest_edge": 1280 * 28 * 28}
+    processor.save_pretrained(out)
+    return out
+
+
+class Peak:
+    """Peak device bytes (CUDA: max allocated since start) or host RSS growth (CPU) of a block."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device, self.bytes = device, 0
+
+    def __enter__(self) -> "Peak":
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats(self.device)
+            self.start = torch.cuda.memory_allocated(self.device)
+        else:
+            self.start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            self.bytes = torch.cuda.max_memory_allocated(self.device)  # everything resident counts
+        else:
+            self.bytes = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - self.start
+
+
+def training_peak(scale: str, device: torch.device) -> dict[str, float]:
+    """(a): three training steps of the recipe on a synthetic worst-case batch, and the prediction."""
+    from minispark.training.memory import BatchShape, estimate_memory
+    from minispark.training.memory_measure import build_synthetic
+    from minispark.training.recipes import load_recipe
+    from minispark.training.train import train_step
+
+    overrides = [f"device={device.type}"] + ([] if device.type == "cuda" else ["dtype=fp32", "optimizer=adamw"])
+    config = load_recipe("rtx3050" if scale == "3b" else "tiny", overrides + ["compile=false"])
+    shape = BatchShape.from_config(config)
+    with Peak(device) as peak:
+        model, optimizer, scheduler, batch = build_synthetic(config, shape)
+        for step in range(3):
+            generator = torch.Generator(device.type).manual_seed(step)
+            train_step(model, optimizer, scheduler, batch, config, generator)
+    del model, optimizer, scheduler, batch
+    return {"measured_gb": peak.bytes / GB, "predicted_gb": estimate_memory(config, shape).predicted_peak / GB}
+
+
+def serving_peak(target_dir: Path, scale: str, device: torch.device, work: Path, sps_dir: Path) -> dict[str, Any]:
+    """(b) and (c): load the target (4-bit on CUDA), serve one image turn with a drafter, profile a small table."""
+    from minispark.measuring.profiler import ProfileConfig, run_profile
+    from minispark.model.checkpoint import save_drafter
+    from minispark.model.draft_model import DraftModel
+    from minispark.serving.generate import generate, make_drafter
+    from minispark.serving.target import load_target
+    from minispark.identity import target_id
+    from minispark.tiny_models import make_test_image
+    from minispark.training.recipes import draft_config, load_recipe, target_dims
+
+    quantized = device.type == "cuda"
+    with Peak(device) as loading:
+        target = load_target(str(target_dir), device=str(device), load_in_4bit=quantized)
+    recipe = load_recipe("rtx3050" if scale == "3b" else "tiny")
+    dims = target_dims(target)
+    draft = draft_config(recipe, dims, feature_layers=target.auto_layers(), mask_token_id=dims.vocab_size - 1,
+                         target=target_id(target.identity()),
+                         dtype="bfloat16" if target.dtype == torch.bfloat16 else "float32")
+    draft = replace(draft, draft_vocab=0)  # the whole vocabulary: what shares the target's lm_head
+    embed, head = target.model.get_input_embeddings().weight, target.lm_head.weight
+    save_drafter(DraftModel.from_target(draft, embed.detach(), head.detach()), work / "drafter")
+    image = make_test_image(work / "photo.png", size=(1155, 866))  # ~1.0 MP, inside the default budget
+    with Peak(device) as serving:
+        drafter = make_drafter(str(work / "drafter"), target, "float")
+        out = generate(target, "Describe the picture.", images=[image], drafter=drafter, max_new_tokens=16, seed=0)
+    shared = (drafter.model.embed_tokens.weight.untyped_storage().data_ptr() == embed.untyped_storage().data_ptr()
+              and drafter.model.lm_head.weight.untyped_storage().data_ptr() == head.untyped_storage().data_ptr())
+    stats = out.result.stats
+    table, path = run_profile(ProfileConfig(contexts=[64, 256], max_tokens=8, rounds=2, warmup=1, cooldown_s=0.0,
+                                            allow_busy=True, note="gpu_check"),
+                              target=str(target_dir), device=str(device), load_in_4bit=quantized,
+                              out_dir=sps_dir, show_progress=False)
+    return {"load_gb": loading.bytes / GB, "serving_gb": serving.bytes / GB, "quantized": quantized,
+            "drafter_shares_embedding_and_lm_head": shared, "new_tokens": stats.new_tokens, "rounds": stats.rounds,
+            "propose_s": stats.propose_s, "verify_s": stats.verify_s, "wall_s": stats.wall_s,
+            "sps_table": str(path)}
+
+
+def over_limit(report: dict[str, Any], limit_gb: float = LIMIT_GB) -> list[str]:
+    """The CUDA peaks above ``limit_gb`` (none on a CPU, whose RSS figures are not the card's)."""
+    if report["device"] != "cuda":
+        return []
+    peaks = {"training": report["training"]["measured_gb"], "serving": report["serving"]["serving_gb"]}
+    return [f"{name} peak {value:.2f} GB > {limit_gb} GB" for name, value in peaks.items() if value > limit_gb]
+
+
+def render(report: dict[str, Any]) -> str:
+    t, s = report["training"], report["serving"]
+    rows = [("training peak (measured / predicted)", f"{t['measured_gb']:.3f} / {t['predicted_gb']:.3f} GB"),
+            ("target load", f"{s['load_gb']:.3f} GB{' (4-bit)' if s['quantized'] else ''}"),
+            ("serving peak, 1 MP image + drafter", f"{s['serving_gb']:.3f} GB"),
+            ("drafter shares embedding + lm_head", str(s["drafter_shares_embedding_and_lm_head"])),
+            ("propose / verify / wall", f"{s['propose_s']:.2f} / {s['verify_s']:.2f} / {s['wall_s']:.2f} s "
+                                        f"({s['new_tokens']} tokens, {s['rounds']} rounds)")]
+    head = f"gpu_check {report['scale']} on {report['device_name']} ({report['date']}, torch {report['torch']})"
+    return "\n".join([head] + [f"  {k:<38} {v}" for k, v in rows] + [f"  {'over the limit':<38} "
+                                                                      f"{', '.join(report['over_limit']) or 'none'}"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", choices=("tiny", "3b"), default="3b")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--out", type=Path, default=Path("runs/gpu-check"))
+    args = parser.parse_args(argv)
+    device = torch.device(args.device)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as tmp:
+        work = Path(tmp)
+        target_dir = build_target_dir(args.scale, work / "target")
+        report: dict[str, Any] = {
+            "scale": args.scale, "device": device.type, "date": time.strftime("%Y-%m-%d"),
+            "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+            "torch": torch.__version__, "training": training_peak(args.scale, device),
+            "serving": serving_peak(target_dir, args.scale, device, work, args.out / "sps")}
+    report["seconds"] = time.perf_counter() - started
+    report["over_limit"] = over_limit(report)
+    (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")
+    (args.out / "gpu_check.txt").write_text(render(report) + "\n")
+    print(render(report))
+    if report["over_limit"]:
+        print(f"FAILED: {'; '.join(report['over_limit'])}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

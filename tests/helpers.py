@@ -1,0 +1,356 @@
+"""Shared test helpers: a synthetic target and drafters for the distribution tests, greedy-parity
+checks against HF ``generate``, a random DSpark drafter, file snapshots. Imported by test modules;
+no test module imports another.
+
+    .venv/bin/python -m pytest -q tests/test_accept.py tests/test_engine.py
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import torch.nn.functional as F
+from scipy.stats import chi2, chisquare, poisson
+
+from minispark.model.draft_model import DraftConfig, DraftModel
+from minispark.serving.draft_block import DraftBlock, FixedBlock
+from minispark.serving.drafters.base import Drafter
+from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.sampling import SamplingConfig, make_generator, probabilities, sample
+from minispark.serving.schedule import FixedLength
+from minispark.serving.target import PromptInputs, StepOutput, Target
+from minispark.training.recipes import load_recipe
+
+
+# ---- a synthetic 5-token target and drafter (the distribution tests) ----------------
+
+VOCAB = 5
+PROMPT = [3, 1]
+
+
+def _table(seed: int, scale: float) -> torch.Tensor:
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randn(VOCAB, VOCAB, VOCAB, generator=generator) * scale  # (prev2, prev1, next)
+
+
+TARGET_TABLE = _table(1, 1.5)
+
+
+DRAFT_TABLE = _table(2, 1.5)
+
+
+def target_logits(prefix: list[int]) -> torch.Tensor:
+    return TARGET_TABLE[prefix[-2], prefix[-1]]
+
+
+class FakeSession:
+    """A target whose next-token logits depend on the last two tokens; tracks a fake KV cache."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+        self.target = SimpleNamespace(device=torch.device("cpu"))
+
+    @property
+    def cache_length(self) -> int:
+        return len(self.tokens)
+
+    def prefill(self, prompt: PromptInputs, length: int, start: int = 0) -> StepOutput:
+        assert start == len(self.tokens) == 0  # a fresh session: the engine prefills from the start
+        self.tokens = prompt.input_ids[0, :length].tolist()
+        return StepOutput(logits=torch.zeros(1, VOCAB))  # the engine never reads prefill logits
+
+    def step(self, block: torch.Tensor) -> StepOutput:
+        rows = []
+        for token in block.tolist():
+            self.tokens.append(token)
+            rows.append(target_logits(self.tokens))
+        return StepOutput(logits=torch.stack(rows))  # (n, V)
+
+    def crop(self, length: int) -> None:
+        del self.tokens[length:]
+
+    def text_positions(self, start: int, n: int) -> torch.Tensor:
+        return torch.arange(start, start + n)
+
+
+class TableBlock(DraftBlock):
+    """Draws x_k from DRAFT_TABLE given the two tokens before it. ``confidence(prev)`` gives c_k
+    from x_{k-1} (like the Markov confidence head); ``support`` restricts the draws to a draft
+    vocabulary, and ``honest=False`` then reports the unrestricted softmax (a wrong p_d)."""
+
+    def __init__(self, context: list[int], generator: torch.Generator, confidence=None, support=None,
+                 honest: bool = True) -> None:
+        super().__init__(BLOCK)
+        self.context, self.generator, self.confidence_of = context, generator, confidence
+        self.support, self.honest = support, honest
+
+    def _prefix(self) -> list[int]:
+        return self.context + [int(token) for token in self.tokens]
+
+    def _confidence(self, k: int) -> torch.Tensor | None:
+        return None if self.confidence_of is None else torch.tensor(self.confidence_of(self._prefix()[-1]))
+
+    def _draw(self, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        prefix = self._prefix()
+        logits = DRAFT_TABLE[prefix[-2], prefix[-1]]
+        reported = probabilities(logits, SamplingConfig(1.0))
+        if self.support is not None:
+            outside = torch.ones(VOCAB, dtype=torch.bool)
+            outside[list(self.support)] = False
+            p = probabilities(logits.masked_fill(outside, float("-inf")), SamplingConfig(1.0))
+            reported = p if self.honest else reported
+        else:
+            p = reported
+        return sample(p, self.generator), reported
+
+
+BLOCK = 4  # draft positions per block (≥ every γ below)
+
+
+class FakeDrafter(Drafter):
+    """Samples each draft token from its own context-dependent distribution and reports it."""
+
+    name = "fake"
+
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        return TableBlock(ids.tolist(), generator)
+
+
+class DraftVocabFakeDrafter(Drafter):
+    """A drafter with a draft vocabulary: it only ever proposes tokens of ``SUPPORT`` and reports p_d
+    over the whole vocabulary, exactly zero elsewhere (as DraftModel does with ``draft_vocab``).
+    ``honest=False`` reports the unrestricted distribution instead: the negative control."""
+
+    name = "fake-draft-vocab"
+    SUPPORT = (0, 2, 4)
+
+    def __init__(self, honest: bool = True) -> None:
+        self.honest = honest
+
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        return TableBlock(ids.tolist(), generator, support=self.SUPPORT, honest=self.honest)
+
+
+class ConfidentFakeDrafter(FakeDrafter):
+    """Reports a confidence c_k that depends on x_{k-1} (like the Markov confidence head), asked
+    before x_k is drawn, so a scheduler's admission can vary with the realized draft prefix."""
+
+    has_confidence = True
+
+    def propose(self, ids, anchor_position, sampling, generator) -> DraftBlock:
+        return TableBlock(ids.tolist(), generator, confidence=self.confidence)
+
+    def confidence(self, prev: int) -> float:
+        return 0.95 if prev % 2 == 0 else 0.35
+
+
+def exact_joint(sampling: SamplingConfig, length: int = 3) -> dict[tuple[int, ...], float]:
+    joint = {}
+    for seq in itertools.product(range(VOCAB), repeat=length):
+        prefix, prob = list(PROMPT), 1.0
+        for token in seq:
+            prob *= float(probabilities(target_logits(prefix), sampling)[token])
+            prefix.append(token)
+        joint[seq] = prob
+    return joint
+
+
+def empirical_joint(sampling: SamplingConfig, draws: int, gamma: int, drafter: Drafter | None = None,
+                    policy_factory=None) -> dict[tuple[int, ...], int]:
+    generator = torch.Generator().manual_seed(1234)
+    prompt = PromptInputs(input_ids=torch.tensor([PROMPT]), text_positions=torch.arange(len(PROMPT)))
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(draws):
+        policy = policy_factory() if policy_factory else FixedLength(gamma)
+        result = speculative_generate(FakeSession(), prompt, drafter or FakeDrafter(), sampling=sampling,
+                                      policy=policy, max_new_tokens=3, generator=generator)
+        key = tuple(result.token_ids)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def chi_square_pvalue(counts: dict, joint: dict) -> float:
+    total = sum(counts.values())
+    assert all(joint[key] > 0 for key in counts), "a token outside the target's support was emitted"
+    observed, expected = [], []
+    small_obs, small_exp = 0, 0.0
+    for key, prob in joint.items():
+        if prob == 0:
+            continue
+        if prob * total < 5:  # pool sparse cells so the chi-square approximation holds
+            small_obs += counts.get(key, 0)
+            small_exp += prob * total
+        else:
+            observed.append(counts.get(key, 0))
+            expected.append(prob * total)
+    if small_exp > 0:
+        observed.append(small_obs)
+        expected.append(small_exp)
+    scale = total / sum(expected)  # float rounding: scipy wants equal sums
+    return float(chisquare(observed, [e * scale for e in expected]).pvalue)
+
+
+# ---- greedy parity against HF generate ------------------------------------------------
+
+class OracleDrafter(Drafter):
+    """Proposes the reference continuation (always right) or a corrupted one (always wrong)."""
+
+    def __init__(self, reference: list[int], prompt_length: int, right: bool, vocab: int) -> None:
+        self.reference, self.prompt_length, self.right, self.vocab = reference, prompt_length, right, vocab
+        self.name = "always-right" if right else "always-wrong"
+
+    def propose(self, ids, anchor_position, sampling, generator) -> FixedBlock:
+        done = ids.numel() - self.prompt_length
+        tokens = [token if self.right else (token + 1) % self.vocab for token in self.reference[done:]]
+        return FixedBlock(torch.tensor(tokens, dtype=torch.long))
+
+
+def hf_greedy(target: Target, inputs: PromptInputs, max_new_tokens: int) -> list[int]:
+    kwargs = dict(inputs.model_kwargs)
+    out = target.model.generate(inputs.input_ids, attention_mask=torch.ones_like(inputs.input_ids),
+                                max_new_tokens=max_new_tokens, do_sample=False,
+                                eos_token_id=sorted(target.eos_token_ids), pad_token_id=0, **kwargs)
+    return out[0, inputs.length:].tolist()
+
+
+def assert_parity(target: Target, inputs: PromptInputs, got: list[int], want: list[int]) -> None:
+    """Equal, or the first divergence is a logit near-tie (then it is not a bug)."""
+    if got == want:
+        return
+    index = next(i for i, (a, b) in enumerate(zip(got + [-1], want + [-2])) if a != b)
+    prefix = torch.tensor([want[:index]], dtype=torch.long)
+    full = target.extend(inputs, prefix[0])
+    with target.session() as session:
+        logits = session.prefill(full).logits[-1]
+    top2 = logits.topk(2).values
+    gap = float(top2[0] - top2[1])
+    assert gap < 1e-4, f"divergence at new token {index} with top-2 gap {gap:.3g}: not a near-tie"
+
+
+# ---- an untrained DSpark drafter on a real (tiny) target ------------------------------
+
+def random_dspark(target: Target, seed: int = 0) -> DSparkDrafter:
+    """An untrained DSpark drafter on the target's features: wrong most of the time, which is what
+    exercises rejections, crops and the context cache's rollback."""
+    torch.manual_seed(seed)
+    config = DraftConfig(target="tiny", hidden_size=target.hidden_size, num_heads=4, num_kv_heads=2,
+                         head_dim=16, intermediate_size=64, vocab_size=target.vocab_size, feature_layers=(1,),
+                         mask_token_id=target.vocab_size - 1, block_size=4, markov_rank=16, dtype="float32")
+    model = DraftModel.from_target(config, target.model.get_input_embeddings().weight, target.lm_head.weight)
+    return DSparkDrafter(model.to(target.device))
+
+
+# ---- user files before and after --------------------------------------------------------
+
+def snapshot(*roots: Path) -> dict[str, str]:
+    """sha256 of every file under ``roots`` (symlinks recorded by their target, never followed)."""
+    hashes = {}
+    for root in roots:
+        paths = [root] if not root.is_dir() or root.is_symlink() else sorted(root.rglob("*"))
+        for path in paths:
+            if path.is_symlink():
+                hashes[str(path)] = "link:" + os.readlink(path)
+            elif path.is_file():
+                hashes[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+# ---- a tiny draft model with weights large enough that every path matters -------------
+
+D, V, GAMMA, M = 32, 97, 4, 3
+
+
+def make_config(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True,
+                draft_vocab: int = 0, markov_w1: str = "table") -> DraftConfig:
+    return DraftConfig(
+        draft_vocab=draft_vocab,
+        markov_w1=markov_w1,
+        target="tiny-test-target@0",
+        hidden_size=D,
+        num_heads=4,
+        num_kv_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        vocab_size=vocab,
+        feature_layers=(0, 2, 3),
+        mask_token_id=vocab - 1,
+        block_size=GAMMA,
+        window=window,
+        head=head,
+        markov_rank=16,
+        confidence_head=confidence,
+        dtype="float32",
+    )
+
+
+def target_weights(vocab: int = V, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(vocab, D, generator=g), 0.5 * torch.randn(vocab, D, generator=g)
+
+
+def subset(vocab: int, n: int) -> torch.Tensor:
+    """A draft vocabulary of n ids that is neither a prefix nor contiguous (every other id, from the top)."""
+    return torch.arange(vocab - 1, -1, -2)[:n].flip(0)
+
+
+def make_model(head: str = "vanilla", window: int = 0, vocab: int = V, confidence: bool = True, seed: int = 0,
+               draft_vocab: int = 0, markov_w1: str = "table") -> DraftModel:
+    """A draft model whose trainable weights are large enough that every path matters."""
+    embed, lm_head = target_weights(vocab, seed)
+    ids = subset(vocab, draft_vocab) if draft_vocab else None
+    config = make_config(head, window, vocab, confidence, draft_vocab, markov_w1)
+    model = DraftModel.from_target(config, embed, lm_head, ids)
+    torch.manual_seed(seed + 1)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.requires_grad and "norm" not in name:
+                p.normal_(0.0, 0.5 if "markov" in name else 0.3)
+    return model.eval()
+
+
+def pair_chi_square(tokens: torch.Tensor, probs: torch.Tensor, anchor: int, vocab: int) -> float:
+    """Smallest p-value over positions k of a chi-square test of the counts of (x_{k−1}, x_k)
+    against Σ_draws 1{x_{k−1}=u}·p_k(v) — the counts the returned distributions predict (valid for
+    any prefix dependence). Cells expected below 5 are pooled and tested with a Poisson tail."""
+    n, gamma = tokens.shape
+    prev = torch.cat([torch.full((n, 1), anchor), tokens[:, :-1]], dim=1)  # (N, γ)
+    worst = 1.0
+    for k in range(gamma):
+        onehot_prev = F.one_hot(prev[:, k], vocab).double()  # (N, V)
+        expected = onehot_prev.T @ probs[:, k].double()  # (V_prev, V)
+        observed = onehot_prev.T @ F.one_hot(tokens[:, k], vocab).double()
+        if (observed[expected == 0] > 0).any():
+            return 0.0  # drew a token its own distribution gives no mass
+        big = expected >= 5
+        stat = ((observed - expected)[big] ** 2 / expected[big]).sum().item()
+        dof = max(int(big.sum()) - int(big.any(1).sum()), 1)
+        worst = min(worst, float(chi2.sf(stat, dof)))
+        rare_expected, rare_observed = expected[~big].sum().item(), observed[~big].sum().item()
+        if rare_expected > 0:  # P(Poisson(E) >= O): too many draws of rare tokens
+            worst = min(worst, float(poisson.sf(rare_observed - 1, rare_expected)))
+    return worst
+
+
+def draw_many(model: DraftModel, hidden: torch.Tensor, anchor: int, sampling: SamplingConfig, n: int, seed: int):
+    generator = make_generator(seed)
+    anchor_t = torch.tensor(anchor)
+    proposals = [model.draft_block(hidden, anchor_t, sampling, generator).proposal(GAMMA) for _ in range(n)]
+    return torch.stack([p.tokens for p in proposals]), torch.stack([p.probs for p in proposals])
+
+
+SMALL_V = 6
+
+
+DRAWS = 2500
+
+
+# ---- the tiny recipe (training tests; its target and cache are fixtures in conftest.py) ------
+
+def recipe(*overrides: str):
+    return load_recipe("tiny", list(overrides))

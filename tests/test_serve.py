@@ -1,0 +1,223 @@
+"""``minispark serve`` end to end on tiny random models, through the real ``openai`` client and raw HTTP:
+the round trip (streamed and not) equals target-only greedy decoding, images as data URLs and files
+under --image-dir, stop strings, concurrent requests keep per-request parity, every limit answers its
+status with an OpenAI-style JSON error, a client that disconnects frees its slot, and the server binds
+127.0.0.1 only and stops by itself.
+
+    .venv/bin/python -m pytest -q tests/test_serve.py
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+
+from minispark import defaults
+from minispark.serve.app import LocalServer, ServeConfig, served_model_id
+from minispark.serve.protocol import ServeLimits
+from minispark.serving.builder import ServingSetup, build_serving
+from minispark.serving.generate import generate
+from minispark.serving.schedule import make_length_policy
+from minispark.serving.sps import SPSTable
+from minispark.serving.target import Target, load_target
+from tests.helpers import random_dspark
+
+HELLO = [{"role": "user", "content": "Hello there, how are you?"}]
+
+
+@pytest.fixture(scope="module")
+def llama(tiny_dir) -> Target:
+    return load_target(str(tiny_dir("llama")))
+
+
+@pytest.fixture(scope="module")
+def vlm(tiny_dir) -> Target:
+    return load_target(str(tiny_dir("qwen2_5_vl")))
+
+
+def dspark_setup(target: Target) -> ServingSetup:
+    """An untrained DSpark drafter in schedule mode (rejections, crops and Algorithm 1 all exercised)."""
+    table = SPSTable.from_inline([1.0 / (1.0 + 0.05 * n) for n in range(16)])
+    drafter = random_dspark(target)
+    policy = make_length_policy("schedule", 4, has_confidence=True, sps_table=table)
+    return ServingSetup(drafter, "random-dspark", "schedule", 4, policy, table)
+
+
+def server(target: Target, setup: ServingSetup | None = None, **config) -> LocalServer:
+    setup = setup or build_serving(target, "lookup")
+    return LocalServer(target, setup, ServeConfig(served_model_id(target), **config), lifetime_s=300)
+
+
+def reference(target: Target, messages: list[dict], max_tokens: int) -> str:
+    return generate(target, messages=messages, drafter="none", max_new_tokens=max_tokens).text
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+def test_openai_client_round_trip(llama: Target, slots: int) -> None:
+    want = reference(llama, HELLO, 16)
+    with server(llama, dspark_setup(llama), slots=slots) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        model = client.models.list().data[0].id
+        reply = client.chat.completions.create(model=model, messages=HELLO, temperature=0, max_tokens=16)
+        assert reply.choices[0].message.content == want
+        assert reply.choices[0].finish_reason in ("length", "stop")
+        assert reply.usage.completion_tokens <= 16 and reply.usage.prompt_tokens > 0
+        figures = reply.model_extra["minispark"]
+        assert figures["rounds"] > 0 and figures["tau"] >= 1.0 and figures["mode"] == "schedule"
+        chunks = list(client.chat.completions.create(model=model, messages=HELLO, temperature=0, max_tokens=16,
+                                                     stream=True, stream_options={"include_usage": True}))
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+        assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+        assert chunks[-2].choices[0].finish_reason == reply.choices[0].finish_reason
+        assert "minispark" in chunks[-2].model_extra
+
+
+def test_stop_strings_are_cut_streamed_and_not(llama: Target) -> None:
+    full = reference(llama, HELLO, 24)
+    stop = full[len(full) // 2: len(full) // 2 + 3]
+    want = full[: full.find(stop)]
+    with server(llama, slots=1) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        model = served_model_id(llama)
+        reply = client.chat.completions.create(model=model, messages=HELLO, temperature=0, max_tokens=24, stop=[stop])
+        assert reply.choices[0].message.content == want and reply.choices[0].finish_reason == "stop"
+        chunks = client.chat.completions.create(model=model, messages=HELLO, temperature=0, max_tokens=24,
+                                                stop=stop, stream=True)
+        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+
+
+def test_concurrent_requests_keep_greedy_parity(llama: Target) -> None:
+    prompts = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Hi", "Explain gravity."]
+    limits = [20, 7, 14, 5, 11]
+    wants = [reference(llama, [{"role": "user", "content": p}], n) for p, n in zip(prompts, limits)]
+    got: dict[int, str] = {}
+    with server(llama, dspark_setup(llama), slots=3) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+
+        def ask(i: int) -> None:
+            reply = client.chat.completions.create(model=served_model_id(llama), temperature=0, max_tokens=limits[i],
+                                                   messages=[{"role": "user", "content": prompts[i]}])
+            got[i] = reply.choices[0].message.content
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert [got.get(i) for i in range(len(prompts))] == wants
+
+
+def test_image_parts(vlm: Target, test_image: Path, tmp_path: Path) -> None:
+    data = "data:image/png;base64," + base64.b64encode(test_image.read_bytes()).decode()
+    (tmp_path / "cat.png").write_bytes(test_image.read_bytes())
+    content = lambda url: [{"type": "image_url", "image_url": {"url": url}},  # noqa: E731
+                           {"type": "text", "text": "What is in the picture?"}]
+    want = generate(vlm, prompt="What is in the picture?", images=[test_image], drafter="none",
+                    max_new_tokens=8).text
+    with server(vlm, slots=1, image_dir=tmp_path) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        for image_url in (data, "cat.png", f"file://{tmp_path / 'cat.png'}"):
+            reply = client.chat.completions.create(model=served_model_id(vlm), temperature=0, max_tokens=8,
+                                                   messages=[{"role": "user", "content": content(image_url)}])
+            assert reply.choices[0].message.content == want
+        for refused in ("http://example.com/cat.png", str(test_image), "../etc/passwd"):
+            with pytest.raises(openai.BadRequestError):
+                client.chat.completions.create(model=served_model_id(vlm), max_tokens=4,
+                                               messages=[{"role": "user", "content": content(refused)}])
+
+
+def post(url: str, body: object, **kwargs) -> httpx.Response:
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(f"{url}/v1/chat/completions", content=data, timeout=60,
+                      headers={"content-type": "application/json", **kwargs.pop("headers", {})}, **kwargs)
+
+
+def expect(response: httpx.Response, status: int) -> dict:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["message"]
+    assert "Traceback" not in response.text
+    return error
+
+
+def test_every_limit_answers_its_status(llama: Target, vlm: Target, test_image: Path) -> None:
+    model = served_model_id(llama)
+    ok = {"model": model, "messages": HELLO, "max_tokens": 2}
+    limits = ServeLimits(max_body_bytes=4096, max_messages=3, max_tokens=64)
+    with server(llama, slots=1, limits=limits, api_key="sekret") as url:
+        key = {"headers": {"authorization": "Bearer sekret"}}
+        expect(post(url, ok), 401)
+        expect(post(url, ok, headers={"authorization": "Bearer wrong"}), 401)
+        assert httpx.get(f"{url}/v1/models").status_code == 401 and httpx.get(f"{url}/health").status_code == 200
+        assert post(url, ok, **key).status_code == 200
+        expect(post(url, {**ok, "messages": [{"role": "user", "content": "x" * 5000}]}, **key), 413)
+        expect(post(url, {**ok, "messages": HELLO * 4}, **key), 400)
+        expect(post(url, {**ok, "max_tokens": 65}, **key), 400)
+        expect(post(url, {**ok, "max_completion_tokens": 0}, **key), 400)
+        expect(post(url, {**ok, "n": 2}, **key), 400)
+        expect(post(url, {**ok, "temperature": "hot"}, **key), 400)
+        expect(post(url, b"{not json", **key), 400)
+        expect(post(url, {**ok, "messages": [{"role": "tool", "content": "x"}]}, **key), 400)
+        expect(post(url, {**ok, "model": "gpt-4"}, **key), 404)
+        expect(httpx.get(f"{url}/v1/nowhere", **key), 404)
+        image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
+        expect(post(url, {**ok, "messages": [{"role": "user", "content": image}]}, **key), 400)  # text-only target
+    with server(llama, slots=1, limits=ServeLimits(queue=0)) as url:
+        assert expect(post(url, ok), 429)["code"] == "queue_full"
+    with server(vlm, slots=1, limits=ServeLimits(max_image_pixels=100)) as url:
+        data = "data:image/png;base64," + base64.b64encode(test_image.read_bytes()).decode()
+        body = {"model": served_model_id(vlm), "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data}}, {"type": "text", "text": "hi"}]}]}
+        assert expect(post(url, body), 413)["code"] == "image_too_large"
+    local = server(llama, slots=1)
+    with local as url:
+        local.server.config.app.state.worker.accepting = False  # what Ctrl-C's drain does first
+        assert expect(post(url, ok), 503)["code"] == "shutting_down"
+        local.server.config.app.state.worker.accepting = True
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_disconnect_frees_the_slot(llama: Target, slots: int) -> None:
+    body = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2000, "temperature": 1.0,
+            "seed": 1, "stream": True}
+    local = server(llama, slots=slots)
+    with local as url:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
+            for line in response.iter_lines():
+                if '"content"' in line and '"content": ""' not in line:
+                    break  # the first generated text: hang up mid-answer
+        deadline = time.monotonic() + 30
+        while (health := httpx.get(f"{url}/health").json())["in_flight"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert health["in_flight"] == 0 and health["cancelled"] == 1
+        ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 3}
+        assert post(url, ok).status_code == 200  # the slot serves the next request
+
+
+def test_binds_loopback_only_and_stops_by_itself(llama: Target) -> None:
+    assert defaults.SERVE_HOST == "127.0.0.1"
+    local = LocalServer(llama, build_serving(llama, "none"), ServeConfig(served_model_id(llama)), lifetime_s=1.5)
+    with local as url:
+        assert local.host == "127.0.0.1" and url.startswith("http://127.0.0.1:")
+        assert httpx.get(f"{url}/health").json()["status"] == "ok"
+        local.thread.join(20)  # the lifetime timer stops it without __exit__
+        assert not local.thread.is_alive()
+
+
+@pytest.mark.parametrize("argv, says", [(["--image-dir", "/nonexistent-dir"], "--image-dir"),
+                                        (["--max-concurrent", "0"], "--max-concurrent"),
+                                        (["--mode", "fast"], "--mode")])
+def test_the_command_refuses_bad_flags_in_one_line(argv: list[str], says: str) -> None:
+    from typer.testing import CliRunner
+
+    from minispark.cli import app
+
+    result = CliRunner().invoke(app, ["serve", *argv])
+    assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output

@@ -7,7 +7,6 @@ training run then gives the eager losses.
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import pytest
@@ -65,22 +64,14 @@ def test_failing_first_compilation_falls_back_once(monkeypatch):
     assert len(seen) == 1 and calls == [1]
 
 
-def test_training_with_compile_unavailable_runs_eagerly(tiny_dir, tmp_path, monkeypatch):
-    from minispark.data.cache import CacheConfig, build_cache
-    from minispark.serving.target import load_target
+def test_training_with_compile_unavailable_runs_eagerly(cache, target, tmp_path, monkeypatch):
     from minispark.training.recipes import load_recipe
     from minispark.training.train import train
 
-    target = load_target(str(tiny_dir("llama")))
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["Tell me a story.", "What is 2 + 2?"]))
-    config = CacheConfig(prompts=prompts, out=tmp_path / "cache", num_samples=4, max_new_tokens=16, layers="1,2",
-                         anchors_per_sample=8, window=16, block=4, dtype="fp32", batch_size=4)
-    build_cache(config, target=target, log=lambda _: None)
-    eager = train(load_recipe("tiny", ["steps=2"]), config.out, tmp_path / "eager", target=target, log=None).losses
+    eager = train(load_recipe("tiny", ["steps=2"]), cache, tmp_path / "eager", target=target, log=None).losses
     monkeypatch.setattr(compile_fallback, "compile_unavailable", lambda device: "no C++ compiler found (test)")
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compile must not be called"))
     with pytest.warns(UserWarning, match="runs eagerly"):
-        compiled = train(load_recipe("tiny", ["steps=2", "compile=true"]), config.out, tmp_path / "compiled",
+        compiled = train(load_recipe("tiny", ["steps=2", "compile=true"]), cache, tmp_path / "compiled",
                          target=target, log=None).losses
     assert compiled == eager

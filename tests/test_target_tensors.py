@@ -7,7 +7,6 @@ whole target loaded.
 
 from __future__ import annotations
 
-import json
 
 import pytest
 import torch
@@ -28,25 +27,18 @@ def test_frozen_parts_equal_the_loaded_targets(tiny_dir, family):
     assert decoder_weights and all(p.is_meta for p in decoder_weights)  # nothing else was read
 
 
-def test_training_from_a_cache_never_instantiates_the_whole_target(tiny_dir, tmp_path, monkeypatch):
+def test_training_from_a_cache_never_instantiates_the_whole_target(cache, target, tmp_path, monkeypatch):
     import transformers
 
-    from minispark.data.cache import CacheConfig, build_cache
     from minispark.training.recipes import load_recipe
     from minispark.training.train import train
 
-    target = load_target(str(tiny_dir("llama")))
-    prompts = tmp_path / "p.jsonl"
-    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["Tell me a story.", "What is 2 + 2?"]))
-    config = CacheConfig(prompts=prompts, out=tmp_path / "cache", num_samples=4, max_new_tokens=16, layers="1,2",
-                         anchors_per_sample=8, window=16, block=4, dtype="fp32", batch_size=4)
-    build_cache(config, target=target, log=lambda _: None)
-    with_target = train(load_recipe("tiny", ["steps=2"]), config.out, tmp_path / "a", target=target, log=None).losses
+    with_target = train(load_recipe("tiny", ["steps=2"]), cache, tmp_path / "a", target=target, log=None).losses
 
     def refuse(*_args, **_kwargs):
         raise AssertionError("the whole target was instantiated")
 
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForImageTextToText):
         monkeypatch.setattr(auto, "from_pretrained", refuse)
-    alone = train(load_recipe("tiny", ["steps=2"]), config.out, tmp_path / "b", log=None).losses
+    alone = train(load_recipe("tiny", ["steps=2"]), cache, tmp_path / "b", log=None).losses
     assert alone == with_target

@@ -141,7 +141,8 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: python -m minispark.training.heldout HELDOUT_CACHE_OR_ANSWERS DRAFTER_DIR [DRAFTER_DIR ...]")
     held = Path(argv[0])
     online = (held / MANIFEST).exists()
-    config = AnswerSet(held).config if online else CacheReader(held).config
+    cache = None if online else CacheReader(held, verify=False)  # a cache's features serve every drafter
+    config = AnswerSet(held).config if online else cache.config
     target = load_target("embedded" if config["target"]["name"] == "SmolLM2-135M-Instruct"
                          else config["target"]["name"], device="cpu")
     embed, head = target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach()
@@ -149,10 +150,11 @@ def main(argv: list[str]) -> None:
     for path in argv[1:]:
         model = load_draft_model(path, embed, head, "cpu").float()
         c = model.config
-        key = (c.block_size, tuple(c.feature_layers), c.window)  # an answer set's features follow the drafter
+        # a cache's features are fixed; an answer set's are computed with each drafter's layers and window
+        key = (c.block_size,) if cache is not None else (c.block_size, tuple(c.feature_layers), c.window)
         if key not in proxies:
-            reader = (open_reader(held, target, list(c.feature_layers), c.window, c.block_size) if online
-                      else CacheReader(held, verify=False))
+            reader = cache if cache is not None else open_reader(held, target, list(c.feature_layers), c.window,
+                                                                 c.block_size)
             proxies[key] = HeldoutProxy(reader, c.block_size, full_lm_head=head)
         print(json.dumps({"drafter": path} | proxies[key].score(model).to_json()), flush=True)
 

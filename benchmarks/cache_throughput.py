@@ -24,7 +24,7 @@ from transformers import GenerationConfig
 from minispark.data.cache import CacheConfig, build_cache
 from minispark.data.prompts import load_prompts
 from minispark.data.regenerate import collate
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 CORPUS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "corpus.jsonl"
 

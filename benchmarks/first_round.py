@@ -19,9 +19,9 @@ import torch
 
 from minispark.data.prompts import HELDOUT_FILE, load_prompts
 from minispark.serving.generate import default_drafter, generate, make_drafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 
 def main() -> None:

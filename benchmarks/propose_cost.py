@@ -26,8 +26,8 @@ from minispark.model.draft_model import DraftModel
 from minispark.model.draft_quant import quantize_int8
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.generate import default_drafter, make_drafter
-from minispark.serving.sampling import SamplingConfig
-from minispark.serving.target import load_target
+from minispark.target.sampling import SamplingConfig
+from minispark.target.loading import load_target
 
 CONTEXT = 230  # context rows given to the drafter, and about the target's context length
 

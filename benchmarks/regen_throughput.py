@@ -27,9 +27,9 @@ from transformers import GenerationConfig
 from minispark.data.answer_sampler import iter_answers
 from minispark.data.prompts import load_prompts
 from minispark.data.regenerate import collate, sample_seed
-from minispark.serving.runtime import eager_linears
-from minispark.serving.sampling import SamplingConfig
-from minispark.serving.target import load_target
+from minispark.target.runtime import eager_linears
+from minispark.target.sampling import SamplingConfig
+from minispark.target.loading import load_target
 
 CORPUS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "corpus.jsonl"
 

@@ -22,7 +22,7 @@ import torch
 from minispark.data.prompts import HELDOUT_FILE, load_prompts
 from minispark.serve.app import LocalServer, ServeConfig, served_model_id
 from minispark.serving.builder import build_serving
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 
 def percentile(values: list[float], q: float) -> float:

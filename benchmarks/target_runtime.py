@@ -11,7 +11,7 @@ import time
 
 import torch
 
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 
 def main() -> None:

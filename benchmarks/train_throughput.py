@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from minispark.data.answers import AnswerSet
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.training.anchor_batches import make_batch
 from minispark.training.online import OnlineSource
 from minispark.training.recipes import load_recipe

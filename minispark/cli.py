@@ -25,7 +25,7 @@ from typer.core import TyperCommand, TyperGroup
 from minispark import defaults, validate
 from minispark.defaults import (DEFAULT_GAMMA, DEFAULT_THRESHOLD, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K,
                                 REGEN_TOP_P, make_console)
-from minispark.serving.embedded import EMBEDDED_SPELLINGS
+from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.errors import MinisparkError
 
 
@@ -215,7 +215,7 @@ DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
 
 def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], load_in_4bit: bool = False,
           load_in_8bit: bool = False):
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     from minispark.remembered_target import auto_4bit_notice
 
@@ -338,7 +338,7 @@ def generate(
 ) -> None:
     """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
     from minispark.serving.generate import DEFAULT_PROMPT, generate as run_generate
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
@@ -398,7 +398,7 @@ def chat(
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
     from minispark.chat import ChatREPL
     from minispark.serving.conversation import Conversation
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
@@ -508,7 +508,7 @@ def bench(
     from minispark.measuring.bench import (BASELINE_MODES, BenchConfig, build_modes, builtin_prompts, file_prompts,
                                  plot_bench, render_bench, run_bench)
     from minispark.measuring.profiler import rich_progress
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
 
     validate.drafter_spec(drafter)
     _check_prompts(prompts)
@@ -893,7 +893,7 @@ def calibrate(
     from minispark.measuring.profiler import rich_progress
     from minispark.data.prompts import load_prompt_inputs
     from minispark.measuring.rollouts import calibrate_drafter
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
     validate.checkpoint(drafter, "--drafter")

@@ -44,7 +44,7 @@ DRAFT_PRECISIONS = ("auto", "float", "int8")
 #: Set by ``minispark --draft-precision`` (read where drafters are loaded, here and in subprocesses).
 DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
 
-#: How the target's linear layers run (``serving/runtime.py`` says what each does), and the variable
+#: How the target's linear layers run (``target/runtime.py`` says what each does), and the variable
 #: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).
 TARGET_RUNTIMES = ("auto", "eager", "packed")
 TARGET_RUNTIME_ENV = "MINISPARK_RUNTIME"

@@ -25,8 +25,8 @@ from minispark.atomic import write_text_atomic
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
 from minispark.errors import MinisparkError
 from minispark.data.prompts import PromptSample, load_prompts
-from minispark.serving.embedded import EMBEDDED_SPELLINGS
-from minispark.serving.target import Target, load_target
+from minispark.target.embedded import EMBEDDED_SPELLINGS
+from minispark.target.loading import Target, load_target
 from minispark.training.recipes import TrainConfig
 
 HELDOUT_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "heldout.jsonl"
@@ -331,7 +331,7 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
 
     def calibrate_stage() -> dict:
         from minispark.measuring.rollouts import calibrate_drafter
-        from minispark.serving.sampling import SamplingConfig
+        from minispark.target.sampling import SamplingConfig
         from minispark.serving.builder import build_serving
 
         t = get_target()

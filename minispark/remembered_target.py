@@ -140,12 +140,12 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
     (or the embedded model) by its weights hash, a hub id by name (a hub id's weights are checked when
     the drafter loads)."""
     from minispark.identity import same_target, target_id
-    from minispark.serving.embedded import EMBEDDED_SPELLINGS
+    from minispark.target.embedded import EMBEDDED_SPELLINGS
     from minispark.validate import target_location
 
     if target in EMBEDDED_SPELLINGS:
-        from minispark.serving.embedded import EMBEDDED_NAME, embedded_model_dir
-        from minispark.serving.target import _dir_hash
+        from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
+        from minispark.target.loading import _dir_hash
 
         current = target_id({"name": EMBEDDED_NAME, "weights_hash": _dir_hash(embedded_model_dir(),
                                                                               ("config.json", "*.safetensors"))})
@@ -157,7 +157,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
         location = target_location(target)
         if location is None:  # a hub id: its weights are checked when the drafter loads
             return
-        from minispark.serving.target import _dir_hash
+        from minispark.target.loading import _dir_hash
 
         current = target_id({"name": str(location.resolve()), "weights_hash": _dir_hash(
             location, ("config.json", "*.safetensors"))})

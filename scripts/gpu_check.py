@@ -126,7 +126,7 @@ def serving_peak(target_dir: Path, scale: str, device: torch.device, work: Path,
     from minispark.model.checkpoint import save_drafter
     from minispark.model.draft_model import DraftModel
     from minispark.serving.generate import generate, make_drafter
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
     from minispark.identity import target_id
     from minispark.tiny_models import make_test_image
     from minispark.training.recipes import draft_config, load_recipe, target_dims

@@ -40,7 +40,7 @@ def test_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def embedded_target():
     """The embedded SmolLM2-135M-Instruct target (converted from its GGUF on first use)."""
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     return load_target()
 
@@ -52,7 +52,7 @@ def tiny_trained_drafter(tiny_dir, tmp_path_factory) -> tuple[Path, Path]:
 
     from minispark.data.cache import CacheConfig, build_cache
     from minispark.training.recipes import load_recipe
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
     from minispark.training.train import train
 
     target_dir = tiny_dir("llama")
@@ -71,7 +71,7 @@ def tiny_trained_drafter(tiny_dir, tmp_path_factory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def target(tiny_dir):
     """The tiny Llama target of the training tests (a module may define its own ``target``)."""
-    from minispark.serving.target import load_target  # after HF_HUB_OFFLINE is set
+    from minispark.target.loading import load_target  # after HF_HUB_OFFLINE is set
 
     return load_target(str(tiny_dir("llama")))
 

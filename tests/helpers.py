@@ -22,9 +22,9 @@ from minispark.serving.draft_block import DraftBlock, FixedBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.engine import speculative_generate
-from minispark.serving.sampling import SamplingConfig, make_generator, probabilities, sample
+from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
 from minispark.serving.schedule import FixedLength
-from minispark.serving.target import PromptInputs, StepOutput, Target
+from minispark.target.loading import PromptInputs, StepOutput, Target
 from minispark.training.recipes import load_recipe
 
 

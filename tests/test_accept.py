@@ -14,7 +14,7 @@ import torch
 
 from minispark.serving import accept as accept_module
 from minispark.serving.accept import accept_greedy, accept_sampling, leading_true
-from minispark.serving.sampling import SamplingConfig, sample
+from minispark.target.sampling import SamplingConfig, sample
 from minispark.serving.schedule import ScheduledLength
 from minispark.serving.sps import SPSTable
 from tests.helpers import DraftVocabFakeDrafter, ConfidentFakeDrafter, exact_joint, empirical_joint, chi_square_pvalue

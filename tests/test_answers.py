@@ -14,8 +14,8 @@ from minispark.data import answer_sampler
 from minispark.data.answer_sampler import sample_answers
 from minispark.data.answers import AnswerConfig, AnswerSet, AnswerSetError, build_answers, shard_name
 from minispark.data.prompts import HELDOUT_FILE, PromptFileError
-from minispark.serving.sampling import SamplingConfig, draw_rows, make_generator, probabilities
-from minispark.serving.target import load_target
+from minispark.target.sampling import SamplingConfig, draw_rows, make_generator, probabilities
+from minispark.target.loading import load_target
 
 PROMPTS = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly.",
            "Write a haiku about the sea and the wind over it.", "Hi", "Name a prime number greater than ten."]

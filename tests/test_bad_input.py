@@ -376,7 +376,7 @@ def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_pat
     from minispark.measuring.bench import file_prompts
     from minispark.serving.conversation import Conversation
     from minispark.serving.drafters.base import NoDrafter
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     target = load_target(str(tiny_dir("llama")))
     long = " ".join(["word"] * (target.text_config.max_position_embeddings + 10))
@@ -438,7 +438,7 @@ def test_a_default_generate_falls_back_from_a_too_short_sps_table(tiny_trained_d
 def test_demo_train_sizes_its_recipe_to_another_target(tiny_dir) -> None:
     """demo --train --target OTHER: the demo recipe's SmolLM2 layer ids and sizes give way to the target's."""
     from minispark.demo import PipelineSizes, pipeline_recipe, usable_mask_token
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
     from minispark.training.recipes import check_target_dims, draft_config, target_dims
 
     name = PipelineSizes().recipe
@@ -632,7 +632,7 @@ def test_transformers_notices_stay_quiet(tiny_dir) -> None:
     are not the user's concern once a target is loaded; minispark's own notices are warnings."""
     from transformers.utils import logging as hf_logging
 
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     target = load_target(str(tiny_dir("llama")))
     assert hf_logging.get_verbosity() == hf_logging.ERROR
@@ -703,7 +703,7 @@ def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
     from minispark.data.prompts import HELDOUT_FILE
     from minispark.defaults import SHIPPED_DRAFTERS
     from minispark.model.checkpoint import load_calibration
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
     from minispark.validate import not_shipped
 
     shipped = next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if (p / "calibration.json").is_file())

@@ -15,7 +15,7 @@ from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.generate import generate
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import Target, load_target
+from minispark.target.loading import Target, load_target
 from tests.helpers import random_dspark
 
 PROMPTS = ["Tell me a story about a cat.", "What is 2 + 2?", "List three fruits and say why you like them.",

@@ -27,10 +27,10 @@ from minispark.cli import app
 from minispark.serving.draft_block import FixedBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 GAMMA = 4  # the tiny drafter's block size
 BREAKDOWN = ("propose_ms", "verify_ms", "accept_commit_ms", "target_ms_per_token", "draft_share")

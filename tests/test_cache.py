@@ -19,8 +19,8 @@ from minispark.data.cache import CacheConfig, build_cache, estimate_cache
 from minispark.data.cache_format import CACHE_DTYPES, CacheReader
 from minispark.errors import MinisparkError
 from minispark.data.regenerate import regenerate
-from minispark.serving.sampling import SamplingConfig
-from minispark.serving.target import load_target
+from minispark.target.sampling import SamplingConfig
+from minispark.target.loading import load_target
 from minispark.tiny_models import build_tiny, make_test_image
 
 NUM_LAYERS = 6

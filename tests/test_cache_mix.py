@@ -17,7 +17,7 @@ from minispark.cli import app
 from minispark.data.cache import CacheConfig, build_cache
 from minispark.data.cache_format import CacheError, CacheMismatchError, CacheReader
 from minispark.data.cache_mix import MixPart, concat_shards, mix_caches, parse_part, slice_samples
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.tiny_models import build_tiny
 
 COMMON = dict(max_new_tokens=6, layers="1,2", anchors_per_sample=4, anchor_run=2, window=16, block=4, dtype="fp32",

@@ -23,7 +23,7 @@ from minispark.data.cache import CacheConfig, build_cache
 from minispark.data.cache_format import MANIFEST, CacheError, CacheMismatchError, CacheReader, ShardFile, shard_name
 from minispark.errors import MinisparkError
 from minispark.data.prompts import PromptFileError
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.tiny_models import build_tiny
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,7 +114,7 @@ def test_sigkill_at_any_moment_then_resume_is_identical(model_dir, llama, prompt
     script = (
         "import sys, torch; torch.set_num_threads(1)\n"
         "from pathlib import Path\n"
-        "from minispark.serving.target import load_target\n"
+        "from minispark.target.loading import load_target\n"
         "from minispark.data.cache import CacheConfig, build_cache\n"
         f"settings = dict(prompts=Path({str(prompt_file)!r}), out=Path({str(out)!r}), num_samples=7,\n"
         "    max_new_tokens=12, layers='1,2', anchors_per_sample=3, window=4, block=3, dtype='bf16',\n"

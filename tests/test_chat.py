@@ -29,7 +29,7 @@ from minispark.serving.generate import default_drafter
 from minispark.identity import target_id
 from minispark.serving.builder import PROFILE_HINT, TRAIN_HINT, build_serving
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import Target, load_target
+from minispark.target.loading import Target, load_target
 from tests.helpers import random_dspark
 
 REPO = Path(__file__).resolve().parent.parent
@@ -269,7 +269,7 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
     from minispark.measuring.calibrate import Calibration
     from minispark.model.checkpoint import CALIBRATION_FILE
     from minispark.errors import MinisparkError
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
 
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))

@@ -17,9 +17,9 @@ from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
-from minispark.serving.target import Target, load_target
+from minispark.target.loading import Target, load_target
 from tests.helpers import OracleDrafter, assert_parity, hf_greedy, random_dspark
 
 MAX_NEW = 16

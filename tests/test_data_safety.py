@@ -131,7 +131,7 @@ def test_profile_writes_user_tables_looked_up_first(tiny_dir, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     from minispark.serving.builder import matching_sps_table
     from minispark.serving.sps import SPSTable, user_tables_dir
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     monkeypatch.setenv("MINISPARK_SPS_TABLES", str(tmp_path / "user-tables"))
     result = run("profile", "--target", tiny_dir("llama"), "--contexts", "8", "--max-tokens", "8", "--rounds", "1",
@@ -178,7 +178,7 @@ def test_writes_replace_symlinks_instead_of_following_them(tmp_path: Path) -> No
 
 def test_same_target_spelled_differently(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:
     from minispark.identity import same_target, target_id
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     target = tiny_dir("llama")
     spellings = [str(target), str(target) + "/", f"{target}/../{target.name}"]

@@ -33,10 +33,10 @@ from minispark.serving.engine import speculative_generate
 from minispark.errors import MinisparkError
 from minispark.serving.generate import generate, make_drafter
 from minispark.identity import target_id
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, ThresholdLength, make_length_policy
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import Target, load_target
+from minispark.target.loading import Target, load_target
 from tests.helpers import assert_parity, hf_greedy
 
 PROMPTS = ["Tell me a story.", "List three fruits and a vegetable."]

@@ -11,7 +11,7 @@ import pytest
 
 from minispark.demo import STAGES, PipelineSizes, demo_samples, run_demo, run_pipeline
 from minispark.errors import MinisparkError
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 
 def tiny_sizes(**changes) -> PipelineSizes:

@@ -18,7 +18,7 @@ from minispark.model.draft_model import DraftConfig, DraftModel, block_attention
 from minispark.serving.drafters.dspark import DSparkDrafter, load_drafter
 from minispark.serving.engine import DecodeState, schedule
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig, make_generator, probabilities
+from minispark.target.sampling import SamplingConfig, make_generator, probabilities
 from minispark.serving.schedule import LengthPolicy
 from tests.helpers import D, V, GAMMA, M, make_config, target_weights, subset, make_model, pair_chi_square, draw_many, SMALL_V, DRAWS
 

@@ -47,7 +47,7 @@ def test_quantize_int8_replaces_the_large_linears_only():
 def test_int8_sampler_draws_from_the_distributions_it_returns(head: str):
     """p_d of the int8 drafter is exactly what it samples from (the precondition of lossless
     rejection sampling), and it differs from the float drafter's: the test sees the int8 path."""
-    from minispark.serving.sampling import SamplingConfig, probabilities
+    from minispark.target.sampling import SamplingConfig, probabilities
     from tests.helpers import D, DRAWS, GAMMA, SMALL_V, draw_many, make_model, pair_chi_square
 
     model, float_model = make_model(head, vocab=SMALL_V, seed=3), make_model(head, vocab=SMALL_V, seed=3)
@@ -66,7 +66,7 @@ def test_int8_sampler_draws_from_the_distributions_it_returns(head: str):
 
 @pytest.fixture(scope="module")
 def served(tiny_trained_drafter):
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     target_dir, drafter_dir = tiny_trained_drafter
     return load_target(str(target_dir)), str(drafter_dir)
@@ -92,7 +92,7 @@ def test_int8_drafter_decodes_and_keeps_greedy_parity(served, temperature):
     """The int8 drafter runs through the real loop; at T = 0 its output equals target-only greedy decoding."""
     from minispark.serving.engine import speculative_generate
     from minispark.serving.generate import make_drafter
-    from minispark.serving.sampling import SamplingConfig
+    from minispark.target.sampling import SamplingConfig
     from minispark.serving.schedule import FixedLength
     from tests.helpers import assert_parity, hf_greedy
 

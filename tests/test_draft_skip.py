@@ -21,9 +21,9 @@ from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.serving.generate import make_drafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.builder import build_serving
-from minispark.serving.target import PromptInputs, Target, load_target
+from minispark.target.loading import PromptInputs, Target, load_target
 from tests.helpers import PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint
 from tests.helpers import OracleDrafter, assert_parity, hf_greedy
 

@@ -13,11 +13,11 @@ from minispark.model.checkpoint import CALIBRATION_FILE
 from minispark.cli import app
 from minispark.serving.generate import generate, make_drafter
 from minispark.measuring.rollouts import calibrate_drafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength, ScheduledLength, ThresholdLength
 from minispark.serving.builder import build_serving
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from tests.helpers import assert_parity, hf_greedy
 
 PROMPTS = ["Tell me a story.", "List three fruits and a vegetable.", "Why is the sky blue?"]

@@ -13,9 +13,9 @@ import torch
 from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
-from minispark.serving.target import PromptInputs, Target, load_target
+from minispark.target.loading import PromptInputs, Target, load_target
 from tests.helpers import OracleDrafter, hf_greedy, assert_parity
 
 

@@ -19,7 +19,7 @@ from minispark.serving.generate import generate, make_drafter
 from minispark.data.prompts import HELDOUT_FILE, PromptFileError
 from minispark.training.recipes import load_recipe
 from minispark.serving.schedule import FixedLength
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.training.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
 from tests.helpers import assert_parity, hf_greedy
 

@@ -25,10 +25,10 @@ from minispark.serving.drafters.hybrid import (AcceptanceEstimate, HybridDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.serving.generate import make_drafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength, ScheduledLength
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import PromptInputs, Target, load_target
+from minispark.target.loading import PromptInputs, Target, load_target
 from tests.helpers import PROMPT, ConfidentFakeDrafter, FakeSession, chi_square_pvalue, exact_joint
 from tests.helpers import assert_parity, hf_greedy
 

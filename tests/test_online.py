@@ -13,7 +13,7 @@ from minispark.data.answers import AnswerConfig, AnswerSet, build_answers
 from minispark.data.cache import CacheConfig, build_cache
 from minispark.data.cache_format import CacheReader
 from minispark.errors import MinisparkError
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.training.online import MemoryReader, OnlinePlan, OnlineSource
 from minispark.training.recipes import load_recipe
 from minispark.training.train import train

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from minispark import defaults
 from minispark.cli import app
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.tiny_models import make_test_image
 
 

@@ -13,8 +13,8 @@ import torch
 
 from minispark.data.answer_sampler import sample_answers
 from minispark.data.regenerate import regenerate
-from minispark.serving.sampling import SamplingConfig, draw_rows, make_generator, probabilities, sample
-from minispark.serving.target import load_target
+from minispark.target.sampling import SamplingConfig, draw_rows, make_generator, probabilities, sample
+from minispark.target.loading import load_target
 
 PROMPTS = ["Tell me a story.", "What is 2 + 2?", "List three fruits."]
 NEW = 16

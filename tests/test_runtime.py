@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from minispark.cli import app
 from minispark.errors import MinisparkError
-from minispark.serving import runtime as runtime_module
-from minispark.serving.runtime import PackedLinear, apply_runtime, eager_linears
+from minispark.target import runtime as runtime_module
+from minispark.target.runtime import PackedLinear, apply_runtime, eager_linears
 from minispark.serving.sps import SPSTable, find_table, table_mismatch, table_runtime
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_5_vl"]
 

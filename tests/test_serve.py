@@ -26,7 +26,7 @@ from minispark.serving.builder import ServingSetup, build_serving
 from minispark.serving.generate import generate
 from minispark.serving.schedule import make_length_policy
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import Target, load_target
+from minispark.target.loading import Target, load_target
 from tests.helpers import random_dspark
 
 HELLO = [{"role": "user", "content": "Hello there, how are you?"}]

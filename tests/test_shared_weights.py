@@ -14,7 +14,7 @@ import torch
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.serving.generate import make_drafter
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 
 V, D = 96, 32
 

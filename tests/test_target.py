@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from minispark.cli import app
 from minispark.errors import MinisparkError
-from minispark.serving.target import Target, load_target
+from minispark.target.loading import Target, load_target
 
 
 @pytest.fixture(scope="module")

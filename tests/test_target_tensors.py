@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.training.target_tensors import load_frozen_parts
 
 

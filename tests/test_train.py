@@ -18,7 +18,7 @@ from minispark.data.cache_format import CacheMismatchError, CacheReader
 from minispark.serving.drafters.dspark import load_drafter
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
-from minispark.serving.target import load_target
+from minispark.target.loading import load_target
 from minispark.tiny_models import build_tiny
 from minispark.training.anchor_batches import AnchorPlan, make_batch
 from minispark.training.draft_vocab import answer_token_counts

@@ -7,7 +7,7 @@ when enough rows are free the next prompts are prefilled as a small left-padded 
 joined to the running one (their KV is left-padded to the running width, the padding masked). Columns
 that every live row masks are trimmed from the left, so the cache is as wide as the longest live row.
 
-Every sample draws its tokens with its own seeded generator from ``serving.sampling.probabilities``,
+Every sample draws its tokens with its own seeded generator from ``target.sampling.probabilities``,
 exactly as :func:`minispark.data.regenerate.regenerate` does; the batch only changes logits by float
 noise. Positions are explicit per row, so a row's tokens sit at the same positions as in a batch of one.
 Text targets only (M-RoPE prompts with images go through ``regenerate``).
@@ -25,8 +25,8 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from minispark.data.regenerate import Answer
-from minispark.serving.sampling import SamplingConfig, draw_rows, make_generator
-from minispark.serving.target import PromptInputs, Target
+from minispark.target.sampling import SamplingConfig, draw_rows, make_generator
+from minispark.target.loading import PromptInputs, Target
 
 
 #: Free columns past the widest window: a compaction (one copy of the live window) per this many steps.

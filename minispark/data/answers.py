@@ -38,8 +38,8 @@ from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash,
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig
-from minispark.serving.target import PromptInputs, Target, load_target
+from minispark.target.sampling import SamplingConfig
+from minispark.target.loading import PromptInputs, Target, load_target
 
 FORMAT = "minispark-answers"
 FORMAT_VERSION = 1

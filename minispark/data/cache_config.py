@@ -16,7 +16,7 @@ from minispark.data.cache_format import CACHE_DTYPES
 from minispark.data.prompts import HELDOUT_FILE
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 
 DEMO_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts"
 

@@ -18,7 +18,7 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_windows import ByteEstimate, estimate_bytes, format_bytes
 from minispark.data.prompts import PromptSample
 from minispark.errors import MinisparkError
-from minispark.serving.target import Target
+from minispark.target.loading import Target
 
 
 @dataclass

@@ -34,7 +34,7 @@ from minispark import validate
 from minispark.errors import MinisparkError
 
 if TYPE_CHECKING:
-    from minispark.serving.target import PromptInputs, Target
+    from minispark.target.loading import PromptInputs, Target
 
 SAMPLE_KEYS = {"prompt", "images", "messages", "id", "category"}
 MESSAGE_KEYS = {"role", "content"}

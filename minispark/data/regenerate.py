@@ -4,7 +4,7 @@ Drafts are trained on the target's own distribution (design notes §10.1), so th
 every reference answer by one the target samples itself. Prompts are left-padded into batches and
 run through Hugging Face ``generate`` (which handles the KV cache, padding and M-RoPE positions of
 VLMs); the token choice is taken over by :class:`RowSampler`, which draws row ``i`` from
-``minispark.serving.sampling.probabilities`` with generator ``i``. A sample's answer therefore depends
+``minispark.target.sampling.probabilities`` with generator ``i``. A sample's answer therefore depends
 only on its own seed and on its logits; batching can change logits only by floating-point noise,
 so the batch composition is fixed by the caller (see ``cache.py``: shard, then prompt length).
 
@@ -27,8 +27,8 @@ import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig, make_generator, probabilities, sample
-from minispark.serving.target import PromptInputs, Target
+from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
+from minispark.target.loading import PromptInputs, Target
 
 # Per-token model inputs that must be padded with the prompt; every other tensor in
 # ``PromptInputs.model_kwargs`` (pixel_values, image_grid_thw, ...) is concatenated along dim 0.

@@ -47,11 +47,11 @@ from minispark.serving.draft_skip import DraftSkip
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.errors import MinisparkError
 from minispark.serving.generate import make_drafter
-from minispark.serving.runtime import eager_linears
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.runtime import eager_linears
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import PromptInputs, Target
+from minispark.target.loading import PromptInputs, Target
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -26,9 +26,9 @@ from minispark.serving.drafters.base import Drafter
 from minispark.serving.engine import speculative_generate
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength
-from minispark.serving.target import PromptInputs, Target
+from minispark.target.loading import PromptInputs, Target
 
 
 class RecordingDrafter(Drafter):

@@ -38,7 +38,7 @@ from minispark.model.draft_model import DraftModel
 from minispark.errors import MinisparkError
 from minispark.identity import same_target
 from minispark.remembered_target import TARGET_FILE
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"

@@ -325,7 +325,7 @@ def load_deepspec_model(
 
 
 def check_against_target(path: str | Path, target: Any, window: int | None = None) -> DraftConfig:
-    """Validate a DeepSpec directory against a loaded :class:`~minispark.serving.target.Target` without
+    """Validate a DeepSpec directory against a loaded :class:`~minispark.target.loading.Target` without
     reading the weights (config fields, then weight names/shapes from the safetensors headers)."""
     from minispark.identity import target_id
 

@@ -34,7 +34,7 @@ from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
-from minispark.serving.target import Target
+from minispark.target.loading import Target
 from minispark.validate import replaceable_dir
 
 README_FILE = "README.md"

@@ -41,7 +41,7 @@ from torch import nn
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_heads import HEADS
 from minispark.serving.draft_block import DraftBlock
-from minispark.serving.sampling import SamplingConfig, probabilities, sample
+from minispark.target.sampling import SamplingConfig, probabilities, sample
 
 if TYPE_CHECKING:
     from minispark.model.draft_cache import ContextCache

@@ -40,7 +40,7 @@ from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_c
 from minispark.serve.worker import Job, Worker
 from minispark.serving.batched import fork_drafter
 from minispark.serving.builder import ServingSetup
-from minispark.serving.target import Target
+from minispark.target.loading import Target
 
 
 @dataclass

@@ -29,8 +29,8 @@ from minispark.serving.batched import BatchDecoder, BatchRequest
 from minispark.serving.builder import ServingSetup
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.generate import stop_on_strings
-from minispark.serving.sampling import SamplingConfig, make_generator
-from minispark.serving.target import PromptInputs, Target
+from minispark.target.sampling import SamplingConfig, make_generator
+from minispark.target.loading import PromptInputs, Target
 
 
 @dataclass

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import torch
 
-from minispark.serving.sampling import SamplingConfig, probabilities, sample
+from minispark.target.sampling import SamplingConfig, probabilities, sample
 
 
 def leading_true(mask: torch.Tensor) -> int:

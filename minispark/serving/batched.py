@@ -1,6 +1,6 @@
 """R requests decoded together: their rounds stepped in lockstep, every round verified in ONE target forward.
 
-Each request keeps its own :class:`~minispark.serving.target.TargetSession` (KV cache) and its own drafter
+Each request keeps its own :class:`~minispark.target.loading.TargetSession` (KV cache) and its own drafter
 (context cache), so prefill, commit, crop and rollback are the single-request engine's own steps
 (``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
 
@@ -38,9 +38,9 @@ from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.errors import MinisparkError
 from minispark.serving.engine import (DecodeState, GenerationStats, accept, commit, prefill, propose, settle,
                                       truncate)
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
-from minispark.serving.target import PromptInputs, StepOutput, Target, TargetSession
+from minispark.target.loading import PromptInputs, StepOutput, Target, TargetSession
 
 
 def fork_drafter(drafter: Drafter) -> Drafter:

@@ -32,10 +32,10 @@ from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
 from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_id, target_quantization
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
 from minispark.serving.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch, user_tables_dir
-from minispark.serving.target import Target
+from minispark.target.loading import Target
 
 TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
               "`minispark cache` + `minispark train` and pass --drafter DIR")

@@ -25,9 +25,9 @@ from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.generate import fit_context, stop_on_strings, text_streamer
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
-from minispark.serving.target import Target
+from minispark.target.loading import Target
 
 
 @dataclass

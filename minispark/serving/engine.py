@@ -36,9 +36,9 @@ from minispark.serving.accept import accept as accept_rule
 from minispark.serving.draft_block import DraftBlock, Proposal
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.draft_skip import SkipPolicy
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy, scheduled_length
-from minispark.serving.target import PromptInputs, StepOutput, TargetSession
+from minispark.target.loading import PromptInputs, StepOutput, TargetSession
 
 
 @dataclass

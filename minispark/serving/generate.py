@@ -4,7 +4,7 @@ This is the Python API behind ``minispark generate`` (``conversation.py`` runs c
 it builds the drafter and length policy from names, applies the chat template, runs
 ``engine.speculative_generate`` and decodes the result.
 
-    python -c "from minispark.serving.generate import generate; from minispark.serving.target import load_target; \
+    python -c "from minispark.serving.generate import generate; from minispark.target.loading import load_target; \
 print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
 """
 
@@ -22,9 +22,9 @@ from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
 from minispark.defaults import SHIPPED_DRAFTERS
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
-from minispark.serving.target import Target
+from minispark.target.loading import Target
 
 #: The ``--drafter`` spec of the hybrid drafter (``hybrid`` or ``hybrid:DIR``).
 HYBRID = "hybrid"

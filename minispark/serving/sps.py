@@ -276,7 +276,7 @@ def list_tables(directory: str | Path) -> list[Path]:
 def user_tables_dir() -> Path:
     """Where ``minispark profile`` writes the tables it measures (never the shipped ``sps_tables/``):
     ``$MINISPARK_SPS_TABLES``, else ``sps_tables/`` in the user cache dir (``$MINISPARK_CACHE``)."""
-    from minispark.serving.embedded import cache_root
+    from minispark.target.embedded import cache_root
 
     return Path(os.environ.get("MINISPARK_SPS_TABLES") or cache_root() / "sps_tables")
 
@@ -360,7 +360,7 @@ def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | 
 
 
 def table_runtime(table: SPSTable) -> str:
-    """The target runtime a table was profiled with (``serving/runtime.py``); tables from before
+    """The target runtime a table was profiled with (``target/runtime.py``); tables from before
     runtimes existed measured the eager one."""
     return str(table.metadata.get("runtime", "eager"))
 

@@ -132,7 +132,7 @@ def main(argv: list[str]) -> None:
     import sys
 
     from minispark.model.checkpoint import load_draft_model
-    from minispark.serving.target import load_target
+    from minispark.target.loading import load_target
 
     from minispark.data.answers import MANIFEST, AnswerSet
     from minispark.training.online import open_reader

@@ -31,7 +31,7 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_format import Anchor, CacheFacts, CacheReader, config_hash, pack_shard
 from minispark.data.regenerate import Answer
 from minispark.errors import MinisparkError
-from minispark.serving.target import PromptInputs, Target
+from minispark.target.loading import PromptInputs, Target
 
 #: More anchors per answer than any answer has tokens: every answer position is an anchor.
 DENSE = 1 << 30

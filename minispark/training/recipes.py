@@ -437,7 +437,7 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
 
 
 def target_dims(target: Any) -> TargetDims:
-    """Sizes of a loaded :class:`~minispark.serving.target.Target` (its text decoder)."""
+    """Sizes of a loaded :class:`~minispark.target.loading.Target` (its text decoder)."""
     tc = target.text_config
     rope = getattr(tc, "rope_parameters", None) or {}
     theta = rope.get("rope_theta") if isinstance(rope, dict) else None

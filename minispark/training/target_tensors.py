@@ -6,7 +6,7 @@ token comes from the tokenizer, the cache is checked against the identity. Loadi
 that (vision tower included, ~7.5 GB in fp32 on the CPU) is what made training need 10–11 GB of host RAM;
 :func:`load_frozen_parts` builds the model on the meta device (no memory), reads only the embedding and
 lm_head tensors from the safetensors files (their headers say where), and returns an ordinary
-:class:`~minispark.serving.target.Target` whose other weights are meta tensors. Anything that would run it
+:class:`~minispark.target.loading.Target` whose other weights are meta tensors. Anything that would run it
 fails loudly; ``init_layers`` other than ``random`` (copying decoder layers) loads the whole target instead.
 
     .venv/bin/python -m pytest -q tests/test_target_tensors.py
@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from minispark.errors import MinisparkError
-from minispark.serving.target import VLM_TYPES, Target
+from minispark.target.loading import VLM_TYPES, Target
 
 #: Checkpoint key endings of the two tensors (every supported family names them so; VL checkpoints may
 #: prefix them with ``model.`` or ``model.language_model.``).
@@ -28,7 +28,7 @@ EMBED_SUFFIX, HEAD_SUFFIX = "embed_tokens.weight", "lm_head.weight"
 
 def _locate(source: str | None) -> tuple[str, Path]:
     """(name, local directory) of ``source`` as ``load_target`` names them (a hub id from the HF cache)."""
-    from minispark.serving.embedded import EMBEDDED_NAME, EMBEDDED_SPELLINGS, embedded_model_dir
+    from minispark.target.embedded import EMBEDDED_NAME, EMBEDDED_SPELLINGS, embedded_model_dir
     from minispark.validate import target_location, target_weights
 
     if source in EMBEDDED_SPELLINGS:

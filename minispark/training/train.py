@@ -364,7 +364,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         # its safetensors, with no whole model on the host (see target_tensors.py).
         target = load_frozen_parts(config.target or data.config["target"]["name"])
     elif target is None:
-        from minispark.serving.target import load_target
+        from minispark.target.loading import load_target
 
         # Online, the target computes features as training goes: on the training device, in fp32 on a CPU.
         target = load_target(config.target or data.config["target"]["name"],

@@ -18,7 +18,7 @@ import torch
 from minispark.defaults import DEFAULT_GAMMA
 from minispark.serving.draft_block import DraftBlock
 from minispark.errors import MinisparkError
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 
 
 class Drafter(ABC):

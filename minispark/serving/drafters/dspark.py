@@ -18,7 +18,7 @@ from minispark.model.draft_model import DraftModel
 from minispark.model.draft_quant import Int8Linear
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 
 class DSparkDrafter(Drafter):
     """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.

@@ -48,7 +48,7 @@ from minispark.defaults import (DEFAULT_GAMMA, HYBRID_DSPARK_PRIOR, HYBRID_LOOKU
 from minispark.serving.draft_block import DraftBlock, FixedBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.drafters.lookup import LookupDrafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 
 if TYPE_CHECKING:
     from minispark.measuring.calibrate import Calibration

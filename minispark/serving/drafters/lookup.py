@@ -11,7 +11,7 @@ import torch
 
 from minispark.serving.draft_block import FixedBlock
 from minispark.serving.drafters.base import Drafter
-from minispark.serving.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig
 
 
 class LookupDrafter(Drafter):

@@ -4,7 +4,7 @@ Everything model-specific lives here so the decoding engine sees only token ids 
 chat templates, images (through qwen-vl-utils and the model's processor), M-RoPE positions, and
 hidden-state capture for the drafter's KV-injection features.
 
-    python -c "from minispark.serving.target import load_target; t = load_target(); print(t.name, t.num_layers)"
+    python -c "from minispark.target.loading import load_target; t = load_target(); print(t.name, t.num_layers)"
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import torch
 
 from minispark.atomic import file_sha256, write_json_atomic
 from minispark.defaults import image_max_pixels
-from minispark.serving.runtime import apply_runtime, requested_runtime
-from minispark.serving.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
+from minispark.target.runtime import apply_runtime, requested_runtime
+from minispark.target.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
 from minispark.errors import MinisparkError
 from minispark.identity import torch_dtype
 from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, target_location,

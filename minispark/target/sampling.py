@@ -5,7 +5,7 @@ same one the plain sampler would draw from. Every place that turns logits into p
 (the verifier, the bonus/residual sampler, every drafter) goes through :func:`probabilities` so that
 temperature, top-k and top-p are applied identically.
 
-    python -c "from minispark.serving.sampling import *; import torch; print(probabilities(torch.randn(2, 8), SamplingConfig(1.0, top_k=3)))"
+    python -c "from minispark.target.sampling import *; import torch; print(probabilities(torch.randn(2, 8), SamplingConfig(1.0, top_k=3)))"
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ target loads, into oneDNN's blocked layout and calls the prepacked kernel (the o
 order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. ``auto`` picks ``packed`` for an fp32 CPU target whose kernels pack,
 ``eager`` everywhere else (CUDA, quantized or half-precision targets).
 
-    python -c "from minispark.serving.target import load_target; print(load_target().runtime)"
+    python -c "from minispark.target.loading import load_target; print(load_target().runtime)"
     python benchmarks/target_runtime.py     # eager vs packed forward times of the embedded target
 """
 

@@ -4,7 +4,7 @@ The GGUF is dequantized once (~20 s) and written as a safetensors model director
 cache dir; every later load reads that directory. The package is located with ``find_spec`` and
 never imported (importing it pulls in dependencies minispark does not want).
 
-    python -m minispark.serving.embedded   # converts (if needed) and prints the directory
+    python -m minispark.target.embedded   # converts (if needed) and prints the directory
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""The target layer: loading the target model, its KV-cached forward, runtime and sampling settings."""

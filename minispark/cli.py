@@ -31,7 +31,7 @@ from minispark.errors import MinisparkError
 
 class PlainHelp:
     """Help that shows what to type: no ``<bool>`` after a flag, and a repeatable option as its
-    element (``--image <path>``, not ``<list[Path]>``)."""
+    element (``--image <path>``, ``PARTS... <str>``), not ``<list[Path]>``."""
 
     def get_params(self, ctx: Any) -> list:
         params = super().get_params(ctx)
@@ -40,6 +40,9 @@ class PlainHelp:
                 param.metavar = ""
             elif getattr(param, "multiple", False):
                 param.metavar = f"<{get_args(param.type_descriptor.annotation)[0].__name__.lower()}>"
+            elif getattr(param, "nargs", 1) == -1:  # a variadic argument (PARTS...): its element type
+                label = f"<{get_args(param.type_descriptor.annotation)[0].__name__.lower()}>"
+                param.display_type_rich = lambda ctx, label=label: label
         return params
 
 

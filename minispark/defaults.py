@@ -46,7 +46,7 @@ DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
 
 #: How the target's linear layers run (``target/runtime.py`` says what each does), and the variable
 #: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).
-TARGET_RUNTIMES = ("auto", "eager", "packed")
+TARGET_RUNTIMES = ("auto", "eager", "packed", "int8")
 TARGET_RUNTIME_ENV = "MINISPARK_RUNTIME"
 
 #: Pixel budget of one image given to a vision-language target: a larger image is downscaled (aspect kept,

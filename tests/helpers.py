@@ -24,7 +24,8 @@ from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
 from minispark.serving.schedule import FixedLength
-from minispark.target.loading import PromptInputs, StepOutput, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs, StepOutput
 from minispark.training.recipes import load_recipe
 
 

@@ -661,7 +661,7 @@ def test_help_shows_what_to_type() -> None:
     for name in ["", *typer.main.get_command(app).commands]:
         result = CliRunner().invoke(app, [name, "--help"] if name else ["--help"], env={"COLUMNS": "200"})
         assert result.exit_code == 0 and "<bool>" not in result.output, name
-        assert not re.search(r"--[\w-]+\s+<list\[", result.output), name
+        assert "<list[" not in result.output, name  # options and variadic arguments (cache-mix PARTS...)
     assert re.search(r"--image\s+<path>\s+Image file", CliRunner().invoke(app, ["generate", "--help"],
                                                                          env={"COLUMNS": "200"}).output)
 

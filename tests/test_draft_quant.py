@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from minispark.model.draft_quant import Int8Linear, int8_supported, quantize_int8
+from minispark.model.draft_quant import Int8Linear, quantize_int8
+from minispark.target.int8 import int8_supported
 
 pytestmark = pytest.mark.skipif(not int8_supported("cpu"), reason="no int8 weight-only kernel in this torch build")
 

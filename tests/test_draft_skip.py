@@ -23,7 +23,8 @@ from minispark.serving.engine import speculative_generate
 from minispark.serving.generate import make_drafter
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.builder import build_serving
-from minispark.target.loading import PromptInputs, Target, load_target
+from minispark.target.loading import Target, load_target
+from minispark.target.session import PromptInputs
 from tests.helpers import PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint
 from tests.helpers import OracleDrafter, assert_parity, hf_greedy
 

@@ -15,7 +15,8 @@ from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength
-from minispark.target.loading import PromptInputs, Target, load_target
+from minispark.target.loading import Target, load_target
+from minispark.target.session import PromptInputs
 from tests.helpers import OracleDrafter, hf_greedy, assert_parity
 
 

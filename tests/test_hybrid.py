@@ -28,7 +28,8 @@ from minispark.serving.generate import make_drafter
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength, ScheduledLength
 from minispark.serving.sps import SPSTable
-from minispark.target.loading import PromptInputs, Target, load_target
+from minispark.target.loading import Target, load_target
+from minispark.target.session import PromptInputs
 from tests.helpers import PROMPT, ConfidentFakeDrafter, FakeSession, chi_square_pvalue, exact_joint
 from tests.helpers import assert_parity, hf_greedy
 

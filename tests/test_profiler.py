@@ -15,7 +15,8 @@ from minispark.measuring import machine_load, profiler
 from minispark.errors import MinisparkError
 from minispark.measuring.profiler import ProfileConfig, format_table, plot_sps, profile_target
 from minispark.serving.sps import SPSTable, find_table, table_filename
-from minispark.target.loading import PromptInputs, TargetSession, load_target
+from minispark.target.loading import load_target
+from minispark.target.session import PromptInputs, TargetSession
 
 
 @pytest.fixture(autouse=True)

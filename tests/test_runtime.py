@@ -14,9 +14,16 @@ from typer.testing import CliRunner
 from minispark.cli import app
 from minispark.errors import MinisparkError
 from minispark.target import runtime as runtime_module
-from minispark.target.runtime import PackedLinear, apply_runtime, eager_linears
+from minispark.serving.drafters.base import NoDrafter
+from minispark.serving.drafters.lookup import LookupDrafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.schedule import FixedLength
+from minispark.target.int8 import int8_supported
+from minispark.target.runtime import Int8WeightLinear, PackedLinear, apply_runtime, eager_linears
+from minispark.target.sampling import SamplingConfig
 from minispark.serving.sps import SPSTable, find_table, table_mismatch, table_runtime
 from minispark.target.loading import load_target
+from tests.helpers import OracleDrafter, assert_parity, hf_greedy
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_5_vl"]
 
@@ -142,3 +149,28 @@ def test_sps_tables_match_by_runtime(tmp_path) -> None:
     line = table_mismatch(table, "t.json", device=table.device, target=table.target, dtype=table.dtype,
                           quantization="none", runtime="packed")
     assert "runtime 'eager' (this run: 'packed')" in line
+
+
+@pytest.mark.skipif(not int8_supported("cpu"), reason="no int8 weight-only kernel in this torch build")
+@pytest.mark.parametrize("family", ["llama", "qwen2_5_vl"])
+def test_int8_runtime_is_lossless_relative_to_itself(tiny_dir, test_image, family: str) -> None:
+    """``--runtime int8``: the text linears (not the vision tower) run int8, weights stay shared, the
+    logits stay near fp32's, and every drafting mode equals the int8 target's own greedy decoding."""
+    target = load_target(str(tiny_dir(family)), runtime="int8")
+    reference = load_target(str(tiny_dir(family)), runtime="eager")
+    assert target.runtime == "int8"
+    names = [name for name, module in target.model.named_modules() if isinstance(module, Int8WeightLinear)]
+    assert names and not any("visual" in name.split(".") for name in names)
+    assert isinstance(target.lm_head, Int8WeightLinear) and target.lm_head.weight.dtype == torch.float32
+    images = [test_image] if target.is_vlm else []
+    inputs = target.encode(prompt="Describe this, then count to ten.", images=images)
+    with target.session() as q, reference.session() as f:
+        got, want = q.prefill(inputs, all_logits=True).logits, f.prefill(inputs, all_logits=True).logits
+    assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min() > 0.99  # near, not equal
+    greedy = hf_greedy(target, inputs, 24)
+    for drafter in [NoDrafter(), LookupDrafter(), OracleDrafter(greedy, inputs.length, True, target.vocab_size),
+                    OracleDrafter(greedy, inputs.length, False, target.vocab_size)]:
+        with target.session() as session:
+            result = speculative_generate(session, inputs, drafter, SamplingConfig(), FixedLength(4),
+                                          max_new_tokens=24, eos_ids=target.eos_token_ids)
+        assert_parity(target, inputs, result.token_ids, greedy)

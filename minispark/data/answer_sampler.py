@@ -26,7 +26,8 @@ from transformers.cache_utils import Cache, CacheLayerMixin
 
 from minispark.data.regenerate import Answer
 from minispark.target.sampling import SamplingConfig, draw_rows, make_generator
-from minispark.target.loading import PromptInputs, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs
 
 
 #: Free columns past the widest window: a compaction (one copy of the live window) per this many steps.

@@ -39,7 +39,8 @@ from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
-from minispark.target.loading import PromptInputs, Target, load_target
+from minispark.target.loading import Target, load_target
+from minispark.target.session import PromptInputs
 
 FORMAT = "minispark-answers"
 FORMAT_VERSION = 1

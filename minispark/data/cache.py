@@ -34,7 +34,8 @@ from minispark.data.cache_windows import answer_mask, format_bytes, select_ancho
 from minispark.errors import MinisparkError
 from minispark.data.prompts import PromptFileError, PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
-from minispark.target.loading import PromptInputs, Target, load_target
+from minispark.target.loading import Target, load_target
+from minispark.target.session import PromptInputs
 
 
 #: ``--batch-size 0`` on a CPU, and the most rows auto takes on a GPU. Measured on the 2-core CPU with

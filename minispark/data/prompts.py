@@ -34,7 +34,8 @@ from minispark import validate
 from minispark.errors import MinisparkError
 
 if TYPE_CHECKING:
-    from minispark.target.loading import PromptInputs, Target
+    from minispark.target.loading import Target
+    from minispark.target.session import PromptInputs
 
 SAMPLE_KEYS = {"prompt", "images", "messages", "id", "category"}
 MESSAGE_KEYS = {"role", "content"}

@@ -28,7 +28,8 @@ from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
-from minispark.target.loading import PromptInputs, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs
 
 # Per-token model inputs that must be padded with the prompt; every other tensor in
 # ``PromptInputs.model_kwargs`` (pixel_values, image_grid_thw, ...) is concatenated along dim 0.

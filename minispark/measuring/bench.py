@@ -51,7 +51,8 @@ from minispark.target.runtime import eager_linears
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.serving.sps import SPSTable
-from minispark.target.loading import PromptInputs, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs
 
 if TYPE_CHECKING:
     from rich.table import Table

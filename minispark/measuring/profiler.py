@@ -57,7 +57,8 @@ from minispark import defaults
 from minispark.identity import device_name, dtype_name, target_quantization
 from minispark.measuring import machine_load as load
 from minispark.serving.sps import SPSTable, user_tables_dir
-from minispark.target.loading import PromptInputs, Target, TargetSession, load_target
+from minispark.target.loading import Target, load_target
+from minispark.target.session import PromptInputs, TargetSession
 from minispark.validate import not_shipped
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).

@@ -28,7 +28,8 @@ from minispark.errors import MinisparkError
 from minispark.identity import target_id
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength
-from minispark.target.loading import PromptInputs, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs
 
 
 class RecordingDrafter(Drafter):

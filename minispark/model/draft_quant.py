@@ -19,6 +19,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from minispark.target.int8 import int8_matmul, int8_rows
+
 #: Linear layers quantized, by name suffix: everything read once per proposal and large enough to
 #: matter; small heads (confidence, gates) keep full precision.
 QUANTIZED = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "fc", "lm_head",
@@ -30,36 +32,18 @@ class Int8Linear(nn.Module):
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        weight = linear.weight.detach().float()  # (N, K)
-        # The kernel takes a bf16 scale: round it first (up by one bf16 step at most, so the row's largest
-        # weight still fits in ±127) and quantize against the rounded value.
-        scale = (weight.abs().amax(dim=1).clamp_min(1e-12) / 127.0 * (1 + 2**-7)).to(torch.bfloat16)  # (N,)
-        rows = torch.round(weight / scale.float()[:, None]).clamp_(-127, 127)  # (N, K)
-        self.register_buffer("weight_int8", rows.to(torch.int8))
+        rows, scale = int8_rows(linear.weight)  # (N, K) int8, (N,) bf16
+        self.register_buffer("weight_int8", rows)
         self.register_buffer("scale", scale)
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach().clone(), requires_grad=False)
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.reshape(-1, self.in_features).to(torch.bfloat16)  # (M, K): the kernel takes 2-D bf16
-        y = torch._weight_int8pack_mm(rows, self.weight_int8, self.scale)  # (M, N)
-        y = y.to(x.dtype).view(*x.shape[:-1], self.out_features)
+        y = int8_matmul(x, self.weight_int8, self.scale)
         return y if self.bias is None else y + self.bias.to(y.dtype)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"
-
-
-def int8_supported(device: torch.device | str) -> bool:
-    """Whether this torch build runs the int8 weight-only kernel on ``device`` (CPU only here)."""
-    if torch.device(device).type != "cpu":
-        return False
-    try:
-        torch._weight_int8pack_mm(torch.zeros(1, 8, dtype=torch.bfloat16), torch.zeros(8, 8, dtype=torch.int8),
-                                  torch.ones(8, dtype=torch.bfloat16))
-    except (AttributeError, RuntimeError, NotImplementedError):
-        return False
-    return True
 
 
 @torch.no_grad()

@@ -30,7 +30,8 @@ from minispark.serving.builder import ServingSetup
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.generate import stop_on_strings
 from minispark.target.sampling import SamplingConfig, make_generator
-from minispark.target.loading import PromptInputs, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs
 
 
 @dataclass

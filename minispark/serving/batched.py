@@ -1,6 +1,6 @@
 """R requests decoded together: their rounds stepped in lockstep, every round verified in ONE target forward.
 
-Each request keeps its own :class:`~minispark.target.loading.TargetSession` (KV cache) and its own drafter
+Each request keeps its own :class:`~minispark.target.session.TargetSession` (KV cache) and its own drafter
 (context cache), so prefill, commit, crop and rollback are the single-request engine's own steps
 (``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
 
@@ -40,7 +40,9 @@ from minispark.serving.engine import (DecodeState, GenerationStats, accept, comm
                                       truncate)
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
-from minispark.target.loading import PromptInputs, StepOutput, Target, TargetSession
+from minispark.target.kv_cache import GrowingLayer
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs, StepOutput, TargetSession
 
 
 def fork_drafter(drafter: Drafter) -> Drafter:
@@ -54,7 +56,7 @@ def fork_drafter(drafter: Drafter) -> Drafter:
 
 
 def _batchable(sessions: list[TargetSession]) -> bool:
-    return len(sessions) > 1 and all(type(layer) is DynamicLayer and layer.is_initialized
+    return len(sessions) > 1 and all(type(layer) in (DynamicLayer, GrowingLayer) and layer.is_initialized
                                      for s in sessions for layer in s.cache.layers)
 
 

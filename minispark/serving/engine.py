@@ -38,7 +38,7 @@ from minispark.serving.drafters.base import Drafter
 from minispark.serving.draft_skip import SkipPolicy
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy, scheduled_length
-from minispark.target.loading import PromptInputs, StepOutput, TargetSession
+from minispark.target.session import PromptInputs, StepOutput, TargetSession
 
 
 @dataclass

@@ -93,7 +93,8 @@ def make_drafter(spec: str, target: Target, precision: str | None = None) -> Dra
     if Path(spec).is_dir():
         from minispark.defaults import draft_precision
         from minispark.identity import target_id
-        from minispark.model.draft_quant import int8_supported, quantize_int8
+        from minispark.model.draft_quant import quantize_int8
+        from minispark.target.int8 import int8_supported
         from minispark.serving.drafters.dspark import load_drafter
 
         try:

@@ -1,12 +1,19 @@
-"""How the target's linear layers run on a CPU: eager PyTorch, or with oneDNN-prepacked weights.
+"""How the target's forward runs on a CPU: eager PyTorch, or ``packed`` (oneDNN-prepacked weights,
+grouped-query attention without ``repeat_kv`` and a KV cache that grows in place).
 
 Eager ``F.linear`` on this project's CPUs re-packs each weight matrix on every call, so a forward of
 n > 1 rows (verifying a drafted block, a batched regeneration step) costs ~1.8× a one-row step, and a
 one-row step pays the packing too. ``packed`` reorders every ``nn.Linear`` weight once, when the
 target loads, into oneDNN's blocked layout and calls the prepacked kernel (the one inductor's
 ``freezing`` uses), without compiling anything: same weights, same fp32 arithmetic up to summation
-order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. ``auto`` picks ``packed`` for an fp32 CPU target whose kernels pack,
-``eager`` everywhere else (CUDA, quantized or half-precision targets).
+order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. The same runtime
+also switches attention to :mod:`~minispark.target.attention` and the session's KV cache to
+:mod:`~minispark.target.kv_cache` (both bit-identical to transformers' own). ``auto`` picks
+``packed`` for an fp32 CPU target whose kernels pack, ``eager`` everywhere else (CUDA, quantized or
+half-precision targets). ``int8`` (opt-in, never picked by ``auto``) computes the text model's
+linears with weight-only int8 weights and bf16 activations (``target/int8.py``): ~3× faster steps,
+and a different target, so "lossless" holds relative to the target as loaded (the baseline and
+every drafting mode run the same int8 model).
 
     python -c "from minispark.target.loading import load_target; print(load_target().runtime)"
     python benchmarks/target_runtime.py     # eager vs packed forward times of the embedded target
@@ -24,6 +31,8 @@ from torch import nn
 
 from minispark.defaults import TARGET_RUNTIME_ENV, TARGET_RUNTIMES
 from minispark.errors import MinisparkError
+from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
+from minispark.target.int8 import int8_matmul, int8_rows, int8_supported
 
 
 def requested_runtime(runtime: str | None = None) -> str:
@@ -57,6 +66,27 @@ class PackedLinear(nn.Linear):
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
+class Int8WeightLinear(nn.Linear):
+    """An ``nn.Linear`` computing with a weight-only int8 copy of its weight (``target/int8.py``).
+
+    Like :class:`PackedLinear` it keeps the checkpoint's ``weight`` Parameter for every reader of it
+    (the drafter shares the target's lm_head, in full precision), and only its forward changes.
+    """
+
+    rows: torch.Tensor
+    scale: torch.Tensor
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "Int8WeightLinear":
+        module = _sharing(cls, linear)
+        module.rows, module.scale = int8_rows(linear.weight)  # plain attributes: never saved
+        return module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = int8_matmul(x, self.rows, self.scale)
+        return y if self.bias is None else y + self.bias.to(y.dtype)
+
+
 def _sharing(cls: type[nn.Linear], linear: nn.Linear) -> nn.Linear:
     """A ``cls`` module holding ``linear``'s own weight and bias Parameters (no new tensors)."""
     module = cls.__new__(cls)
@@ -66,9 +96,11 @@ def _sharing(cls: type[nn.Linear], linear: nn.Linear) -> nn.Linear:
     return module
 
 
-def _plain_linears(model: nn.Module) -> list[tuple[str, nn.Linear]]:
-    """The exact ``nn.Linear`` modules (bitsandbytes' quantized subclasses are left alone)."""
-    return [(name, module) for name, module in model.named_modules() if type(module) is nn.Linear]
+def _plain_linears(model: nn.Module, text_only: bool = False) -> list[tuple[str, nn.Linear]]:
+    """The exact ``nn.Linear`` modules (bitsandbytes' quantized subclasses are left alone); with
+    ``text_only``, not a VLM's vision tower (it runs once per image: int8 would only cost quality)."""
+    return [(name, module) for name, module in model.named_modules() if type(module) is nn.Linear
+            and not (text_only and "visual" in name.split("."))]
 
 
 def packable(model: nn.Module) -> str | None:
@@ -97,10 +129,17 @@ def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
     if runtime == "eager":
         return "eager"
     reason = packable(model)
+    if runtime == "int8" and reason is None and not int8_supported("cpu"):
+        reason = "this torch build has no int8 weight-only CPU kernel"
     if reason is not None:
-        if runtime == "packed":
-            raise MinisparkError(f"--runtime packed: {reason}; use --runtime eager or auto")
+        if runtime != "auto":
+            raise MinisparkError(f"--runtime {runtime}: {reason}; use --runtime eager or auto")
         return "eager"
+    if runtime == "int8":
+        for name, module in _plain_linears(model, text_only=True):
+            _replace(model, name, Int8WeightLinear.from_linear(module))
+        use_grouped_attention(model)
+        return "int8"
     try:
         packed = [(name, PackedLinear.from_linear(module)) for name, module in _plain_linears(model)]
     except RuntimeError as exc:  # oneDNN refuses this CPU or shape
@@ -109,21 +148,28 @@ def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
         return "eager"
     for name, module in packed:
         _replace(model, name, module)
+    use_grouped_attention(model)  # masked multi-token forwards without repeat_kv (attention.py)
     return "packed"
 
 
 @contextlib.contextmanager
 def eager_linears(model: nn.Module) -> Iterator[None]:
-    """Run ``model``'s packed linears eagerly inside the block (the transformers ``generate``
-    baseline of ``bench`` measures HF as HF runs), then pack them again; the weights are shared."""
+    """Run ``model``'s packed linears eagerly and its attention as transformers' SDPA inside the
+    block (the transformers ``generate`` baseline of ``bench`` measures HF as HF runs), then switch
+    back; the weights are shared."""
     packed = [(name, module) for name, module in model.named_modules() if isinstance(module, PackedLinear)]
+    attention = model.config._attn_implementation
     for name, module in packed:
         _replace(model, name, _sharing(nn.Linear, module))
+    if attention == GROUPED_SDPA:
+        model.set_attn_implementation("sdpa")
     try:
         yield
     finally:
         for name, module in packed:
             _replace(model, name, module)
+        if attention == GROUPED_SDPA:
+            model.set_attn_implementation(GROUPED_SDPA)
 
 
 def _replace(model: nn.Module, name: str, module: nn.Module) -> None:

@@ -31,7 +31,8 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_format import Anchor, CacheFacts, CacheReader, config_hash, pack_shard
 from minispark.data.regenerate import Answer
 from minispark.errors import MinisparkError
-from minispark.target.loading import PromptInputs, Target
+from minispark.target.loading import Target
+from minispark.target.session import PromptInputs
 
 #: More anchors per answer than any answer has tokens: every answer position is an anchor.
 DENSE = 1 << 30

@@ -1,0 +1,219 @@
+"""The target's KV-cached forwards over one sequence: prefill, steps, crop, and hidden-state capture.
+
+A :class:`TargetSession` holds one sequence's KV cache and the tokens it covers; prefill and step
+return the logits of their new tokens (and the captured layers' outputs the drafter's KV injection
+reads). Prompt encoding and model loading stay in :mod:`minispark.target.loading`.
+
+    python -c "from minispark.target.loading import load_target; t = load_target(); s = t.session(); print(s.prefill(t.encode(prompt='Hi')).logits.shape)"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence
+
+import torch
+
+from minispark.errors import MinisparkError
+from minispark.target.kv_cache import growing_cache
+
+
+@dataclass
+class PromptInputs:
+    """A tokenized prompt (batch of one).
+
+    input_ids:      (1, P) long
+    model_kwargs:   extra forward inputs for the prefill (pixel_values, image_grid_thw, ...)
+    text_positions: (P,) long, 1D text-stream position (M-RoPE temporal component; arange otherwise)
+    position_ids:   (3, 1, P) M-RoPE positions, or None for 1D-RoPE models
+    """
+
+    input_ids: torch.Tensor
+    text_positions: torch.Tensor
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    position_ids: torch.Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return int(self.input_ids.shape[1])
+
+
+@dataclass
+class StepOutput:
+    """What one KV-cached target forward returns for its n new tokens.
+
+    logits:       (n, V) float32 (only the last row for a prefill)
+    features:     (n, m·d) concatenated raw outputs of the captured decoder layers, or None
+    final_hidden: (n, d) final-norm hidden (pre lm_head), or None
+    """
+
+    logits: torch.Tensor
+    features: torch.Tensor | None = None
+    final_hidden: torch.Tensor | None = None
+
+
+class Target(Protocol):
+    """What a session reads of :class:`minispark.target.loading.Target` (which builds sessions, so
+    this module cannot import it)."""
+
+    model: torch.nn.Module
+    decoder: torch.nn.Module
+    final_norm: torch.nn.Module
+    runtime: str
+    uses_mrope: bool
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def mrope_positions(self, input_ids: torch.Tensor, kwargs: dict[str, Any]) -> tuple[torch.Tensor, int]: ...
+
+
+class TargetSession:
+    """KV-cached forwards over one sequence, with optional hidden-state capture hooks."""
+
+    def __init__(self, target: Target, capture_layers: Sequence[int], capture_final: bool) -> None:
+        from transformers import DynamicCache
+
+        self.target = target
+        # eager stays transformers as transformers runs (the baseline a user compares against)
+        self.cache = DynamicCache(config=target.model.config) if target.runtime == "eager" \
+            else growing_cache(target.model.config)
+        # (cache_length,) on the target device (no sync per step): the tokens the KV cache holds
+        self.ids = torch.empty(0, dtype=torch.long, device=target.device)
+        self.rope_delta = 0
+        self._captured: dict[int, torch.Tensor] = {}
+        self._final: list[torch.Tensor] = []
+        self.capture_layers = list(capture_layers)
+        self._hooks = [target.decoder.layers[i].register_forward_hook(self._layer_hook(i))
+                       for i in self.capture_layers]
+        if capture_final:
+            self._hooks.append(target.final_norm.register_forward_hook(
+                lambda _m, _i, out: self._final.append(out)))
+        self.capture_final = capture_final
+
+    def __enter__(self) -> "TargetSession":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks.clear()
+
+    def _layer_hook(self, index: int):
+        def hook(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+            self._captured[index] = output[0] if isinstance(output, tuple) else output
+        return hook
+
+    @property
+    def cache_length(self) -> int:
+        return self.cache.get_seq_length()
+
+    def _collect(self, logits: torch.Tensor) -> StepOutput:
+        features = None
+        if self.capture_layers:
+            # (1, n, d) per layer → (n, m·d), layer-major within a row as the drafter's fc expects.
+            features = torch.cat([self._captured.pop(i)[0] for i in self.capture_layers], dim=-1)
+        final = self._final.pop()[0] if self.capture_final else None
+        return StepOutput(logits=logits[0].float(), features=features, final_hidden=final)
+
+    @torch.no_grad()
+    def prefill(self, inputs: PromptInputs, length: int | None = None, all_logits: bool = False,
+                start: int = 0) -> StepOutput:
+        """Forward prompt tokens [start, length) (all by default) after the ``start`` cached ones.
+
+        ``start`` > 0 continues a session on a longer prompt (a new chat turn): the cache must hold
+        exactly ``inputs``' first ``start`` tokens. Positions, the rope delta and the images come
+        from the whole prompt, so the result equals a prefill of ``inputs`` from scratch.
+        """
+        length = inputs.length if length is None else length
+        if start != self.cache_length:
+            raise RuntimeError(f"prefill from token {start} on a session holding {self.cache_length}")
+        if not torch.equal(inputs.input_ids[0, :start].cpu(), self.ids.cpu()):
+            raise RuntimeError("prefill: the cached tokens are not a prefix of the prompt")
+        if not start < length <= inputs.length:
+            raise RuntimeError(f"prefill: empty or out-of-range span [{start}, {length}) of {inputs.length}")
+        kwargs = _span_inputs(self.target, inputs, start, length)
+        if inputs.position_ids is not None:
+            _, self.rope_delta = self.target.mrope_positions(inputs.input_ids, inputs.model_kwargs)
+            kwargs["position_ids"] = inputs.position_ids[:, :, start:length]
+        elif start:
+            kwargs["position_ids"] = torch.arange(start, length, device=self.target.device).view(1, -1)
+        tokens = inputs.input_ids[:, start:length]
+        out = self.target.model(input_ids=tokens, cache=self.cache, use_cache=True,
+                                logits_to_keep=0 if all_logits else 1, **kwargs)
+        self.ids = torch.cat([self.ids, tokens[0].to(self.ids.device)])
+        return self._collect(out.logits)
+
+    def reusable(self, inputs: PromptInputs) -> int:
+        """How many cached tokens a prefill of ``inputs`` can keep: their common prefix with the
+        cache, never splitting an image's placeholder run, and leaving at least one token to forward
+        besides the anchor (so every prefill returns features)."""
+        prompt = inputs.input_ids[0].cpu()
+        n = min(self.cache_length, max(0, inputs.length - 2))
+        differs = (prompt[:n] != self.ids[:n].cpu()).nonzero()
+        keep = int(differs[0]) if differs.numel() else n
+        image_id = getattr(self.target.model.config, "image_token_id", None)
+        while 0 < keep < inputs.length and image_id is not None and prompt[keep] == image_id \
+                and prompt[keep - 1] == image_id:
+            keep -= 1
+        return keep
+
+    @torch.no_grad()
+    def step(self, tokens: torch.Tensor) -> StepOutput:
+        """Forward ``tokens`` (n,) after the cached ones; logits for every new token."""
+        n = tokens.numel()
+        start = self.cache_length
+        positions = torch.arange(start, start + n, device=tokens.device) + self.rope_delta  # (n,)
+        if self.target.uses_mrope:
+            position_ids = positions.view(1, 1, n).expand(3, 1, n)
+        else:
+            position_ids = positions.view(1, n)
+        out = self.target.model(input_ids=tokens.view(1, n), position_ids=position_ids, cache=self.cache,
+                                use_cache=True)
+        self.ids = torch.cat([self.ids, tokens.reshape(-1).to(self.ids.device)])
+        return self._collect(out.logits)
+
+    def text_positions(self, start: int, n: int) -> torch.Tensor:
+        """1D text positions of cache indices [start, start+n) past the prompt's last image."""
+        return torch.arange(start, start + n) + self.rope_delta
+
+    def crop(self, length: int) -> None:
+        """Drop cached tokens beyond ``length`` (rejected drafts); no re-prefill needed."""
+        excess = self.cache_length - length
+        if excess > 0:
+            self.cache.crop(-excess)  # transformers 5.x: a negative count drops the last tokens
+            self.ids = self.ids[:length]
+
+
+def _span_inputs(target: Target, inputs: PromptInputs, start: int, end: int) -> dict[str, Any]:
+    """The extra forward inputs for prompt tokens [start, end): the images whose placeholder runs lie
+    inside the span (pixel rows and grid rows of the others dropped) and the span's token types."""
+    kwargs = dict(inputs.model_kwargs)
+    if "mm_token_type_ids" in kwargs:
+        kwargs["mm_token_type_ids"] = kwargs["mm_token_type_ids"][:, start:end]
+    if start == 0 and end == inputs.length:
+        return kwargs
+    if kwargs.get("video_grid_thw") is not None:
+        raise MinisparkError("a prompt with video cannot be forwarded in parts (chat turns take images only)")
+    grid = kwargs.get("image_grid_thw")
+    if grid is None:
+        return kwargs
+    merge = target.model.config.vision_config.spatial_merge_size
+    is_image = (inputs.input_ids[0] == target.model.config.image_token_id).cpu()
+    before, inside = int(is_image[:start].sum()), int(is_image[start:end].sum())
+    rows = grid.prod(-1).cpu()  # (N,) pixel rows per image, in prompt order
+    token_ends = torch.cumsum(rows // merge**2, 0).tolist()  # placeholder tokens up to each image
+    bounds = [0] + token_ends
+    if before not in bounds or before + inside not in bounds:
+        raise RuntimeError(f"prompt span [{start}, {end}) splits an image's placeholder tokens")
+    first, last = bounds.index(before), bounds.index(before + inside)
+    row_bounds = [0] + torch.cumsum(rows, 0).tolist()
+    kwargs.pop("pixel_values")
+    kwargs.pop("image_grid_thw")
+    if last > first:
+        kwargs["pixel_values"] = inputs.model_kwargs["pixel_values"][row_bounds[first]:row_bounds[last]]
+        kwargs["image_grid_thw"] = grid[first:last]
+    return kwargs

@@ -1,27 +1,34 @@
-"""Eager vs packed (``minispark --runtime``) forward times of the embedded target at widths 1..8,
-both targets in one process, interleaved, medians of 7; run it on an idle machine.
+"""Forward times of the embedded target per runtime (``minispark --runtime``: eager, packed, and int8
+where this torch build has its kernel) at widths 1..8, all in one process, interleaved, medians of 7;
+run it on an idle machine.
 
-    .venv/bin/python benchmarks/target_runtime.py
+    .venv/bin/python benchmarks/target_runtime.py [--context 230]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 
 import torch
 
+from minispark.target.int8 import int8_supported
 from minispark.target.loading import load_target
 
 
 def main() -> None:
-    eager, packed = load_target(runtime="eager"), load_target(runtime="packed")
-    prompt = eager.encode(prompt="Write a long story about a lighthouse keeper. " * 12)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--context", type=int, default=230, help="prompt tokens before the timed forwards")
+    args = parser.parse_args()
+    runtimes = ["eager", "packed"] + (["int8"] if int8_supported("cpu") else [])
+    targets = {name: load_target(runtime=name) for name in runtimes}
+    prompt = targets["eager"].encode(prompt="Write a long story about a lighthouse keeper. " * max(1, args.context // 10))
     print(f"context {prompt.length} tokens, {torch.get_num_threads()} threads; ms per forward (median of 7)")
-    times: dict[tuple[str, int], list[float]] = {}
-    sessions = {"eager": eager.session(), "packed": packed.session()}
+    sessions = {name: target.session() for name, target in targets.items()}
     for session in sessions.values():
         session.prefill(prompt)
+    times: dict[tuple[str, int], list[float]] = {}
     for _ in range(7):
         for width in range(1, 9):
             for name, session in sessions.items():
@@ -30,9 +37,12 @@ def main() -> None:
                 session.step(tokens)
                 times.setdefault((name, width), []).append(time.perf_counter() - start)
                 session.crop(prompt.length)
+    print("  width  " + "".join(f"{name:>9}" for name in runtimes))
     for width in range(1, 9):
-        e, p = (statistics.median(times[(name, width)]) * 1e3 for name in ("eager", "packed"))
-        print(f"  width {width}: eager {e:6.1f}  packed {p:6.1f}  ({p / e:.2f}×)")
+        print(f"  {width:5d}  " + "".join(f"{statistics.median(times[(name, width)]) * 1e3:9.1f}" for name in runtimes))
+    for name in runtimes:
+        ratio = statistics.median(times[(name, 8)]) / statistics.median(times[(name, 1)])
+        print(f"  {name}: verify(8) / step(1) = {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -87,9 +87,11 @@ def main(
         "proposal is memory-bound; the checkpoint's dtype elsewhere), float, or int8. Lossless either way. "
         "[default: auto]"),
     runtime: str | None = typer.Option(
-        None, "--runtime", show_default=False, help="How the target's linear layers run: auto (oneDNN-prepacked "
-        "weights for an fp32 CPU target, eager elsewhere), eager (plain PyTorch, to compare), or packed. "
-        "Lossless either way: the baseline and every drafting mode use the same one. [default: auto]"),
+        None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 CPU "
+        "target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
+        "weights, grouped attention, an in-place KV cache; same numbers), or int8 (weight-only int8 text "
+        "linears on a CPU: faster steps, a different target). Lossless either way: the baseline and "
+        "every drafting mode use the same one. [default: auto]"),
     max_pixels: int | None = typer.Option(
         None, "--max-pixels", show_default=False, help="Pixel budget of one image for a vision-language target: "
         "a larger image is downscaled to it (aspect kept, with a notice). "
@@ -220,7 +222,7 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
           load_in_8bit: bool = False):
     from minispark.target.loading import load_target
 
-    from minispark.remembered_target import auto_4bit_notice
+    from minispark.target.remembered import auto_4bit_notice
 
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     notice = auto_4bit_notice(target, device, dtype, load_in_4bit, load_in_8bit)  # CUDA only; a flag wins
@@ -240,8 +242,8 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
 def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[str], device: Optional[str],
                 load_in_4bit: bool, load_in_8bit: bool) -> tuple[Optional[str], Optional[str], bool, bool]:
     """The target and loading flags with what ``artifact`` (a --drafter DIR) records filled in
-    (``remembered_target.resolve_loading``); a contradicting --target is one line, exit 2."""
-    from minispark.remembered_target import resolve_loading
+    (``target.remembered.resolve_loading``); a contradicting --target is one line, exit 2."""
+    from minispark.target.remembered import resolve_loading
 
     validate.choice(dtype, "--dtype", validate.DTYPES)
     validate.device(device)
@@ -850,7 +852,7 @@ def profile(
     validate.input_dir(drafter, "--drafter")
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
-    from minispark.remembered_target import auto_4bit_notice
+    from minispark.target.remembered import auto_4bit_notice
 
     notice = auto_4bit_notice(target, device, dtype, load_in_4bit, load_in_8bit)  # CUDA only; a flag wins
     if notice is not None:

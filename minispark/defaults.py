@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
+#: The project's prompt files: the training corpora and the held-out split.
+PROMPTS_DIR = Path(__file__).resolve().parents[1] / "examples" / "prompts"
+#: The fixed held-out evaluation split: no training cache may contain one of its prompts.
+HELDOUT_FILE = PROMPTS_DIR / "heldout.jsonl"
 #: SPS tables shipped with minispark (looked up after the user's; never written by a command).
 SHIPPED_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from minispark.atomic import write_text_atomic
+from minispark.defaults import HELDOUT_FILE
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
 from minispark.errors import MinisparkError
 from minispark.data.prompts import PromptSample, load_prompts
@@ -29,7 +30,6 @@ from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.target.loading import Target, load_target
 from minispark.training.recipes import TrainConfig
 
-HELDOUT_PROMPTS = Path(__file__).resolve().parent.parent / "examples" / "prompts" / "heldout.jsonl"
 DEMO_CATEGORIES = ("chat", "code")
 STAGES = ("cache", "train", "calibrate", "profile", "bench", "chat")
 #: Stages whose directory cannot be redone in place with other settings.
@@ -38,7 +38,7 @@ LogFn = Callable[[str], None]
 
 
 # ---------------------------------------------------------------------- prompts
-def demo_samples(count: int, path: str | Path = HELDOUT_PROMPTS, skip: int = 0) -> list[PromptSample]:
+def demo_samples(count: int, path: str | Path = HELDOUT_FILE, skip: int = 0) -> list[PromptSample]:
     """The last ``count`` chat/code prompts of the held-out file (after dropping the last ``skip``
     of them), in file order. Held-out prompts never enter a training cache."""
     if count < 1:

@@ -20,7 +20,7 @@ from scipy.stats import chi2, chisquare, poisson
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.serving.draft_block import DraftBlock, FixedBlock
 from minispark.serving.drafters.base import Drafter
-from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.drafters.dspark import DSparkDrafter, SequentialBlock
 from minispark.serving.engine import speculative_generate
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
 from minispark.serving.schedule import FixedLength
@@ -341,7 +341,7 @@ def pair_chi_square(tokens: torch.Tensor, probs: torch.Tensor, anchor: int, voca
 def draw_many(model: DraftModel, hidden: torch.Tensor, anchor: int, sampling: SamplingConfig, n: int, seed: int):
     generator = make_generator(seed)
     anchor_t = torch.tensor(anchor)
-    proposals = [model.draft_block(hidden, anchor_t, sampling, generator).proposal(GAMMA) for _ in range(n)]
+    proposals = [SequentialBlock(model, hidden, anchor_t, sampling, generator).proposal(GAMMA) for _ in range(n)]
     return torch.stack([p.tokens for p in proposals]), torch.stack([p.probs for p in proposals])
 
 

@@ -8,8 +8,6 @@ import numpy as np
 import pytest
 
 from minispark.measuring.calibrate import (
-    Calibration,
-    CalibrationError,
     auc,
     brier,
     ece,
@@ -20,8 +18,8 @@ from minispark.measuring.calibrate import (
     render_metrics,
     render_reliability,
     synthetic_rollouts,
-    temperature_scale,
 )
+from minispark.model.calibration import Calibration, CalibrationError, temperature_scale
 
 
 def test_ece_hand_worked():

@@ -266,7 +266,7 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
     """γ defaults to the checkpoint's block size and may not exceed it; an explicit --sps table
     profiled elsewhere is a one-line warning (an error with strict); a calibration is refused for
     another target and warned about at other sampling settings."""
-    from minispark.measuring.calibrate import Calibration
+    from minispark.model.calibration import Calibration
     from minispark.model.checkpoint import CALIBRATION_FILE
     from minispark.errors import MinisparkError
     from minispark.target.sampling import SamplingConfig

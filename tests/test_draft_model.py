@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from minispark.model.checkpoint import save_drafter
 from minispark.model.draft_model import DraftConfig, DraftModel, block_attention_mask
-from minispark.serving.drafters.dspark import DSparkDrafter, load_drafter
+from minispark.serving.drafters.dspark import DSparkDrafter, SequentialBlock, load_drafter
 from minispark.serving.engine import DecodeState, schedule
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities
@@ -203,7 +203,7 @@ def test_draft_vocabulary_sampler_is_exact_and_never_leaves_it(head: str) -> Non
         outside[ids] = False
         assert probs.shape[-1] == vocab and not probs[..., outside].any()
         assert pair_chi_square(tokens, probs, anchor, vocab) > 1e-4
-        greedy = model.draft_block(hidden, torch.tensor(anchor), SamplingConfig(0.0), None).proposal(GAMMA)
+        greedy = SequentialBlock(model, hidden, torch.tensor(anchor), SamplingConfig(0.0), None).proposal(GAMMA)
         prev = torch.cat([torch.tensor([anchor]), greedy.tokens[:-1]])
         best = ids[model.head_logits(hidden, prev).argmax(-1)]
         assert greedy.probs is None and torch.equal(greedy.tokens, best)
@@ -288,12 +288,12 @@ def test_policy_is_asked_before_each_draw(head: str, confidence: bool) -> None:
     state = DecodeState(ids=anchor.reshape(1), prompt_length=1)
     generator = make_generator(0)
     full = StopAt(GAMMA + 1, generator)
-    reference = schedule(model.draft_block(hidden, anchor, sampling, generator), full, state)
+    reference = schedule(SequentialBlock(model, hidden, anchor, sampling, generator), full, state)
     assert [k for k, _, _ in full.calls] == list(range(1, GAMMA + 1))
     for stop in range(1, GAMMA + 1):
         generator = make_generator(0)
         policy = StopAt(stop, generator)
-        proposal = schedule(model.draft_block(hidden, anchor, sampling, generator), policy, state)
+        proposal = schedule(SequentialBlock(model, hidden, anchor, sampling, generator), policy, state)
         assert len(proposal) == stop - 1
         assert [k for k, _, _ in policy.calls] == list(range(1, stop + 1))
         assert torch.equal(proposal.tokens, reference.tokens[: stop - 1])

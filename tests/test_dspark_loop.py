@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from minispark.measuring.calibrate import Calibration
+from minispark.model.calibration import Calibration
 from minispark.model.checkpoint import CALIBRATION_FILE
 from minispark.cli import app
 from minispark.serving.generate import generate, make_drafter

@@ -1,5 +1,5 @@
-"""Import structure of the package: no cycles, and the serving path free of the CLI, the benchmark,
-the profiler and the trainer. Read from the source with ``ast`` (function-level imports and
+"""Import structure of the package: no cycles, no import up the declared layers, and the serving path
+free of the CLI, the benchmark, the profiler and the trainer. Read from the source with ``ast`` (function-level imports and
 ``TYPE_CHECKING`` blocks included), so nothing is imported to check it.
 
     .venv/bin/python -m pytest -q tests/test_imports.py
@@ -21,6 +21,34 @@ SERVING = ("chat", "identity", "model.checkpoint", "model.draft_cache", "model.d
            "serve", "serve.app", "serve.protocol", "serve.worker")
 #: Modules the serving path must never reach.
 FORBIDDEN = ("measuring.bench", "cli", "measuring.profiler", "training.train")
+
+
+#: The declared layers, bottom up (README "Module map"): a module imports only its own layer or lower ones.
+#: Each layer is a tuple of top-level names under minispark/ ("" is the package itself).
+LAYERS = (
+    ("base", ("", "atomic", "defaults", "errors", "identity", "validate", "tiny_models")),
+    ("target", ("target",)),
+    ("model", ("model",)),
+    ("serving", ("serving",)),
+    ("data", ("data",)),
+    ("training", ("training",)),
+    ("measuring", ("measuring",)),
+    ("top", ("cli", "chat", "demo", "serve")),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (a dotted name under minispark)."""
+    top = module.split(".")[0]
+    for index, (_, names) in enumerate(LAYERS):
+        if top in names:
+            return index
+    raise AssertionError(f"minispark.{module} belongs to no declared layer: add it to LAYERS")
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    return [f"{a} ({LAYERS[layer_of(a)][0]}) imports {b} ({LAYERS[layer_of(b)][0]})"
+            for a, deps in sorted(edges.items()) for b in sorted(deps) if layer_of(b) > layer_of(a)]
 
 
 def module_name(path: Path) -> str:
@@ -110,6 +138,26 @@ def test_a_cycle_is_caught() -> None:
     edges = graph()
     edges["target.sampling"] = edges["target.sampling"] | {"serving.engine"}
     assert find_cycle(edges) is not None
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    assert upward_imports(graph()) == []
+
+
+def test_an_upward_import_is_caught() -> None:
+    """Negative control: a lower layer importing a higher one is named."""
+    edges = graph()
+    edges["target.sampling"] = edges["target.sampling"] | {"serving.engine"}
+    assert upward_imports(edges) == ["target.sampling (target) imports serving.engine (serving)"]
+
+
+def test_the_readme_module_map_lists_the_layers_in_order() -> None:
+    readme = (PACKAGE.parent / "README.md").read_text()
+    block = readme.split("## Module map", 1)[1].split("```", 2)[1]
+    rows = [line for line in block.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    firsts = [row.split()[0].rstrip(",/") for row in rows]  # each row opens with its layer's first name
+    found = [layer_of(first.removesuffix(".py")) for first in firsts]
+    assert found == sorted(found) and set(found) == set(range(len(LAYERS))), firsts
 
 
 def test_serving_never_imports_cli_bench_profiler_or_trainer() -> None:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from minispark.cli import app
 from minispark.errors import MinisparkError
-from minispark.remembered_target import (TARGET_FILE, TargetRecord, auto_4bit, auto_4bit_notice, bf16_weight_bytes,
+from minispark.target.remembered import (TARGET_FILE, TargetRecord, auto_4bit, auto_4bit_notice, bf16_weight_bytes,
                                          read_record, resolve_loading, write_record)
 
 LOADING_FLAGS = ("--dtype", "--device", "--load-in-4bit", "--load-in-8bit")

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from minispark.measuring.calibrate import Calibration
+from minispark.model.calibration import Calibration
 from minispark.errors import MinisparkError
 from minispark.serving.schedule import (
     FixedLength,

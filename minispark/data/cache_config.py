@@ -13,12 +13,11 @@ from pathlib import Path
 
 from minispark import validate
 from minispark.data.cache_format import CACHE_DTYPES
-from minispark.data.prompts import HELDOUT_FILE
+from minispark.defaults import HELDOUT_FILE, PROMPTS_DIR
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
 
-DEMO_PROMPTS = Path(__file__).resolve().parents[2] / "examples" / "prompts"
 
 
 SPLITS = ("train", "heldout")
@@ -29,7 +28,7 @@ def default_prompts(is_vlm: bool, split: str = "train") -> Path:
     """The shipped corpus: training prompts (plus image prompts for a VLM target), or the held-out split."""
     if split == "heldout":
         return HELDOUT_FILE
-    return DEMO_PROMPTS / ("corpus_vision.jsonl" if is_vlm else "corpus.jsonl")
+    return PROMPTS_DIR / ("corpus_vision.jsonl" if is_vlm else "corpus.jsonl")
 
 
 @dataclass

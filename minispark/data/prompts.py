@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minispark import validate
+from minispark.defaults import HELDOUT_FILE
 from minispark.errors import MinisparkError
 
 if TYPE_CHECKING:
@@ -43,8 +44,6 @@ ROLES = {"system", "user", "assistant"}
 TEXT_PART_KEYS = {"type", "text"}
 # Qwen-VL image parts may carry resize hints; they are passed through to the processor untouched.
 IMAGE_PART_KEYS = {"type", "image", "min_pixels", "max_pixels", "resized_height", "resized_width"}
-# The fixed held-out evaluation split: no training cache may contain one of its prompts.
-HELDOUT_FILE = Path(__file__).resolve().parents[2] / "examples" / "prompts" / "heldout.jsonl"
 
 
 class PromptFileError(MinisparkError):

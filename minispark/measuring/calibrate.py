@@ -20,137 +20,23 @@ is unchanged; later positions' products can reorder slightly).
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from minispark.errors import MinisparkError
-from minispark.atomic import save_figure, write_json_atomic
+from minispark.atomic import save_figure
+from minispark.model.calibration import DEFAULT_BINS, Calibration, temperature_scale
 
 if TYPE_CHECKING:
     from rich.table import Table
 
-DEFAULT_BINS = 15
 #: Temperatures tried per position: log-spaced 0.1..10, plus exactly 1 (so the fit can keep raw).
 DEFAULT_GRID = np.unique(np.concatenate([np.geomspace(0.1, 10.0, 193), [1.0]]))
 #: Per-position logit shifts searched with the temperatures (0 included: plain temperature scaling).
 DEFAULT_SHIFTS = np.linspace(-4.0, 4.0, 33)
-CALIBRATION_VERSION = 1
-
-
-class CalibrationError(MinisparkError):
-    """A calibration file is missing or malformed (one-line message naming file and field)."""
-
-
-@dataclass
-class Calibration:
-    """Per-position temperatures T_1..T_γ and logit shifts b_1..b_γ; c_k ↦ σ((logit(c_k) + b_k) / T_k).
-
-    A temperature alone only moves scores toward or away from 0.5, so it cannot fix a head whose
-    scores sit on the wrong side of 0.5 (e.g. trained where acceptance was high, served where it is
-    low); the shift can. Both keep each position's ranking (the map is increasing in c_k).
-
-    ``drafter``/``target`` name what the temperatures were fitted for (for people);
-    ``target_identity`` and ``sampling`` (temperature, top_p, top_k) are what loading checks
-    (``checkpoint.load_calibration``; empty in files written before they existed). ``rounds`` and
-    ``n_bins`` describe the fit and ``metrics`` holds ECE/AUC/Brier before and after.
-    """
-
-    temperatures: list[float]
-    shifts: list[float] = field(default_factory=list)
-    drafter: str = ""
-    target: str = ""
-    target_identity: str = ""
-    sampling: dict[str, float] = field(default_factory=dict)
-    rounds: int = 0
-    n_bins: int = DEFAULT_BINS
-    metrics: dict[str, Any] = field(default_factory=dict)
-    version: int = CALIBRATION_VERSION
-
-    def __post_init__(self) -> None:
-        self.temperatures = [float(t) for t in self.temperatures]
-        self.shifts = [float(b) for b in self.shifts] or [0.0] * len(self.temperatures)
-        if len(self.shifts) != len(self.temperatures) or not all(math.isfinite(b) for b in self.shifts):
-            raise CalibrationError(f"calibration shifts must be finite, one per temperature, got {self.shifts}")
-        bad = [t for t in self.temperatures if not (math.isfinite(t) and t > 0)]
-        if bad:
-            raise CalibrationError(
-                f"calibration temperatures must be positive and finite, got {bad}"
-            )
-
-    @property
-    def gamma(self) -> int:
-        return len(self.temperatures)
-
-    def scale(self, position: int, confidence: float) -> float:
-        """σ((logit(c) + b)/T) at a 1-based position for one float; 0 and 1 stay 0 and 1."""
-        if confidence <= 0.0 or confidence >= 1.0:
-            return min(max(confidence, 0.0), 1.0)
-        z = (math.log(confidence / (1.0 - confidence)) + self.shifts[position - 1]) / self.temperatures[position - 1]
-        # Two branches so exp never overflows for very confident scores.
-        if z >= 0:
-            return 1.0 / (1.0 + math.exp(-z))
-        e = math.exp(z)
-        return e / (1.0 + e)
-
-    def apply(self, confidences: np.ndarray) -> np.ndarray:
-        """Calibrate a (rounds, γ') array column by column (γ' <= γ); NaN stays NaN."""
-        confidences = np.asarray(confidences, dtype=np.float64)
-        if confidences.shape[-1] > self.gamma:
-            raise CalibrationError(
-                f"calibration has {self.gamma} temperatures, confidences have "
-                f"{confidences.shape[-1]} positions"
-            )
-        temps = np.asarray(self.temperatures[: confidences.shape[-1]])
-        return temperature_scale(confidences, temps, np.asarray(self.shifts[: confidences.shape[-1]]))
-
-    def save(self, path: str | Path) -> Path:
-        return write_json_atomic(path, asdict(self))
-
-    @staticmethod
-    def load(path: str | Path) -> Calibration:
-        path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise CalibrationError(f"{path}: calibration file not found") from None
-        except (OSError, json.JSONDecodeError) as err:
-            raise CalibrationError(f"{path}: not readable as JSON ({err})") from None
-        if not isinstance(data, dict):
-            raise CalibrationError(f"{path}: expected a JSON object")
-        known = {f.name for f in fields(Calibration)}
-        for name in sorted(set(data) - known):
-            raise CalibrationError(f"{path}: field '{name}': unknown field")
-        if data.get("version") != CALIBRATION_VERSION:
-            raise CalibrationError(
-                f"{path}: field 'version': expected {CALIBRATION_VERSION}, "
-                f"got {data.get('version')!r}"
-            )
-        temps = data.get("temperatures")
-        if not isinstance(temps, list) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0
-            for t in temps
-        ):
-            raise CalibrationError(
-                f"{path}: field 'temperatures': expected a list of positive numbers, got {temps!r}"
-            )
-        try:
-            return Calibration(**data)
-        except (TypeError, CalibrationError) as err:
-            raise CalibrationError(f"{path}: {err}") from None
-
-
-def temperature_scale(confidences: np.ndarray, temperatures: np.ndarray | float,
-                      shifts: np.ndarray | float = 0.0) -> np.ndarray:
-    """σ((logit(c) + b)/T), elementwise with broadcasting; c = 0 → 0, c = 1 → 1, NaN → NaN."""
-    c = np.asarray(confidences, dtype=np.float64)
-    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        z = (np.log(c) - np.log1p(-c) + shifts) / temperatures
-        return 1.0 / (1.0 + np.exp(-z))
 
 
 # -- inputs ---------------------------------------------------------------------------------------

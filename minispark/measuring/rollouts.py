@@ -19,7 +19,8 @@ import torch
 
 from minispark.atomic import record_written
 from minispark.defaults import CALIBRATION_MIN_ROUNDS
-from minispark.measuring.calibrate import Calibration, fit_sts, position_metrics
+from minispark.measuring.calibrate import fit_sts, position_metrics
+from minispark.model.calibration import Calibration
 from minispark.model.checkpoint import CALIBRATION_FILE, sampling_record
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter

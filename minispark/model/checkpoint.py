@@ -9,7 +9,7 @@ A drafter directory holds:
 * ``calibration.json`` (optional) — Sequential Temperature Scaling from ``minispark calibrate``,
   with the target identity and the sampling settings it was fitted for;
 * ``target.json`` (written by ``minispark train``) — the target's source, dtype and quantization, so a
-  command given ``--drafter DIR`` loads that target the same way (``minispark.remembered_target``).
+  command given ``--drafter DIR`` loads that target the same way (``minispark.target.remembered``).
 
 Every write is atomic (a reader sees the old directory or the complete new one). Loading refuses a
 drafter trained for another target, and a calibration fitted for another target; a calibration
@@ -31,20 +31,20 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from minispark.atomic import write_dir_atomic
-from minispark.measuring.calibrate import Calibration
+from minispark.model.calibration import Calibration
 from minispark.model.deepspec import is_deepspec_dir, load_deepspec_model
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.errors import MinisparkError
 from minispark.identity import same_target
-from minispark.remembered_target import TARGET_FILE
+from minispark.target.remembered import TARGET_FILE
 from minispark.target.sampling import SamplingConfig
 
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CALIBRATION_FILE = "calibration.json"
 #: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score);
-#: ``target.json`` records how its target was loaded (``minispark.remembered_target``).
+#: ``target.json`` records how its target was loaded (``minispark.target.remembered``).
 DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE)
 #: Weights shared with the target and never stored: the frozen embedding and lm_head.
 FROZEN = ("embed_tokens.", "lm_head.")
@@ -205,8 +205,7 @@ def load_calibration(drafter_dir: str | Path, target_identity: str | None = None
 def _other_settings_notice(drafter_dir: Path, fitted: dict, sampling: SamplingConfig) -> str:
     """The notice for a calibration fitted at other sampling settings, with a calibrate command that runs:
     a shipped drafter is never rewritten, so its notice calibrates a copy."""
-    from minispark.data.prompts import HELDOUT_FILE
-    from minispark.defaults import SHIPPED_DRAFTERS
+    from minispark.defaults import HELDOUT_FILE, SHIPPED_DRAFTERS
 
     flags = f"--temperature {sampling.temperature:g}"
     flags += f" --top-p {sampling.top_p:g}" if sampling.top_p != 1.0 else ""

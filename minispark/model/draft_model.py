@@ -24,7 +24,9 @@ Design notes §5–§7 and §10–§11 (logic follows DeepSpec's Qwen3 DSpark mo
 Training uses :meth:`DraftModel.forward_train` (anchor-packed rows, §10.2) followed by
 :meth:`DraftModel.head_logits` / :meth:`DraftModel.confidence_logits` on chunks of anchors.
 Inference uses a :class:`ContextCache` of per-layer context K/V (§11.2), :meth:`DraftModel.forward_block`
-and :meth:`DraftModel.draft_block`. Both paths share the same mask and layer code.
+and the sequential head the DSpark drafter runs over its output
+(:class:`~minispark.serving.drafters.dspark.SequentialBlock`: decoding lives in serving, not here).
+Both paths share the same mask and layer code.
 
     .venv/bin/python -m pytest -q tests/test_draft_model.py
 """
@@ -40,8 +42,6 @@ from torch import nn
 
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_heads import HEADS
-from minispark.serving.draft_block import DraftBlock
-from minispark.target.sampling import SamplingConfig, probabilities, sample
 
 if TYPE_CHECKING:
     from minispark.model.draft_cache import ContextCache
@@ -434,56 +434,3 @@ class DraftModel(nn.Module):
         ids, positions = self.block_inputs(anchor_tokens, anchor_positions)  # (1, γ) each
         mask = block_attention_mask(cache.positions[None], anchor_positions, self.config.block_size, self.config.window)
         return self.backbone(ids, positions, cache.layer_kv(), mask)[0]
-
-    def draft_block(self, hidden: torch.Tensor, anchor_token: torch.Tensor, sampling: SamplingConfig,
-                    generator: torch.Generator | None) -> "SequentialBlock":
-        """The sequential stage (§6.4) over the block whose backbone output is ``hidden`` (γ, d),
-        drawn lazily as the engine's scheduler asks (see :mod:`minispark.serving.draft_block`)."""
-        return SequentialBlock(self, hidden, anchor_token, sampling, generator)
-
-
-class SequentialBlock(DraftBlock):
-    """x_k ~ p_k = probabilities(U_k + B_k(x_{k−1}, …)) left to right; c_k from h_k and x_{k−1}.
-
-    The base logits U_k of all positions come from one GEMM up front: the lm_head weights are read
-    once per block, not once per position (they dominate the sequential loop's memory traffic)."""
-
-    def __init__(self, model: DraftModel, hidden: torch.Tensor, anchor_token: torch.Tensor,
-                 sampling: SamplingConfig, generator: torch.Generator | None) -> None:
-        super().__init__(hidden.shape[0], hidden.device)
-        self.model, self.hidden, self.sampling, self.generator = model, hidden, sampling, generator
-        self.prev = anchor_token.reshape(()).to(hidden.device)  # x_{k−1}, as a target id
-        self.state = model.markov.initial_state(hidden[0]) if model.markov is not None else None
-        self.base = model.lm_head(hidden)  # (γ, N)
-        self._prev_emb: torch.Tensor | None = None  # (r,) Markov embedding of x_{k−1}, for c_k and B_k
-        self._prev_emb_for = 0  # the k it was computed for
-
-    def _previous_embedding(self, k: int) -> torch.Tensor | None:
-        if self.model.markov is None:
-            return None
-        if self._prev_emb_for != k:
-            self._prev_emb = self.model.markov_embedding(self.prev)
-            self._prev_emb_for = k
-        return self._prev_emb
-
-    def _confidence(self, k: int) -> torch.Tensor | None:
-        if self.model.confidence_proj is None:
-            return None
-        # c_k uses h_k and x_{k−1} only: it is known before x_k is drawn (non-anticipation).
-        return torch.sigmoid(self.model._confidence_logits(self.hidden[k - 1], self._previous_embedding(k)))
-
-    def _draw(self, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
-        model = self.model
-        logits = self.base[k - 1]  # (N,)
-        if model.markov is not None:
-            self.state, bias = model.markov.step(self.state, self._previous_embedding(k), self.hidden[k - 1])
-            logits = logits + bias
-        if self.sampling.greedy:
-            self.prev = model.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: None says so
-            return self.prev, None
-        p = probabilities(logits.float(), self.sampling)  # (N,)
-        self.prev = model.target_ids(sample(p, self.generator))
-        if model.config.draft_vocab:
-            # p_d over the whole target vocabulary, exactly zero outside the draft vocabulary.
-            p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,)
-        return self.prev, p

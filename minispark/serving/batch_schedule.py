@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from minispark.serving.sps import SPSTable, monotone_envelope
 
 if TYPE_CHECKING:
-    from minispark.measuring.calibrate import Calibration
+    from minispark.model.calibration import Calibration
 
 
 def _check(c: float | None, r: int, j: int) -> float:

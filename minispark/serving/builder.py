@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from minispark.measuring.calibrate import Calibration
+from minispark.model.calibration import Calibration
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter

@@ -40,7 +40,7 @@ from minispark.errors import MinisparkError
 from minispark.serving.sps import SPSTable, monotone_envelope
 
 if TYPE_CHECKING:
-    from minispark.measuring.calibrate import Calibration
+    from minispark.model.calibration import Calibration
 
 NO_CONFIDENCE = (
     "length policy '{mode}' needs per-position confidences, but the drafter has no confidence "

@@ -49,7 +49,7 @@ from minispark.atomic import adopt_written, open_append, write_text_atomic
 from minispark.data.answers import AnswerSet
 from minispark.data.cache_format import CacheReader, config_hash
 from minispark.training.compile_fallback import compile_or_eager
-from minispark.remembered_target import record_from_manifest, write_record
+from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import apply_weights, copy_drafter, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel

@@ -1,5 +1,6 @@
 """The DSpark drafter: a trained :class:`~minispark.model.draft_model.DraftModel` plus its draft context
-(the K/V of the target features of committed tokens), behind the shared
+(the K/V of the target features of committed tokens) and the sequential stage (§6.4) that draws a
+block's tokens from the backbone's output (:class:`SequentialBlock`), behind the shared
 :class:`~minispark.serving.drafters.base.Drafter` interface. The directory it loads from is
 :mod:`minispark.model.checkpoint`'s.
 
@@ -18,7 +19,7 @@ from minispark.model.draft_model import DraftModel
 from minispark.model.draft_quant import Int8Linear
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
-from minispark.target.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig, probabilities, sample
 
 class DSparkDrafter(Drafter):
     """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
@@ -73,7 +74,7 @@ class DSparkDrafter(Drafter):
     ) -> DraftBlock:
         anchor = ids[-1]
         hidden = self.model.forward_block(self.cache, anchor, int(anchor_position))  # (γ, d)
-        return self.model.draft_block(hidden, anchor, sampling, generator)
+        return SequentialBlock(self.model, hidden, anchor, sampling, generator)
 
     @torch.no_grad()
     def commit(
@@ -130,3 +131,50 @@ def load_drafter(
 ) -> DSparkDrafter:
     """A ready :class:`DSparkDrafter` from a drafter directory (see :func:`~minispark.model.checkpoint.load_draft_model`)."""
     return DSparkDrafter(load_draft_model(path, target_embed, target_lm_head, device, target_identity))
+
+
+class SequentialBlock(DraftBlock):
+    """x_k ~ p_k = probabilities(U_k + B_k(x_{k−1}, …)) left to right; c_k from h_k and x_{k−1}.
+
+    The base logits U_k of all positions come from one GEMM up front: the lm_head weights are read
+    once per block, not once per position (they dominate the sequential loop's memory traffic)."""
+
+    def __init__(self, model: DraftModel, hidden: torch.Tensor, anchor_token: torch.Tensor,
+                 sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+        super().__init__(hidden.shape[0], hidden.device)
+        self.model, self.hidden, self.sampling, self.generator = model, hidden, sampling, generator
+        self.prev = anchor_token.reshape(()).to(hidden.device)  # x_{k−1}, as a target id
+        self.state = model.markov.initial_state(hidden[0]) if model.markov is not None else None
+        self.base = model.lm_head(hidden)  # (γ, N)
+        self._prev_emb: torch.Tensor | None = None  # (r,) Markov embedding of x_{k−1}, for c_k and B_k
+        self._prev_emb_for = 0  # the k it was computed for
+
+    def _previous_embedding(self, k: int) -> torch.Tensor | None:
+        if self.model.markov is None:
+            return None
+        if self._prev_emb_for != k:
+            self._prev_emb = self.model.markov_embedding(self.prev)
+            self._prev_emb_for = k
+        return self._prev_emb
+
+    def _confidence(self, k: int) -> torch.Tensor | None:
+        if self.model.confidence_proj is None:
+            return None
+        # c_k uses h_k and x_{k−1} only: it is known before x_k is drawn (non-anticipation).
+        return torch.sigmoid(self.model._confidence_logits(self.hidden[k - 1], self._previous_embedding(k)))
+
+    def _draw(self, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        model = self.model
+        logits = self.base[k - 1]  # (N,)
+        if model.markov is not None:
+            self.state, bias = model.markov.step(self.state, self._previous_embedding(k), self.hidden[k - 1])
+            logits = logits + bias
+        if self.sampling.greedy:
+            self.prev = model.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: None says so
+            return self.prev, None
+        p = probabilities(logits.float(), self.sampling)  # (N,)
+        self.prev = model.target_ids(sample(p, self.generator))
+        if model.config.draft_vocab:
+            # p_d over the whole target vocabulary, exactly zero outside the draft vocabulary.
+            p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,)
+        return self.prev, p

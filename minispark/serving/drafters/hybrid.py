@@ -51,7 +51,7 @@ from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.target.sampling import SamplingConfig
 
 if TYPE_CHECKING:
-    from minispark.measuring.calibrate import Calibration
+    from minispark.model.calibration import Calibration
     from minispark.serving.sps import SPSTable
 
 

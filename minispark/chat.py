@@ -4,7 +4,8 @@ Answers stream as the engine commits tokens; later turns reuse the KV cache of e
 Images attach on the command line (first message) or with ``/image PATH`` (next message).
 Ctrl-C stops the current answer between two rounds and keeps the session (the partial answer is
 the reply, consistent with the KV cache); Ctrl-D (EOF) or ``/quit`` exits. After each answer: new
-tokens, tok/s, τ, drafts verified per round and the speedup the SPS table predicts for those rounds.
+tokens, tok/s, τ, drafts verified per round, the speedup the SPS table predicts for those rounds and,
+on CUDA, the turn's peak device memory (what a 6 GB card has to hold).
 
     minispark chat --image examples/cat.png
 """
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
+import torch
 from rich.console import Console
 
 from minispark.atomic import write_json_atomic
@@ -46,6 +48,21 @@ def estimate_speedup(stats: GenerationStats, table: SPSTable | None, context: in
     except SPSTableError:
         return None
     return alone / speculative
+
+
+@contextmanager
+def peak_memory(device: torch.device) -> Iterator[list[int]]:
+    """Inside the block, on CUDA: afterwards the list holds the peak bytes allocated on ``device``
+    during it (the allocator's counter, reset on entry); elsewhere it stays empty."""
+    peak: list[int] = []
+    if device.type != "cuda":
+        yield peak
+        return
+    torch.cuda.reset_peak_memory_stats(device)
+    try:
+        yield peak
+    finally:
+        peak.append(int(torch.cuda.max_memory_allocated(device)))
 
 
 @contextmanager
@@ -127,7 +144,7 @@ class ChatREPL:
         on_text = lambda piece: self.console.print(piece, end="", highlight=False, markup=False,  # noqa: E731
                                                    soft_wrap=True)
         try:
-            with ctrl_c_stops() as interrupted:
+            with ctrl_c_stops() as interrupted, peak_memory(self.conversation.target.device) as peak:
                 turn = self.conversation.say(text, self.pending, on_text=on_text, interrupt=interrupted)
         except MinisparkError as exc:
             self.console.print()
@@ -138,9 +155,9 @@ class ChatREPL:
         if turn.stop_reason == "interrupted":
             self.console.print("[dim](interrupted: the partial answer is kept)[/]")
         if self.show_stats:
-            self.console.print(f"[dim]{self.turn_line(turn)}[/]", highlight=False)
+            self.console.print(f"[dim]{self.turn_line(turn, peak[0] if peak else None)}[/]", highlight=False)
 
-    def turn_line(self, turn: Turn) -> str:
+    def turn_line(self, turn: Turn, peak_bytes: int | None = None) -> str:
         stats = turn.stats
         drafts = sum(stats.proposed_lengths) / stats.rounds if stats.rounds else 0.0
         context = self.conversation.session.cache_length - stats.new_tokens // 2
@@ -149,7 +166,7 @@ class ChatREPL:
         return (f"{stats.new_tokens} tokens · {stats.tokens_per_s:.1f} tok/s · τ {stats.tau:.2f} · "
                 f"{drafts:.1f} drafts/round · {stats.skipped_rounds}/{stats.rounds} rounds draft-skipped · "
                 f"{estimate} · prompt {stats.prefill_tokens} prefilled, "
-                f"{stats.reused_tokens} reused")
+                f"{stats.reused_tokens} reused" + (f" · peak {peak_bytes / 2**30:.2f} GiB" if peak_bytes else ""))
 
     def attach(self, path: str) -> None:
         if not self.conversation.target.is_vlm:

@@ -18,9 +18,10 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from rich.console import Console
 
-from minispark.chat import ChatREPL, estimate_speedup
+from minispark.chat import ChatREPL, estimate_speedup, peak_memory
 from minispark.model.checkpoint import save_drafter
 from minispark.serving.conversation import Conversation
 from minispark.serving.drafters.dspark import DSparkDrafter
@@ -91,6 +92,27 @@ def test_save_reset_and_eof(tiny_llama: Target, tmp_path: Path) -> None:
     assert after["turns"][0]["reused_tokens"] == 0  # /reset emptied the KV cache
     assert "2 turns" in out and "conversation cleared" in out and "tokens ·" in out and "τ" in out
     assert [t.user for t in conversation.turns] == ["Hi again"]  # EOF ended the loop after the last line
+
+
+def test_turn_line_shows_peak_device_memory_on_cuda(tiny_llama: Target, monkeypatch) -> None:
+    """On CUDA a turn's stats line ends with its peak memory (the counter reset at the turn's start);
+    on a CPU nothing is read or shown."""
+    calls: list[str] = []
+    monkeypatch.setattr("torch.cuda.reset_peak_memory_stats", lambda device: calls.append("reset"))
+    monkeypatch.setattr("torch.cuda.max_memory_allocated", lambda device: calls.append("read") or 3 * 2**29)
+    with peak_memory(torch.device("cuda", 0)) as peak:
+        assert calls == ["reset"]
+    assert calls == ["reset", "read"] and peak == [3 * 2**29]
+    with peak_memory(torch.device("cpu")) as peak:
+        pass
+    assert peak == [] and calls == ["reset", "read"]
+    out, _, _ = repl(tiny_llama, ["Hello there"])
+    assert "tokens ·" in out and "peak" not in out  # the CPU line
+    setup = build_serving(tiny_llama, "lookup")
+    with Conversation(tiny_llama, setup.drafter, policy=setup.policy, max_new_tokens=2) as conversation:
+        turn = conversation.say("Hi")
+        line = ChatREPL(conversation, setup, Console(file=io.StringIO())).turn_line(turn, 3 * 2**29)
+    assert line.endswith("reused · peak 1.50 GiB")
 
 
 def test_commands_errors_and_quit(tiny_llama: Target, tmp_path: Path) -> None:

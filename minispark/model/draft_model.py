@@ -112,11 +112,9 @@ class Attention(nn.Module):
         k_block, v_block = self.key_value(x, positions)
         k = torch.cat([context_kv[0], k_block], dim=2)  # (B, Hkv, N+Q, D)
         v = torch.cat([context_kv[1], v_block], dim=2)  # (B, Hkv, N+Q, D)
-        groups = self.num_heads // self.num_kv_heads
-        if groups > 1:
-            k = k.repeat_interleave(groups, dim=1)  # (B, H, N+Q, D)
-            v = v.repeat_interleave(groups, dim=1)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # (B, H, Q, D)
+        # Grouped heads read their K/V as they are (no repeat: a copy of the whole context per layer).
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                             enable_gqa=self.num_heads != self.num_kv_heads)  # (B, H, Q, D)
         return self.o_proj(out.transpose(1, 2).reshape(b, q_len, self.num_heads * self.head_dim))
 
 

@@ -22,11 +22,11 @@ from typing import Callable, Sequence
 import torch
 
 from minispark.serving.draft_skip import SkipPolicy
-from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.drafters.base import Drafter, default_policy
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.generate import fit_context, stop_on_strings, text_streamer
 from minispark.target.sampling import SamplingConfig, make_generator
-from minispark.serving.schedule import FixedLength, LengthPolicy
+from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
 
 
@@ -63,8 +63,7 @@ class Conversation:
                  skip: SkipPolicy | None = None) -> None:
         self.target = target
         self.drafter = drafter
-        gamma = 0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, None)
-        self.policy = policy or FixedLength(gamma)
+        self.policy = policy or default_policy(drafter)
         self.skip = skip  # draft-skip: its estimates carry over from turn to turn
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens

@@ -37,7 +37,7 @@ from minispark.serving.draft_block import DraftBlock, Proposal
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.draft_skip import SkipPolicy
 from minispark.target.sampling import SamplingConfig, make_generator
-from minispark.serving.schedule import FixedLength, LengthPolicy, scheduled_length
+from minispark.serving.schedule import LengthPolicy, scheduled_length
 from minispark.target.session import PromptInputs, StepOutput, TargetSession
 
 
@@ -234,8 +234,8 @@ def speculative_generate(
     session: TargetSession,
     prompt: PromptInputs,
     drafter: Drafter,
-    sampling: SamplingConfig = SamplingConfig(),
-    policy: LengthPolicy | None = None,
+    sampling: SamplingConfig,
+    policy: LengthPolicy,
     max_new_tokens: int = 256,
     eos_ids: set[int] | frozenset[int] = frozenset(),
     stop: Callable[[list[int]], int | None] | None = None,
@@ -255,7 +255,6 @@ def speculative_generate(
     ``skip`` (draft-skip, ``draft_skip.py``) is asked before each round whether to run the drafter;
     a skipped round verifies the anchor alone, a plain target step.
     """
-    policy = policy or FixedLength(0)
     generator = generator or make_generator(None, session.target.device)
     stats = GenerationStats()
     started = time.perf_counter()

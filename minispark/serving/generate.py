@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from minispark.serving.draft_skip import SkipPolicy
-from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
+from minispark.serving.drafters.base import Drafter, NoDrafter, default_policy
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
 from minispark.defaults import SHIPPED_DRAFTERS
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator
-from minispark.serving.schedule import FixedLength, LengthPolicy
+from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
 
 #: The ``--drafter`` spec of the hybrid drafter (``hybrid`` or ``hybrid:DIR``).
@@ -191,7 +191,7 @@ def generate(
     if isinstance(drafter, str):
         drafter = make_drafter(drafter, target)
     if policy is None:
-        policy = FixedLength(0 if isinstance(drafter, NoDrafter) else resolve_gamma(drafter, drafter.name, gamma))
+        policy = default_policy(drafter, gamma)
     inputs = target.encode(messages, prompt=prompt if messages is None else None, images=images)
     max_new_tokens = fit_context(target, inputs.length, max_new_tokens)
     generator = make_generator(seed, target.device)

@@ -18,6 +18,7 @@ import torch
 from minispark.defaults import DEFAULT_GAMMA
 from minispark.serving.draft_block import DraftBlock
 from minispark.errors import MinisparkError
+from minispark.serving.schedule import FixedLength
 from minispark.target.sampling import SamplingConfig
 
 
@@ -99,6 +100,14 @@ class NoDrafter(Drafter):
         generator: torch.Generator,
     ) -> DraftBlock:
         return DraftBlock(0, ids.device)
+
+
+def default_policy(drafter: Drafter, gamma: int | None = None, spec: str | None = None) -> FixedLength:
+    """The length policy where none is given (generate, chat, a conversation): γ tokens every round
+    (the drafter's block size by default, see :func:`resolve_gamma`), none for :class:`NoDrafter`."""
+    if isinstance(drafter, NoDrafter):
+        return FixedLength(0)
+    return FixedLength(resolve_gamma(drafter, spec or drafter.name, gamma))
 
 
 def resolve_gamma(drafter: Drafter, spec: str, gamma: int | None) -> int:

@@ -50,7 +50,6 @@ from minispark.serving.generate import make_drafter
 from minispark.target.runtime import eager_linears
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength, LengthPolicy
-from minispark.serving.sps import SPSTable
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
 
@@ -239,7 +238,7 @@ def hybrid_mode(name: str, target: Target, setup, sampling: SamplingConfig) -> M
     table, schedule mode with draft-skip), around the setup's trained drafter."""
     schedule = name == "hybrid-schedule"
     hybrid = make_hybrid(trained(setup.drafter))
-    hybrid.price_with((setup.sps_table or SPSTable.generic()) if schedule else None, setup.gamma, setup.calibration)
+    hybrid.price_with(setup.schedule_table if schedule else None, setup.gamma, setup.calibration)
     mode = "schedule" if schedule else "fixed"
     setup.policy_for(mode)  # refuses a table too short for γ, before any run
     return minispark_mode(name, target, hybrid, lambda: setup.policy_for(mode), sampling, draft_skip=schedule)

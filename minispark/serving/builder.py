@@ -59,13 +59,18 @@ class ServingSetup:
     hints: list[str] = field(default_factory=list)
     skip: DraftSkip | None = None  # None: the drafter runs every round
 
+    @property
+    def schedule_table(self) -> SPSTable:
+        """The curve schedule mode prices rounds on: the matched table, else the generic cost model."""
+        return self.sps_table or SPSTable.generic()
+
     def policy_for(self, mode: str, envelope: bool = True) -> LengthPolicy:
         """A fresh policy of another mode with the same drafter, γ, table and calibration (bench
         runs several side by side); schedule mode without a table uses the generic curve."""
         if isinstance(self.drafter, NoDrafter):
             return FixedLength(0)
         return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
-                                  threshold=self.threshold, sps_table=self.sps_table or SPSTable.generic(),
+                                  threshold=self.threshold, sps_table=self.schedule_table,
                                   calibration=self.calibration, envelope=envelope)
 
 
@@ -121,7 +126,7 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     if table is None:
         fallback = "no speedup estimate"
         if mode == "schedule":
-            table, fallback = SPSTable.generic(), "schedule mode uses the generic cost model"
+            fallback = "schedule mode uses the generic cost model"
         elif mode == "threshold" and chosen:
             fallback = f"threshold mode ({threshold:g})"
         hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback) if short is None else
@@ -138,7 +143,9 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         draft_skip = mode == "schedule"
     skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None
     setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip)
+    if mode == "schedule":
+        setup.sps_table = setup.schedule_table  # served (and estimated) on the curve it schedules with
     setup.policy = setup.policy_for(mode)
     if hybrid:  # its choice prices both sources on the curve the policy schedules against (flat outside schedule)
-        draft.price_with(table if mode == "schedule" else None, gamma, calibration)
+        draft.price_with(setup.sps_table if mode == "schedule" else None, gamma, calibration)
     return setup

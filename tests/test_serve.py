@@ -23,6 +23,7 @@ from minispark import defaults
 from minispark.serve.app import LocalServer, ServeConfig, served_model_id
 from minispark.serve.protocol import ServeLimits
 from minispark.serving.builder import ServingSetup, build_serving
+from minispark.serving.drafters.hybrid import make_hybrid
 from minispark.serving.generate import generate
 from minispark.serving.schedule import make_length_policy
 from minispark.serving.sps import SPSTable
@@ -112,6 +113,34 @@ def test_concurrent_requests_keep_greedy_parity(llama: Target) -> None:
         for thread in threads:
             thread.join(120)
     assert [got.get(i) for i in range(len(prompts))] == wants
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_hybrid_drafter_serves_with_parity(llama: Target, slots: int) -> None:
+    """``serve --drafter hybrid:DIR``: the hybrid (lookup or DSpark per round) behind the server, one
+    request or two in flight (each slot its own fork), every reply its own target-only greedy text."""
+    table = SPSTable.from_inline([1.0 / (1.0 + 0.05 * n) for n in range(16)])
+    hybrid = make_hybrid(random_dspark(llama))
+    hybrid.price_with(table, 4)
+    setup = ServingSetup(hybrid, "hybrid", "schedule", 4, make_length_policy("schedule", 4, has_confidence=True,
+                                                                           sps_table=table), table)
+    prompts = ["Count: one two three one two three one two", "List three fruits."]
+    wants = [reference(llama, [{"role": "user", "content": p}], 16) for p in prompts]
+    got: dict[int, object] = {}
+    with server(llama, setup, slots=slots) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+
+        def ask(i: int) -> None:
+            got[i] = client.chat.completions.create(model=served_model_id(llama), temperature=0, max_tokens=16,
+                                                    messages=[{"role": "user", "content": prompts[i]}])
+
+        threads = [threading.Thread(target=ask, args=(i,)) for i in range(len(prompts))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(120)
+    assert [got[i].choices[0].message.content for i in range(len(prompts))] == wants
+    assert all(got[i].model_extra["minispark"]["rounds"] > 0 for i in range(len(prompts)))
 
 
 def test_image_parts(vlm: Target, test_image: Path, tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from minispark.serving.batch_schedule import admit_across, batch_sps
 from minispark.serving.draft_block import Proposal
 from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.dspark import DSparkDrafter
+from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.errors import MinisparkError
 from minispark.serving.engine import (DecodeState, GenerationStats, accept, commit, prefill, propose, settle,
@@ -51,8 +52,14 @@ def fork_drafter(drafter: Drafter) -> Drafter:
         return DSparkDrafter(drafter.model)
     if type(drafter) in (NoDrafter, LookupDrafter):
         return copy.copy(drafter)  # no per-sequence state
-    raise MinisparkError(f"drafter {drafter.name}: requests in flight together need none, lookup or a DSpark "
-                         "drafter (one context each); serve this one with one request at a time")
+    if type(drafter) is HybridDrafter:  # its own trained-drafter context and its own acceptance estimates
+        twin = HybridDrafter(copy.copy(drafter.lookup), fork_drafter(drafter.model), drafter.gamma,
+                             copy.deepcopy(drafter.choice))
+        twin.choice.reset()
+        twin.calibration, twin.model_dir = drafter.calibration, drafter.model_dir
+        return twin
+    raise MinisparkError(f"drafter {drafter.name}: requests in flight together need none, lookup, a DSpark "
+                         "or a hybrid drafter (one context each); serve this one with one request at a time")
 
 
 def _batchable(sessions: list[TargetSession]) -> bool:

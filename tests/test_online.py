@@ -59,16 +59,30 @@ def test_online_anchors_equal_cached_anchors(llama, data):
 def test_online_plan_covers_every_anchor_once_per_epoch_and_is_a_function_of_the_step(llama, data):
     _, answers, _ = data
     source = OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3)
-    plan = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=2)
-    per_epoch = int(plan._steps_per_pool(0)[-1])
+    plan = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=4, stay=2)
+    packed: list[int] = []
+    pack = source.pack
+    source.pack = lambda indices: packed.extend(indices) or pack(indices)  # count the prefills
+    per_epoch = plan.steps_per_epoch(0)
     seen = [(a.sample_index, a.position) for s in range(per_epoch) for a in plan.anchors(s)]
     assert len(seen) == len(set(seen)) == plan.total == int(source.anchors_per_sample().sum())
-    again = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=2)  # a resumed run: fresh plan, same steps
+    assert sorted(packed) == list(range(len(source.anchors_per_sample())))  # one prefill per answer and epoch
+    assert len(plan._shards) <= 4  # the buffer holds at most ``pool`` answers
+    again = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=4, stay=2)  # a resumed run: same steps
     for step in (per_epoch + 1, 0, 3):
         assert [(a.sample_index, a.position) for a in again.anchors(step)] == \
             [(a.sample_index, a.position) for a in plan.anchors(step)]
     mixed = [{a.sample_index for a in plan.anchors(s)} for s in range(per_epoch)]
-    assert max(len(m) for m in mixed) > 1  # a step draws from several answers of its pool
+    assert max(len(m) for m in mixed) > 1  # a step draws from several answers of the buffer
+    # an answer's anchors spread over the phases it stays (not all in one run of steps)
+    steps_of = {}
+    for s in range(per_epoch):
+        for a in plan.anchors(s):
+            steps_of.setdefault(a.sample_index, set()).add(s)
+    assert any(max(v) - min(v) > 1 for v in steps_of.values())
+    sparse = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=4, stay=2, anchors_per_sample=3)
+    picked = [(a.sample_index, a.position) for s in range(sparse.steps_per_epoch(0)) for a in sparse.anchors(s)]
+    assert len(picked) == len(set(picked)) == sparse.total <= 3 * len(source.anchors_per_sample())
 
 
 def test_train_on_an_answer_set(llama, data, tmp_path):

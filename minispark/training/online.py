@@ -6,10 +6,10 @@ set (``data/answers``, megabytes) is enough: :class:`OnlineSource` runs that pre
 answers, packs every answer position as an anchor with exactly the cache's code (``cache.pack_sample``,
 ``cache_format.pack_shard``), and reads anchors back through the cache's own ``Anchor`` accessor — the
 same numbers a cache of those answers holds (tested with ``assert_close``). :class:`OnlinePlan` is the
-trainer's anchor stream over it: epoch e visits the answers in a permutation seeded by (seed, e), in
-pools of ``pool`` answers whose anchors (in runs of ``run``) are shuffled together and cut into
-steps, so a step's anchors come from several answers and step s is a pure function of (seed, s) —
-a resumed run sees the batches it would have seen. :class:`MemoryReader` holds a small set's anchors
+trainer's anchor stream over it: a sliding shuffle buffer of ``pool`` answers, each staying a few
+phases and giving part of its anchors to each, so a step's anchors come from many answers, every
+anchor is used once per epoch, and step s is a pure function of (seed, s) — a resumed run sees the
+batches it would have seen. :class:`MemoryReader` holds a small set's anchors
 in memory with the ``CacheReader`` interface (held-out answer sets for the held-out proxy).
 
     minispark train --recipe tiny --answers runs/answers --out runs/draft-online
@@ -36,6 +36,8 @@ from minispark.target.session import PromptInputs
 
 #: More anchors per answer than any answer has tokens: every answer position is an anchor.
 DENSE = 1 << 30
+#: Phases an answer stays in the online shuffle buffer (it gives 1/POOL_STAY of its anchors to each).
+POOL_STAY = 8
 
 
 class OnlineSource(CacheFacts):
@@ -112,69 +114,120 @@ class MemoryReader(CacheFacts):
 
 
 class OnlinePlan:
-    """The trainer's anchor stream over an :class:`OnlineSource` (see the module docstring)."""
+    """The trainer's anchor stream over an :class:`OnlineSource`: a sliding shuffle buffer of answers.
+
+    Epoch e visits the answers in a permutation seeded by (seed, e). The buffer holds ``pool``
+    answers' features; every phase, ``pool / stay`` answers enter (one prefill each) and as many
+    leave, so an answer stays ``stay`` phases and gives a different ``1/stay`` of its anchors (in
+    runs of ``run``, a seeded split) to each. A phase's anchors are shuffled together and cut into
+    steps. So every anchor is used once per epoch, each answer is prefilled once per epoch, memory
+    holds ``pool`` answers, and consecutive steps mix answers that entered at different times
+    (pools trained one after another, each for thousands of steps, memorise each pool: measured,
+    held-out τ 1.32 against 2.8 on the training stream). Step s is a pure function of (seed, s): a
+    resumed run sees the batches it would have seen.
+    """
 
     def __init__(self, source: OnlineSource, batch_anchors: int, seed: int, run: int = 0, *, pool: int = 32,
-                 max_samples: int = 0, anchors_per_sample: int = 0) -> None:
+                 max_samples: int = 0, anchors_per_sample: int = 0, stay: int = POOL_STAY) -> None:
         counts = source.anchors_per_sample()
         if max_samples > 0:
             counts = counts[:max_samples]
-        if anchors_per_sample > 0:
-            counts = np.minimum(counts, anchors_per_sample)
         if not counts.sum():
             raise MinisparkError(f"{source.directory}: the answer set holds no anchors (answers too short?)")
-        self.source, self.counts = source, counts
+        self.source, self.dense = source, counts  # (N,) every anchor of each answer
+        self.counts = np.minimum(counts, anchors_per_sample) if anchors_per_sample > 0 else counts
         self.batch_anchors, self.seed, self.run, self.pool = batch_anchors, seed, run, pool
+        self.stay = max(1, min(stay, pool))
+        self.enter = -(-pool // self.stay)  # answers entering per phase
         self.sparse = anchors_per_sample
-        self.samples, self.total = int((counts > 0).sum()), int(counts.sum())
-        self._epochs: dict[int, np.ndarray] = {}  # epoch -> cumulative steps at the end of each pool
-        self._loaded: tuple[tuple[int, int], list[int], dict[str, torch.Tensor]] | None = None
+        self.samples, self.total = int((self.counts > 0).sum()), int(self.counts.sum())
+        self._epochs: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # epoch -> (order, steps at each phase's end)
+        self._lengths: dict[int, int] = {}  # epoch -> its steps (kept: locating a step walks the epochs)
+        self._shards: dict[int, dict[str, torch.Tensor]] = {}  # the buffer: answer -> its packed features
+        self._loaded: tuple[tuple[int, int], list[tuple[int, int]]] | None = None
 
-    def _pools(self, epoch: int) -> list[np.ndarray]:
-        order = np.random.default_rng([self.seed, epoch]).permutation(len(self.counts))
-        order = order[self.counts[order] > 0]
-        return [order[i:i + self.pool] for i in range(0, len(order), self.pool)]
+    # ---- the schedule, from the counts alone ---------------------------------------------
 
-    def _steps_per_pool(self, epoch: int) -> np.ndarray:
+    def _order(self, epoch: int) -> np.ndarray:
+        return self._epoch(epoch)[0]
+
+    def _epoch(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
         if epoch not in self._epochs:
-            anchors = np.array([self.counts[p].sum() for p in self._pools(epoch)])
-            self._epochs[epoch] = np.cumsum(-(-anchors // self.batch_anchors))  # ceil: a pool's last step is short
+            order = np.random.default_rng([self.seed, epoch]).permutation(len(self.counts))
+            order = order[self.counts[order] > 0]
+            phases = (len(order) - 1) // self.enter + self.stay
+            sizes = [sum(len(a) for _, a in self._phase_groups(epoch, order, j)) for j in range(phases)]
+            steps = np.cumsum([-(-n // self.batch_anchors) for n in sizes])  # ceil: a phase's last step is short
             self._epochs = {e: v for e, v in self._epochs.items() if e >= epoch - 1}
+            self._epochs[epoch], self._lengths[epoch] = (order, steps), int(steps[-1])
         return self._epochs[epoch]
 
-    def _locate(self, step: int) -> tuple[int, int, int]:
-        """(epoch, pool, step within the pool) of global step ``step``; epochs are walked from the first."""
-        epoch = 0
-        while step >= (ends := self._steps_per_pool(epoch))[-1]:
-            step -= int(ends[-1])
-            epoch += 1
-        pool = int(np.searchsorted(ends, step, side="right"))
-        return epoch, pool, step - (int(ends[pool - 1]) if pool else 0)
+    def _length(self, epoch: int) -> int:
+        return self._lengths[epoch] if epoch in self._lengths else int(self._epoch(epoch)[1][-1])
 
-    def _load(self, epoch: int, pool: int) -> tuple[list[int], dict[str, torch.Tensor]]:
-        """The pool's shard and its anchors (shard-local indices), groups in this epoch's order, flattened once."""
-        if self._loaded is None or self._loaded[0] != (epoch, pool):
-            members = self._pools(epoch)[pool].tolist()
-            shard = self.source.pack(members)
-            offsets = shard["sample_anchor_offset"].tolist()
-            rng = np.random.default_rng([self.seed, epoch, pool])
-            groups: list[list[int]] = []
-            for j, i in enumerate(members):
-                local = list(range(offsets[j], offsets[j + 1]))
-                if self.sparse and len(local) > self.sparse:  # a seeded subset, in position order
-                    local = sorted(rng.choice(local, self.sparse, replace=False).tolist())
-                run = self.run or len(local)
-                groups += [local[k:k + run] for k in range(0, len(local), run)]
-            order = [a for g in rng.permutation(len(groups)) for a in groups[g]]
-            self._loaded = ((epoch, pool), order, shard)
-        return self._loaded[1], self._loaded[2]
+    def _members(self, order: np.ndarray, phase: int) -> range:
+        """Positions in ``order`` of the answers in the buffer at ``phase``."""
+        return range(max(0, (phase - self.stay + 1) * self.enter), min(len(order), (phase + 1) * self.enter))
+
+    def _runs(self, epoch: int, answer: int) -> list[list[int]]:
+        """``answer``'s anchors this epoch (answer-local indices, a seeded subset when sparse) in runs."""
+        rng = np.random.default_rng([self.seed, epoch, int(answer)])
+        local = list(range(int(self.dense[answer])))
+        if self.sparse and len(local) > self.sparse:  # a seeded subset, in position order
+            local = sorted(rng.choice(local, self.sparse, replace=False).tolist())
+        run = self.run or len(local)
+        return [local[k:k + run] for k in range(0, len(local), run)]
+
+    def _phase_groups(self, epoch: int, order: np.ndarray, phase: int) -> list[tuple[int, list[int]]]:
+        """(answer, run of its anchors) for every run the buffer gives at ``phase``."""
+        groups = []
+        for k in self._members(order, phase):
+            answer = int(order[k])
+            part = phase - k // self.enter  # how many phases this answer has been in the buffer
+            runs = self._runs(epoch, answer)
+            offset = int(np.random.default_rng([self.seed, epoch, answer, 1]).integers(self.stay))
+            groups += [(answer, r) for g, r in enumerate(runs) if (g + offset) % self.stay == part]
+        return groups
+
+    def _locate(self, step: int) -> tuple[int, int, int]:
+        """(epoch, phase, step within the phase) of global step ``step``; epochs are walked from the first."""
+        epoch = 0
+        while step >= self._length(epoch):
+            step -= self._length(epoch)
+            epoch += 1
+        ends = self._epoch(epoch)[1]
+        phase = int(np.searchsorted(ends, step, side="right"))
+        return epoch, phase, step - (int(ends[phase - 1]) if phase else 0)
+
+    # ---- features ----------------------------------------------------------------------------
+
+    def _load(self, epoch: int, phase: int) -> list[tuple[int, int]]:
+        """The phase's (answer, anchor) list in step order; the buffer packed to the phase's members."""
+        if self._loaded is None or self._loaded[0] != (epoch, phase):
+            order = self._order(epoch)
+            members = {int(order[k]) for k in self._members(order, phase)}
+            self._shards = {i: shard for i, shard in self._shards.items() if i in members}
+            for i in sorted(members - set(self._shards)):  # entering answers: one prefill each
+                shard = self.source.pack([i])
+                if int(shard["sample_anchor_offset"][-1]) != int(self.dense[i]):
+                    raise MinisparkError(f"{self.source.directory}: answer {i} packed "
+                                         f"{int(shard['sample_anchor_offset'][-1])} anchors, its length says "
+                                         f"{int(self.dense[i])}")
+                self._shards[i] = shard
+            groups = self._phase_groups(epoch, order, phase)
+            rng = np.random.default_rng([self.seed, epoch, phase])
+            picked = [(answer, a) for g in rng.permutation(len(groups)) for answer, run in [groups[g]] for a in run]
+            self._loaded = ((epoch, phase), picked)
+        return self._loaded[1]
 
     def anchors(self, step: int) -> list[Anchor]:
         """The anchors of (0-based) step ``step``."""
-        epoch, pool, within = self._locate(step)
-        order, shard = self._load(epoch, pool)
-        picked = order[within * self.batch_anchors:(within + 1) * self.batch_anchors]
-        return [CacheReader._anchor(shard, a) for a in picked]
+        epoch, phase, within = self._locate(step)
+        picked = self._load(epoch, phase)[within * self.batch_anchors:(within + 1) * self.batch_anchors]
+        return [CacheReader._anchor(self._shards[answer], a) for answer, a in picked]
+
+    def steps_per_epoch(self, epoch: int = 0) -> int:
+        return self._length(epoch)
 
 
 def _prompt_samples(answers: AnswerSet, target: Target, prompts: Path | None) -> list:

@@ -67,7 +67,7 @@ class TrainConfig:
         ``onpolicy`` (with ``init_from``) trains only on the anchors where that drafter's replayed
         rounds start (``training/onpolicy.py``). ``answers_dir`` trains on an answer set instead of
         ``cache_dir``: the target runs in the training process and computes every answer position's
-        features as training goes, ``online_pool`` answers at a time (``training/online.py``); a VLM's
+        features as training goes, in a sliding shuffle buffer of ``online_pool`` answers (``training/online.py``); a VLM's
         image prompts are encoded again from ``online_prompts`` (default: the shipped corpus of that name).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma); ``alpha_kl``
         (KL(p_t ‖ p_d)) and ``alpha_tau`` (minus the expected accepted drafts) are the optional

@@ -615,12 +615,12 @@ def test_an_unreadable_directory_behind_a_symlink_is_one_line(tiny_trained_draft
 
 @pytest.mark.parametrize("command", ["bench", "calibrate", "cache", "answers"])
 def test_a_bad_prompt_line_is_reported_before_the_target_loads(files, monkeypatch, command: str) -> None:
-    import minispark.cli
+    from minispark.cli import data, measure
 
     def load(*args, **kwargs):
         raise AssertionError("the target loaded before --prompts was checked")
 
-    monkeypatch.setattr(minispark.cli, "_load", load)
+    monkeypatch.setattr(measure if command in ("bench", "calibrate") else data, "_load", load)  # where it is used
     argv = {"bench": ["bench"], "calibrate": ["calibrate", "--drafter", files["fakedrafter"]],
             "cache": ["cache", "--out", files["out"]], "answers": ["answers", "--out", files["out"]]}[command]
     error = one_line_error(CliRunner().invoke(app, argv + ["--prompts", files["corrupt.jsonl"]]))
@@ -669,14 +669,14 @@ def test_help_shows_what_to_type() -> None:
 @pytest.mark.parametrize("train", [True, False])
 def test_the_ctrl_c_hint_of_demo(tmp_path, monkeypatch, train: bool) -> None:
     """demo --train resumes its finished stages; the plain demo keeps nothing, so it says only that."""
-    import minispark.cli
     import minispark.demo
+    from minispark.cli import decode
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(minispark.demo, "run_pipeline" if train else "run_demo", interrupted)
-    monkeypatch.setattr(minispark.cli, "_load", lambda *args, **kwargs: None)
+    monkeypatch.setattr(decode, "_load", lambda *args, **kwargs: None)
     argv = ["demo", "--train", "--out", str(tmp_path / "demo")] if train else ["demo"]
     monkeypatch.setattr("sys.argv", ["minispark", *argv])
     result = CliRunner().invoke(app, argv)

@@ -38,11 +38,11 @@ def test_a_piped_progress_log_line_is_not_wrapped():
 
 def test_model_text_is_printed_verbatim_not_as_emoji():
     """rich turns ``:name:`` into emoji even with markup off; every minispark console prints it as is."""
-    from minispark import cli
+    from minispark.cli.app import console as cli_console, err_console as cli_err_console
     from minispark.defaults import make_console
 
     text = 'print(a[start:end:step], b[1:x:2], "ok:cat:ok")'
-    for console in (make_console(), make_console(stderr=True), cli.console, cli.err_console):
+    for console in (make_console(), make_console(stderr=True), cli_console, cli_err_console):
         with console.capture() as captured:
             console.print(text, end="", highlight=False, markup=False)
         assert captured.get() == text

@@ -15,7 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 from minispark.atomic import open_append, save_figure, write_json_atomic
-from minispark.cli import app, json_safe
+from minispark.cli import app
+from minispark.cli.app import json_safe
 from minispark.errors import MinisparkError
 from tests.helpers import snapshot
 

@@ -1,0 +1,74 @@
+"""The conversion commands: ``import`` (a DeepSpec checkpoint into minispark's drafter layout) and
+``export`` (a minispark drafter in DeepSpec's layout). Each parses its flags and calls
+``minispark.model.deepspec_export``.
+
+    minispark export --help
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from minispark import validate
+from minispark.errors import MinisparkError
+
+from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, TargetOpt, _load, _remembered, app, console,
+                  err_console, one_line_errors)
+
+
+@app.command("import")
+@one_line_errors
+def import_(
+    source: Path = typer.Argument(..., help="DeepSpec-layout drafter directory (Qwen3DSparkModel)."),
+    out: Path = typer.Option(..., "--out", help="Output minispark drafter directory (new, or one this wrote)."),
+    target: Optional[str] = TargetOpt,
+    window: Optional[int] = typer.Option(None, "--window", help="Context window W (default: recorded, else 0 = all)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+) -> None:
+    """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
+    from minispark.model.deepspec_export import import_deepspec
+
+    validate.checkpoint(source, "SOURCE")
+    validate.replaceable_dir(out, "--out", source)
+    validate.integer(window, "--window", 0)
+    report = import_deepspec(source, _load(target, dtype, device, load_in_4bit, load_in_8bit), out, window)
+    _print_conversion(report)
+
+
+@app.command()
+@one_line_errors
+def export(
+    drafter_dir: Path = typer.Argument(..., help="minispark drafter directory (config.json + model.safetensors)."),
+    out: Path = typer.Option(..., "--out", help="Output directory (new, or one this wrote)."),
+    fmt: str = typer.Option("deepspec", "--format", help="Output layout: deepspec (vLLM / SGLang)."),
+    target: Optional[str] = TargetOpt,
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+) -> None:
+    """Export a minispark drafter in DeepSpec's layout (bf16 safetensors, config.json, serving README)."""
+    from minispark.model.deepspec_export import export_deepspec
+
+    if fmt != "deepspec":
+        raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
+    validate.checkpoint(drafter_dir, "DRAFTER_DIR")
+    validate.replaceable_dir(out, "--out", drafter_dir)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter_dir, target, dtype, device, load_in_4bit,
+                                                            load_in_8bit)
+    report = export_deepspec(drafter_dir, _load(target, dtype, device, load_in_4bit, load_in_8bit), out)
+    _print_conversion(report)
+
+
+def _print_conversion(report) -> None:
+    for warning in report.warnings:
+        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    c = report.config
+    console.print(f"wrote {report.out}: {c.num_layers} layers, head {c.head}, confidence head "
+                  f"{'on' if c.confidence_head else 'off'}, γ={c.block_size}, window {c.window}", highlight=False)

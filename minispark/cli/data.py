@@ -1,0 +1,220 @@
+"""The data and training commands: ``cache`` (a feature cache), ``answers`` (an answer set), ``cache-mix``
+(one training cache from several) and ``train`` (the drafter). Each parses its flags and calls
+``minispark.data`` / ``minispark.training``.
+
+    minispark cache --help
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from minispark import validate
+from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.errors import MinisparkError
+
+from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt, TargetOpt, _check_prompts,
+                  _check_target_flags, _load, _print_json, app, console, err_console, one_line_errors)
+
+
+RegenMaxNewOpt = typer.Option(REGEN_MAX_NEW_TOKENS, "--max-new-tokens", help="Tokens per regenerated answer at most.")
+RegenTemperatureOpt = typer.Option(REGEN_TEMPERATURE, "--temperature", help="Sampling temperature of the regenerated answers.")
+RegenTopPOpt = typer.Option(REGEN_TOP_P, "--top-p", help="Nucleus sampling mass in (0, 1].")
+RegenTopKOpt = typer.Option(REGEN_TOP_K, "--top-k", help="Sample from the k most likely tokens; 0 = off.")
+
+
+def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, seed: int, target: Optional[str],
+                        dtype: Optional[str], device: Optional[str], load_in_4bit: bool, load_in_8bit: bool) -> None:
+    """The flags cache and answers share, checked before the target loads."""
+    _check_prompts(prompts)
+    validate.output_dir(out)
+    validate.number(temperature, "--temperature", 0.0)
+    validate.seed(seed)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+
+
+@app.command()
+@one_line_errors
+def cache(
+    target: Optional[str] = TargetOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
+    out: Path = typer.Option(Path("runs/cache"), "--out", help="Cache directory (resumes if it exists)."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Samples to cache (default: one per "
+                                              "prompt; more cycles through the prompts with new seeds)."),
+    max_new_tokens: int = RegenMaxNewOpt,
+    temperature: float = RegenTemperatureOpt,
+    top_p: float = RegenTopPOpt,
+    top_k: int = RegenTopKOpt,
+    layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
+    anchors_per_sample: int = typer.Option(32, "--anchors-per-sample", help="Anchor positions drawn per answer."),
+    anchor_run: int = typer.Option(16, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
+    window: int = typer.Option(32, "--window", help="Context rows stored before each anchor; 0 = full context."),
+    block: int = typer.Option(7, "--block", help="Draft block size γ."),
+    feature_dtype: str = typer.Option("bf16", "--feature-dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    batch_size: int = typer.Option(0, "--batch-size", help="Answers regenerated together; 0 = auto (64 on a CPU, what "
+                                   "fits a quarter of free GPU memory, an existing cache's own when growing it)."),
+    samples_per_shard: int = typer.Option(64, "--samples-per-shard", help="Samples per shard file (the unit a "
+                                          "resume keeps)."),
+    seed: int = SeedOpt,
+    split: str = typer.Option("train", "--split", help="train | heldout (an evaluation cache of held-out prompts)."),
+    source: str = typer.Option("regenerate", "--source",
+                               help="regenerate (the target answers) | text (teacher-force each line's assistant turn)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Estimate disk use and exit."),
+    force: bool = typer.Option(False, "--force", help="Start even if the disk check fails."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Regenerate answers with the target and cache its features for sampled anchor windows only."""
+    from dataclasses import replace
+
+    from minispark.data.cache import CacheConfig, build_cache, estimate_cache
+    from minispark.data.cache_config import default_prompts
+    from minispark.data.regenerate import check_answer_room
+
+    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
+    try:  # every flag checked before the target loads (the default prompt file depends on it)
+        config = CacheConfig(
+            prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"), out=out,
+            target=target, num_samples=num_samples, max_new_tokens=max_new_tokens, temperature=temperature,
+            top_p=top_p, top_k=top_k, layers=layers, anchors_per_sample=anchors_per_sample, anchor_run=anchor_run,
+            window=window, block=block, dtype=feature_dtype, target_dtype=dtype, device=device,
+            load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
+            samples_per_shard=samples_per_shard, seed=seed, split=split, source=source, force=force)
+    except MinisparkError as exc:  # CacheConfig names the stored dtype --dtype in the library
+        raise MinisparkError(str(exc).replace("--dtype", "--feature-dtype")) from None
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    check_answer_room(loaded, max_new_tokens)
+    if prompts is None:
+        config = replace(config, prompts=default_prompts(loaded.is_vlm, split))
+    if dry_run:
+        estimate = estimate_cache(config, target=loaded)
+        _print_json(estimate.to_json()) if as_json else console.print(estimate.describe())
+        return
+    report = build_cache(config, target=loaded, progress=True)
+    _print_json(report.to_json()) if as_json else console.print(report.summary())
+
+
+@app.command()
+@one_line_errors
+def answers(
+    target: Optional[str] = TargetOpt,
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
+    out: Path = typer.Option(Path("runs/answers"), "--out", help="Answer-set directory (resumes and grows if it exists)."),
+    num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Answers in the set (default: one per "
+                                              "prompt; more cycles through the prompts with new seeds)."),
+    max_new_tokens: int = RegenMaxNewOpt,
+    temperature: float = RegenTemperatureOpt,
+    top_p: float = RegenTopPOpt,
+    top_k: int = RegenTopKOpt,
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    batch_size: int = typer.Option(0, "--batch-size", help="Rows sampled together; 0 = auto (64, or the set's own "
+                                   "when growing it)."),
+    samples_per_shard: int = typer.Option(256, "--samples-per-shard", help="Answers per shard file (the unit a "
+                                          "resume keeps)."),
+    seed: int = SeedOpt,
+    split: str = typer.Option("train", "--split", help="train | heldout (an evaluation set of held-out prompts)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Regenerate answers with the target and store them as token ids (no features: training computes them)."""
+    from minispark.data.answers import AnswerConfig, build_answers
+    from minispark.data.cache_config import default_prompts
+    from minispark.data.regenerate import check_answer_room
+
+    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
+    config = AnswerConfig(prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"),
+                          out=out, target=target, num_samples=num_samples, max_new_tokens=max_new_tokens,
+                          temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,
+                          samples_per_shard=samples_per_shard, seed=seed, split=split, target_dtype=dtype,
+                          device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
+    for value, flag in ((num_samples, "--num-samples"), (max_new_tokens, "--max-new-tokens"),
+                        (batch_size, "--batch-size"), (samples_per_shard, "--samples-per-shard")):
+        validate.integer(value, flag, 0)  # the upper bound; AnswerConfig checked each minimum
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    check_answer_room(loaded, max_new_tokens)
+    if prompts is None:
+        config.prompts = default_prompts(loaded.is_vlm, split)
+    report = build_answers(config, target=loaded)
+    _print_json(report.to_json()) if as_json else console.print(report.summary(), highlight=False, markup=False)
+
+
+@app.command("cache-mix")
+@one_line_errors
+def cache_mix(
+    parts: list[str] = typer.Argument(..., help="Training caches to mix, each DIR or DIR:N (its first N samples)."),
+    out: Path = typer.Option(..., "--out", help="Directory of the mixed cache (a rerun resumes it)."),
+    samples_per_shard: int = typer.Option(128, "--samples-per-shard", help="Samples per shard file of the mix."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Mix finished training caches (e.g. regenerated answers and teacher-forced text) into one cache."""
+    from minispark.data.cache_mix import mix_caches, parse_part
+
+    validate.output_dir(out)
+    validate.integer(samples_per_shard, "--samples-per-shard", 1)
+    specs = [parse_part(spec) for spec in parts]
+    for spec in specs:
+        validate.input_dir(spec.directory, "PARTS")
+    manifest = mix_caches(out, specs, samples_per_shard=samples_per_shard, log=err_console.print)
+    totals = manifest["totals"]
+    if as_json:
+        _print_json({"out": str(out), "parts": manifest["config"]["parts"], **totals})
+        return
+    console.print(f"{out}: {totals['samples']} samples ({totals['generated_tokens']} answer tokens, "
+                  f"{totals['anchors']} anchors) from " + ", ".join(
+                      f"{p['samples']} of {p['directory']} ({p['source']})" for p in manifest["config"]["parts"]))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
+@one_line_errors
+def train(
+    ctx: typer.Context,
+    recipe: str = typer.Option(..., "--recipe", help="Recipe name (rtx3050, cpu-smollm2, tiny) or a TOML file."),
+    cache_dir: Optional[Path] = typer.Option(None, "--cache", help="Target cache directory."),
+    answers_dir: Optional[Path] = typer.Option(None, "--answers", help="An answer set (`minispark answers`): the "
+                                               "target computes the features as training goes, no cache on disk."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory for checkpoints and the drafter."),
+    resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    heldout_cache: Optional[Path] = typer.Option(None, "--heldout-cache",
+                                                 help="A --split heldout cache or answer set: evaluate τ on it, "
+                                                 "keep the best."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the memory breakdown and predicted peak."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="Log lines instead of a progress bar."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Train the DSpark drafter on a target cache or an answer set. Extra KEY=VALUE arguments override the recipe."""
+    from minispark.training.memory import estimate_memory
+    from minispark.training.recipes import load_recipe
+    from minispark.training.train import train as run_train
+
+    if cache_dir is not None and answers_dir is not None:
+        raise MinisparkError("--cache and --answers: train on a feature cache or on an answer set, not both")
+    overrides = list(ctx.args)
+    if answers_dir is not None:
+        validate.input_dir(answers_dir, "--answers")
+        from minispark.data.answers import AnswerSet
+
+        AnswerSet(answers_dir, verify=False)  # not an answer set: one line naming its manifest, before --out
+        overrides += ["cache_dir=none", f"answers_dir={answers_dir}"]  # --answers replaces the recipe's cache
+    config = load_recipe(recipe, overrides)
+    validate.input_dir(heldout_cache, "--heldout-cache")
+    if heldout_cache is not None:
+        config.heldout_cache = str(heldout_cache)
+    if dry_run:
+        breakdown = estimate_memory(config)
+        _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe())
+        return
+    validate.input_dir(cache_dir, "--cache")
+    validate.output_dir(out)
+    if resume:
+        validate.input_dir(out, "--out")
+    report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress and not as_json,
+                       log=lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
+    _print_json(report.to_json()) if as_json else console.print(report.summary())

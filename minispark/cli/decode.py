@@ -1,0 +1,260 @@
+"""The decoding commands: ``generate`` (one reply), ``chat`` (the REPL), ``serve`` (the OpenAI-compatible
+API) and ``demo`` (the speedup, or the whole pipeline with ``--train``), with the flag checks they share.
+Each parses its flags and calls ``minispark.serving`` / ``minispark.serve`` / ``minispark.demo``.
+
+    minispark generate --help
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional, Sequence
+
+import typer
+from rich.markup import escape
+
+from minispark import defaults, validate
+from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.errors import MinisparkError
+
+from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt, TopKOpt, TopPOpt,
+                  _check_deepspec, _check_target_flags, _load, _print_json, _remembered, app, console, err_console,
+                  one_line_errors)
+
+
+MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
+DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
+                             help="Leave the drafter out of rounds where drafting is predicted not to pay "
+                                  "(default: on in schedule mode).")
+
+
+def _check_images(images: list[Path]) -> None:
+    for path in images:
+        validate.image(path)
+
+
+def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
+                   gamma: Optional[int], threshold: float, sps: Optional[Path], temperature: float, top_p: float,
+                   top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = ()) -> None:
+    """The flags generate and chat share."""
+    validate.prompt(prompt)
+    validate.stop_strings(stop)
+    _check_images(images)
+    validate.drafter_spec(drafter)
+    validate.choice(mode, "--mode", validate.MODES)
+    validate.integer(gamma, "--gamma", 1)
+    validate.number(threshold, "--threshold", 0.0, 1.0)
+    validate.input_file(sps, "--sps")
+    validate.sampling(temperature, top_p, top_k)
+    validate.seed(seed)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+
+
+@app.command()
+@one_line_errors
+def generate(
+    prompt: Optional[str] = typer.Option(None, "--prompt", help="User message (default: a built-in prompt)."),
+    image: list[Path] = typer.Option([], "--image", help="Image file for a vision-language target "
+                                     "(repeat --image for more)."),
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | hybrid | hybrid:DIR | a drafter "
+                                          "directory (default: the drafter shipped for the target, else lookup); "
+                                          "hybrid: per round the lookup or the trained drafter."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
+                                       "schedule with a confidence head and an SPS table, else threshold/fixed)."),
+    gamma: Optional[int] = GammaOpt,
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: the one for this "
+                                       "device, target and dtype)."),
+    strict: bool = StrictOpt,
+    draft_skip: Optional[bool] = DraftSkipOpt,
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one, reported)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help=MaxNewTokensHelp + "; a prompt that "
+                                       "alone fills the context is refused)."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string (repeat --stop for more)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
+) -> None:
+    """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
+    from minispark.serving.generate import DEFAULT_PROMPT, generate as run_generate
+    from minispark.target.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
+
+    _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                   max_new_tokens, stop)
+    sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    if drafter is not None:
+        _check_deepspec(drafter, loaded)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
+    for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
+        err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
+    draft, policy = setup.drafter, setup.policy
+    on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
+    out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
+                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text,
+                       skip=setup.skip)
+    if as_json:
+        _print_json(out.as_dict(loaded, draft))
+        return
+    stats = out.result.stats
+    console.print()
+    err_console.print(f"[dim]{stats.new_tokens} tokens in {stats.wall_s:.2f}s ({stats.tokens_per_s:.1f} tok/s), "
+                      f"{stats.rounds} rounds, tau={stats.tau:.2f}, drafter={draft.name}, stop={out.result.stop_reason}"
+                      "[/dim]")
+
+
+@app.command()
+@one_line_errors
+def chat(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter",
+                                          help="none | lookup | hybrid | hybrid:DIR | a DSpark checkpoint directory "
+                                               "(default: the shipped drafter for the target, else lookup)."),
+    image: list[Path] = typer.Option([], "--image", help="Image file for the first message (repeat --image for "
+                                     "more; /image PATH later)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
+                                                           "an SPS table, else threshold; fixed without confidences)."),
+    gamma: Optional[int] = GammaOpt,
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
+    strict: bool = StrictOpt,
+    draft_skip: Optional[bool] = DraftSkipOpt,
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    system: Optional[str] = typer.Option(None, "--system", help="System message."),
+    stats: bool = typer.Option(True, "--stats/--no-stats", help="A figures line after each answer."),
+    max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per answer at most."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one)."),
+    stop: list[str] = typer.Option([], "--stop", help="Stop string (repeat --stop for more)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+) -> None:
+    """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
+    from minispark.chat import ChatREPL
+    from minispark.serving.conversation import Conversation
+    from minispark.target.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
+
+    _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                   max_new_tokens, stop)
+    sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    if image and not loaded.is_vlm:
+        raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
+    with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
+                      system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
+        ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
+
+
+@app.command()
+@one_line_errors
+def serve(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a DSpark checkpoint directory "
+                                          "(default: the shipped drafter for the target, else lookup)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
+                                       "an SPS table; with several requests in flight, schedule = Algorithm 1 "
+                                       "across them)."),
+    gamma: Optional[int] = GammaOpt,
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
+    host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
+                             "reachable from the network (use --api-key)."),
+    port: int = typer.Option(defaults.SERVE_PORT, "--port", help="TCP port."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="MINISPARK_API_KEY",
+                                          help="Require 'Authorization: Bearer KEY' on /v1 routes."),
+    max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="Requests decoded together, "
+                                                 "verified in one forward (default: 8 on CUDA, 4 on a CPU)."),
+    queue: int = typer.Option(defaults.SERVE_QUEUE, "--queue", help="Requests waiting for a slot before 429."),
+    max_tokens: int = typer.Option(defaults.SERVE_MAX_TOKENS, "--max-tokens", help="Largest max_tokens a request may ask."),
+    image_dir: Optional[Path] = typer.Option(None, "--image-dir", help="Directory image_url file paths may name "
+                                             "(default: none; data: URLs only, never a network fetch)."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+) -> None:
+    """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/models, /health); Ctrl-C drains."""
+    from minispark.serve.app import ServeConfig, run_server, served_model_id
+    from minispark.serve.protocol import ServeLimits
+    from minispark.serving.builder import build_serving
+
+    validate.drafter_spec(drafter)
+    validate.choice(mode, "--mode", validate.MODES)
+    validate.integer(gamma, "--gamma", 1)
+    validate.input_file(sps, "--sps")
+    validate.integer(port, "--port", 0)
+    validate.integer(max_concurrent, "--max-concurrent", 1)
+    validate.integer(queue, "--queue", 0)
+    validate.integer(max_tokens, "--max-tokens", 1)
+    if image_dir is not None and not image_dir.is_dir():
+        raise MinisparkError(f"--image-dir {image_dir}: not a directory")
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD, sps)
+    for hint in setup.hints:
+        err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)
+    slots = max_concurrent or defaults.serve_slots(loaded.device.type)
+    limits = ServeLimits(max_tokens=max_tokens, default_max_tokens=min(defaults.SERVE_DEFAULT_MAX_TOKENS, max_tokens),
+                         queue=queue)
+    config = ServeConfig(served_model_id(loaded), api_key=api_key, limits=limits, image_dir=image_dir, slots=slots)
+    if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
+        err_console.print(f"notice: --host {host} is reachable from the network and no --api-key is set",
+                          highlight=False, markup=False)
+    err_console.print(f"serving {config.model_id} ({setup.drafter_spec}, {setup.mode}, {slots} in flight) on "
+                      f"http://{host}:{port}/v1 — Ctrl-C drains and exits", highlight=False, markup=False)
+    run_server(loaded, setup, config, host, port)
+
+
+@app.command()
+@one_line_errors
+def demo(
+    train: bool = typer.Option(False, "--train", help="Run the whole pipeline at small scale (cache → train → "
+                               "calibrate → profile → bench → chat), reusing finished stages."),
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Pipeline directory (with --train)."),
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a checkpoint DIR (default: the "
+                                                                  "shipped drafter, else lookup; not with --train)."),
+    num_prompts: int = typer.Option(3, "--num-prompts", help="Held-out chat/code prompts (the file's tail)."),
+    max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Tokens per answer."),
+) -> None:
+    """Show the speedup: target-only vs the shipped drafter on held-out prompts (--train: build your own)."""
+    from minispark.measuring.bench import render_bench
+    from minispark.demo import PipelineSizes, render_demo, run_demo, run_pipeline
+    from minispark.measuring.profiler import rich_progress
+
+    validate.integer(num_prompts, "--num-prompts", 1)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+    if not train:
+        validate.drafter_spec(drafter)
+
+        def notice(line: str) -> None:
+            err_console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+
+        loaded = _load(target, None, None)
+        with rich_progress(True, label="demo") as progress:
+            result = run_demo(loaded, drafter=drafter, num_prompts=num_prompts, max_new_tokens=max_new_tokens,
+                              progress=progress, log=notice)
+        console.print(render_demo(result))
+        return
+    if drafter is not None:
+        raise MinisparkError("--drafter: not with --train (the pipeline trains its own)")
+    validate.output_dir(out)
+    _check_target_flags(target, None, None)
+    sizes = PipelineSizes(bench_prompts=num_prompts, bench_tokens=max_new_tokens)
+    result = run_pipeline(out, sizes, target=target, log=lambda line: err_console.print(line, highlight=False))
+    console.print(f"\n[bold]chat[/bold] ▶ {result.chat_prompt}", highlight=False)
+    console.print(result.chat_answer, highlight=False, markup=False)
+    console.print(render_bench(result.bench))
+    console.print(f"continue with: {result.chat_command}", highlight=False, soft_wrap=True)

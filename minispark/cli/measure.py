@@ -1,0 +1,356 @@
+"""The measuring commands: ``bench`` (every decoding mode side by side), ``profile`` (a device's SPS
+table), ``calibrate`` (fit and store STS) and ``simulate`` (the scheduler simulator). Each parses its
+flags and calls ``minispark.measuring``.
+
+    minispark bench --help
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from minispark import defaults, validate
+from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
+from minispark.errors import MinisparkError
+
+from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOpt, SeedOpt, StrictOpt, TargetOpt,
+                  TopKOpt, TopPOpt, _auto_4bit, _check_deepspec, _check_prompts, _check_target_flags, _load,
+                  _print_json, _remembered, app, console, err_console, one_line_errors)
+
+
+@app.command()
+@one_line_errors
+def bench(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[str] = typer.Option(None, "--drafter", help="Drafter DIR for fixed/threshold/schedule (default: "
+                                          "the drafter shipped for the target; none: no drafter); hybrid or "
+                                          "hybrid:DIR: that drafter, and the hybrid modes by default."),
+    prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (its last N prompts); default: built-in set."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
+    category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
+    modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
+                                        "threshold,schedule,schedule-noskip,schedule-raw,hybrid,hybrid-schedule (target always runs). "
+                                        "Default: target,hf,hf-lookup,lookup, plus fixed,threshold,schedule with "
+                                        "--drafter (and hybrid,hybrid-schedule with --drafter hybrid)."),
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per answer at most."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    gamma: Optional[int] = GammaOpt,
+    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] of the threshold mode."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for the schedule modes (default: the one for "
+                                       "this device, target and dtype)."),
+    strict: bool = StrictOpt,
+    repeats: int = typer.Option(1, "--repeats", help="Passes over all prompts and modes."),
+    seed: int = SeedOpt,
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    as_json: bool = typer.Option(False, "--json", help="Only the JSON report on stdout (progress on stderr)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write tok/s and acceptance per position as a PNG."),
+) -> None:
+    """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
+    config, named = _bench_config(drafter, prompts, num_prompts, category, modes, max_new_tokens, temperature, top_p,
+                                  top_k, gamma, threshold, sps, repeats, seed, plot)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    drafter = _bench_drafter(loaded, drafter)
+    if not named and drafter:
+        config = _with_drafter_modes(config, drafter)
+    if drafter is not None:
+        _check_deepspec(drafter, loaded)
+    report = _bench_run(loaded, config, drafter, prompts, num_prompts, category, sps, strict)
+    _bench_render(report, plot, as_json)
+
+
+def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: Optional[int], category: Optional[str],
+                  modes: Optional[str], max_new_tokens: int, temperature: float, top_p: float, top_k: int,
+                  gamma: Optional[int], threshold: float, sps: Optional[Path], repeats: int, seed: int,
+                  plot: Optional[Path]) -> tuple[Any, bool]:
+    """bench, resolving its inputs: every flag checked and the ``BenchConfig`` built before the target loads;
+    with whether --modes named the modes (if not, :func:`_with_drafter_modes` adds the drafter's)."""
+    from minispark.measuring.bench import BASELINE_MODES, BenchConfig
+    from minispark.target.sampling import SamplingConfig
+
+    validate.drafter_spec(drafter)
+    _check_prompts(prompts)
+    validate.integer(num_prompts, "--num-prompts", 1)
+    for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma"), (repeats, "--repeats")):
+        validate.integer(value, flag, 1)
+    if category is not None and prompts is None:
+        raise MinisparkError("--category selects lines of --prompts FILE; give the file")
+    names = None if modes is None else [m.strip() for m in modes.split(",") if m.strip()]
+    if names is not None and not names:
+        raise MinisparkError(f"--modes {modes!r}: name at least one mode")
+    validate.sampling(temperature, top_p, top_k)
+    validate.seed(seed)
+    validate.input_file(sps, "--sps")
+    validate.output_file(plot, "--plot")
+    config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
+                         threshold=threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
+                         repeats=repeats, seed=seed)  # checks the rest before the target loads
+    return config, names is not None
+
+
+def _bench_drafter(loaded: Any, drafter: Optional[str]) -> Optional[str]:
+    """bench's drafter: the one shipped for the target when --drafter is not given, none for ``none``."""
+    if drafter is None:
+        from minispark.serving.generate import default_drafter
+
+        shipped = default_drafter(loaded)
+        drafter = None if shipped is None else str(shipped)
+        if shipped is not None:
+            err_console.print(f"[dim]drafter: {shipped} (shipped for this target; --drafter none to leave it out)[/dim]")
+    elif drafter == "none":
+        drafter = None
+    return drafter
+
+
+def _with_drafter_modes(config: Any, drafter: str) -> Any:
+    """bench, building its modes when --modes is not given: the baselines plus the drafter's modes (and
+    the hybrid modes for a hybrid drafter)."""
+    from minispark.measuring.bench import BASELINE_MODES, BenchConfig
+
+    hybrid = ["hybrid", "hybrid-schedule"] if drafter.partition(":")[0] == "hybrid" else []
+    return BenchConfig(**{**config.__dict__, "modes": BASELINE_MODES + ["fixed", "threshold", "schedule"] + hybrid})
+
+
+def _bench_run(loaded: Any, config: Any, drafter: Optional[str], prompts: Optional[Path], num_prompts: Optional[int],
+               category: Optional[str], sps: Optional[Path], strict: bool) -> dict:
+    """bench, running: the prompts chosen, each mode built (a notice for one left out), then every mode on
+    every prompt under a progress bar; the report."""
+    from minispark.measuring.bench import build_modes, builtin_prompts, file_prompts, run_bench
+    from minispark.measuring.profiler import rich_progress
+
+    chosen = (file_prompts(loaded, prompts, num_prompts or 16, category) if prompts
+              else builtin_prompts(loaded, num_prompts))
+    runnable, notices = build_modes(loaded, config, drafter, sps, strict)
+    for notice in notices:
+        err_console.print(f"[yellow]{notice}[/yellow]", highlight=False)
+    with rich_progress(True, label="bench") as progress:
+        return run_bench(loaded, runnable, chosen, config, progress, drafter=drafter, notices=notices)
+
+
+def _bench_render(report: dict, plot: Optional[Path], as_json: bool) -> None:
+    """bench, rendering: the --plot PNG, then the JSON report or the table."""
+    from minispark.measuring.bench import plot_bench, render_bench
+
+    if plot is not None:
+        plot_bench(report, plot)
+    if as_json:
+        _print_json(report)
+        return
+    console.print(render_bench(report))
+    if plot is not None:
+        console.print(f"wrote {plot}")
+
+
+@app.command()
+@one_line_errors
+def profile(
+    target: Optional[str] = TargetOpt,
+    drafter: Optional[Path] = typer.Option(None, "--drafter", help="A drafter directory: profile the target it "
+                                           "records (as it was loaded) when --target is not given."),
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    contexts: str = typer.Option(",".join(map(str, defaults.PROFILE_CONTEXTS)), "--contexts",
+                                 help="KV-cache lengths to profile."),
+    max_tokens: int = typer.Option(defaults.PROFILE_MAX_TOKENS, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
+    rounds: int = typer.Option(defaults.PROFILE_ROUNDS, "--rounds", help="Shuffled rounds per context."),
+    warmup: int = typer.Option(defaults.PROFILE_WARMUP, "--warmup", help="Untimed passes over every size per context."),
+    drift_bound: float = typer.Option(defaults.PROFILE_DRIFT_BOUND, "--drift-bound",
+                                      help="Relative reference drift that re-measures a round."),
+    max_remeasure: int = typer.Option(defaults.PROFILE_MAX_REMEASURE, "--max-remeasure",
+                                      help="Re-measurements of a drifted round at most."),
+    cooldown: float = typer.Option(defaults.PROFILE_COOLDOWN_S, "--cooldown",
+                                   help="Seconds to rest before re-measuring a drifted round."),
+    seed: int = SeedOpt,
+    threads: Optional[int] = typer.Option(None, "--threads", help="CPU threads (CPU targets)."),
+    note: str = typer.Option("", "--note", help="Free text stored in the table's metadata."),
+    allow_busy: bool = typer.Option(False, "--allow-busy", help="Write the table even if the CPU was busy (flagged)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: the user table directory, "
+                                       "$MINISPARK_SPS_TABLES or sps_tables/ in the user cache dir; looked up before "
+                                       "the shipped tables)."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Also write a PNG of the SPS curves."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
+    from dataclasses import asdict
+
+    from minispark.measuring.profiler import format_table, run_profile
+
+    config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
+                             note, allow_busy, out, plot)
+    validate.input_dir(drafter, "--drafter")
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
+    load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
+    table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
+                              load_in_8bit=load_in_8bit, threads=threads, out_dir=out, plot=plot,
+                              show_progress=not as_json)
+    if as_json:
+        _print_json({"path": str(path), **asdict(table)})
+        return
+    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens]))
+    console.print(f"wrote {path}")
+
+
+def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, drift_bound: float, max_remeasure: int,
+                    cooldown: float, seed: int, threads: Optional[int], note: str, allow_busy: bool,
+                    out: Optional[Path], plot: Optional[Path]) -> Any:
+    """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
+    from minispark.measuring.profiler import ProfileConfig
+
+    lengths = validate.floats(contexts, "--contexts", low=0.0)
+    if any(c != int(c) for c in lengths):
+        raise MinisparkError(f"--contexts: expected whole token counts, got {contexts!r}")
+    validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
+    validate.number(cooldown, "--cooldown", 0.0, 3600.0)
+    validate.integer(threads, "--threads", 1)
+    for value, flag, minimum in ((rounds, "--rounds", 1), (warmup, "--warmup", 0),
+                                 (max_remeasure, "--max-remeasure", 0)):
+        validate.integer(value, flag, minimum)
+    if threads is not None and threads > (os.cpu_count() or 1):
+        raise MinisparkError(f"--threads {threads}: this machine has {os.cpu_count()} CPUs (a table keyed to more "
+                             "threads than it can run is never matched)")
+    if max_tokens < DEFAULT_GAMMA + 1:
+        raise MinisparkError(f"--max-tokens {max_tokens}: schedule mode verifies up to γ + 1 = {DEFAULT_GAMMA + 1} "
+                             "tokens per round; profile at least that many")
+    validate.seed(seed)
+    validate.output_dir(out)
+    validate.output_file(plot, "--plot")
+    return ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens,
+                         rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
+                         cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
+
+
+@app.command()
+@one_line_errors
+def calibrate(
+    drafter: Path = typer.Option(..., "--drafter", help="DSpark checkpoint directory (STS is stored there)."),
+    prompts: Path = typer.Option(..., "--prompts", help="Held-out prompts JSONL (its last N prompts are used)."),
+    num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts rolled out (the file's last N)."),
+    target: Optional[str] = TargetOpt,
+    gamma: Optional[int] = GammaOpt,
+    temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use."),
+    top_p: float = TopPOpt,
+    top_k: int = TopKOpt,
+    max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per rollout at most."),
+    min_rounds: int = typer.Option(defaults.CALIBRATION_MIN_ROUNDS, "--min-rounds",
+                                   help="Refuse to fit (keeping the stored calibration) on fewer rounds at any "
+                                        "draft position."),
+    seed: int = SeedOpt,
+    dtype: Optional[str] = DtypeOpt,
+    device: Optional[str] = DeviceOpt,
+    load_in_4bit: bool = FourBitOpt,
+    load_in_8bit: bool = EightBitOpt,
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write reliability diagrams (PNG)."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Roll out the loop, report ECE/AUC/Brier per position, fit and store Sequential Temperature Scaling."""
+    from minispark.measuring.profiler import rich_progress
+    from minispark.data.prompts import load_prompt_inputs
+    from minispark.measuring.rollouts import calibrate_drafter
+    from minispark.target.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
+
+    _check_calibration(drafter, prompts, num_prompts, gamma, temperature, max_new_tokens, min_rounds, seed, plot)
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
+    setup = build_serving(loaded, drafter, "fixed", gamma, sampling=sampling)  # fixed: every position rolled out
+    inputs = load_prompt_inputs(loaded, prompts, num_prompts)
+    if not inputs:
+        raise MinisparkError(f"--prompts {prompts}: no prompt usable with target {loaded.name}")
+    with rich_progress(True, label="calibrate") as progress:
+        report = calibrate_drafter(loaded, setup.drafter, drafter, inputs, setup.gamma, sampling, max_new_tokens, seed,
+                                   progress=None if progress is None else
+                                   (lambda i: progress(i, len(inputs), f"rolled out {i}/{len(inputs)} prompts")),
+                                   min_rounds=min_rounds)
+    _render_calibration(report, plot, as_json)
+
+
+def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Optional[int], temperature: float,
+                       max_new_tokens: int, min_rounds: int, seed: int, plot: Optional[Path]) -> None:
+    """calibrate's flags, checked before the target loads."""
+    from minispark.target.sampling import SamplingConfig
+
+    validate.checkpoint(drafter, "--drafter")
+    # cp -rL: the contents, also through a symlink to the shipped directory (cp -r would copy the link)
+    validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
+                         "calibrate the copy")
+    _check_prompts(prompts)
+    validate.integer(num_prompts, "--num-prompts", 1)
+    validate.integer(gamma, "--gamma", 1)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+    validate.integer(min_rounds, "--min-rounds", 1)
+    validate.seed(seed)
+    validate.output_file(plot, "--plot")
+    SamplingConfig(validate.number(temperature, "--temperature", 0.0))  # the temperature alone, as a sampling setting
+
+
+def _render_calibration(report: dict, plot: Optional[Path], as_json: bool) -> None:
+    """calibrate's report: the --plot reliability diagrams, then the JSON or the metrics, the reliability of a_1
+    before and after STS, and where the temperatures were stored."""
+    from dataclasses import asdict
+
+    from minispark.measuring.calibrate import plot_reliability, reliability, render_metrics, render_reliability
+
+    rollouts, calibration = report.pop("rollouts"), report.pop("calibration")
+    if plot is not None:
+        plot_reliability(plot, rollouts.confidences, rollouts.accepted, calibration)
+    if as_json:
+        _print_json({**report, "before": [asdict(m) for m in report["before"]],
+                     "after": [asdict(m) for m in report["after"]]})
+        return
+    console.print(render_metrics(report["before"], report["after"]))
+    for label, cal in (("raw", None), ("STS", calibration)):
+        bins = reliability(rollouts.confidences, rollouts.accepted, 1, cal)
+        console.print(render_reliability(bins, title=f"reliability of a_1 ({label})"))
+    console.print(f"STS temperatures {', '.join(f'{t:.2f}' for t in report['temperatures'])} → {report['path']}")
+
+
+@app.command()
+@one_line_errors
+def simulate(
+    conf: Optional[str] = typer.Option(None, "--conf", help="Per-position confidences in [0, 1], e.g. 0.9,0.8,0.7."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON."),
+    sps_inline: Optional[str] = typer.Option(None, "--sps-inline", help="Steps per second for 1,2,3.. tokens, "
+                                             "positive and never rising: 1.0,0.5,0.45"),
+    appendix_a: bool = typer.Option(False, "--appendix-a", help="Run the peeking-scheduler counterexample "
+                                    "(Appendix A) by Monte Carlo."),
+    draws: int = typer.Option(100_000, "--draws", help="Monte Carlo draws (--appendix-a)."),
+    seed: int = SeedOpt,
+    as_json: bool = JsonOpt,
+) -> None:
+    """The scheduler simulator: Θ(ℓ), causal vs peeking choices, the Appendix A counterexample."""
+    from minispark.measuring.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
+    from minispark.serving.sps import SPSTable
+
+    validate.seed(seed)
+    if appendix_a:
+        validate.integer(draws, "--draws", 1)
+        result = run_appendix_a(draws=draws, seed=seed)
+        _print_json(result) if as_json else console.print(render_appendix_a(result))
+        return
+    if conf is None:
+        raise MinisparkError("--conf is required (or use --appendix-a)")
+    confidences = validate.floats(conf, "--conf", low=0.0, high=1.0)
+    if sps is not None and sps_inline is not None:
+        raise MinisparkError("--sps and --sps-inline are exclusive; give one")
+    if sps is not None:
+        table = SPSTable.load(validate.input_file(sps, "--sps"))
+    elif sps_inline is not None:
+        table = SPSTable.from_inline(validate.sps_values(sps_inline))
+    else:
+        raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
+    result = theta_table(confidences, table)
+    _print_json(result) if as_json else console.print(render_theta_table(result))

@@ -341,6 +341,27 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     if cache_dir is None and config.cache_dir is None and config.answers_dir is None:
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
                              "or --answers DIR")
+    out, resume = _output_dir(config, out_dir, resume, log)
+    data, reader, target = _open_data(config, cache_dir, target)
+    out.mkdir(parents=True, exist_ok=True)
+    trainer = Trainer(config, reader, target, out, log)
+    del target  # when loaded here for a cache, the target's decoder is freed now (online, the source keeps it)
+    if log:
+        _log_plan(trainer, config, reader, log)
+    _start(trainer, config, out, resume, log)
+    report = TrainReport(out=out, drafter=out / DRAFTER_DIR, first_step=trainer.step + 1, last_step=trainer.step)
+    _run(trainer, config, report, progress, log)
+    # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
+    best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
+    record = record_from_manifest(data.config)  # chat --drafter DIR loads this target the same way
+    copy_drafter(best, report.drafter, extra=lambda tmp: write_record(tmp, record))
+    report.last_step, report.seconds = trainer.step, time.perf_counter() - started
+    return report
+
+
+def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
+                log: Callable[[str], None] | None) -> tuple[Path, bool]:
+    """The run directory and whether this run resumes it; refuses a directory that is not a run's."""
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
     if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:
@@ -355,6 +376,12 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                              "directory")
     if not resume and out.exists() and not out.is_dir():
         raise MinisparkError(f"--out {out}: is a file, not a directory")
+    return out, resume
+
+
+def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any
+               ) -> tuple[AnswerSet | CacheReader, CacheReader | OnlineSource, Any]:
+    """(the answer set or cache, what the trainer reads anchors from, the target)."""
     online = cache_dir is None and config.cache_dir is None
     data = AnswerSet(Path(config.answers_dir)) if online else CacheReader(Path(cache_dir or config.cache_dir))
     if target is None and not online and config.init_layers == "random":
@@ -370,29 +397,31 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
         target = load_target(config.target or data.config["target"]["name"],
                              device=config.resolved_device if online else "cpu",
                              dtype="bf16" if config.compute_dtype == "bf16" else None)
-    if online:
-        layers = target.auto_layers() if config.feature_layers is None else target.check_layers(config.feature_layers)
-        reader: CacheReader | OnlineSource = OnlineSource(data, target, layers, config.window, config.block_size,
-                                                          prompts=config.online_prompts)
-    else:
-        reader = data
-    out.mkdir(parents=True, exist_ok=True)
-    trainer = Trainer(config, reader, target, out, log)
-    del target  # when loaded here for a cache, the target's decoder is freed now (online, the source keeps it)
-    if log:
-        from minispark.training.memory import estimate_memory
+    if not online:
+        return data, data, target
+    layers = target.auto_layers() if config.feature_layers is None else target.check_layers(config.feature_layers)
+    return data, OnlineSource(data, target, layers, config.window, config.block_size,
+                              prompts=config.online_prompts), target
 
-        estimate = estimate_memory(replace(config, tie_embeddings=trainer.dims.tie_embeddings),
-                                   draft=trainer.draft_config)
-        if config.draft_vocab:
-            log(f"draft vocabulary: the {config.draft_vocab} most frequent answer tokens cover "
-                f"{trainer.vocab_coverage:.2%} of the training answers")
-        if trainer.replay is not None:
-            log(f"on-policy: {trainer.replay.rounds} round anchors of {trainer.replay.anchors_scored} replayed "
-                f"(τ {trainer.replay.tau:.3f} on the training answers)")
-        log(f"{trainer.plan.total} anchors from {trainer.plan.samples} samples; predicted peak memory "
-            f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
-            f"{config.optimizer_name})" + (online_memory(config, reader) if isinstance(reader, OnlineSource) else ""))
+
+def _log_plan(trainer: Trainer, config: TrainConfig, reader: CacheReader | OnlineSource,
+              log: Callable[[str], None]) -> None:
+    from minispark.training.memory import estimate_memory
+
+    estimate = estimate_memory(replace(config, tie_embeddings=trainer.dims.tie_embeddings), draft=trainer.draft_config)
+    if config.draft_vocab:
+        log(f"draft vocabulary: the {config.draft_vocab} most frequent answer tokens cover "
+            f"{trainer.vocab_coverage:.2%} of the training answers")
+    if trainer.replay is not None:
+        log(f"on-policy: {trainer.replay.rounds} round anchors of {trainer.replay.anchors_scored} replayed "
+            f"(τ {trainer.replay.tau:.3f} on the training answers)")
+    log(f"{trainer.plan.total} anchors from {trainer.plan.samples} samples; predicted peak memory "
+        f"{estimate.predicted_peak / 1e9:.2f} GB ({config.resolved_device}, {config.compute_dtype}, "
+        f"{config.optimizer_name})" + (online_memory(config, reader) if isinstance(reader, OnlineSource) else ""))
+
+
+def _start(trainer: Trainer, config: TrainConfig, out: Path, resume: bool, log: Callable[[str], None] | None) -> None:
+    """Restore the latest checkpoint (metrics cut back to it), or write a fresh run's config."""
     metrics_path = out / METRICS_FILE
     if resume:
         path = trainer.restore()
@@ -405,8 +434,12 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     else:
         write_text_atomic(out / TRAIN_CONFIG_FILE, config.to_json() + "\n")
         open_append(metrics_path, truncate=True).close()
-    report = TrainReport(out=out, drafter=out / DRAFTER_DIR, first_step=trainer.step + 1, last_step=trainer.step)
-    with _Meter(config, trainer.step, progress) as meter, open_append(metrics_path) as metrics:
+
+
+def _run(trainer: Trainer, config: TrainConfig, report: TrainReport, progress: bool,
+         log: Callable[[str], None] | None) -> None:
+    """Steps until ``config.steps`` or early stopping: metrics, held-out evaluations, checkpoints."""
+    with _Meter(config, trainer.step, progress) as meter, open_append(trainer.out / METRICS_FILE) as metrics:
         while trainer.step < config.steps:
             stats, norm, anchors = trainer.train_one()
             report.losses[trainer.step] = stats.total
@@ -436,12 +469,6 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
                     log(f"held-out τ has not improved for {config.patience} steps (best at step "
                         f"{trainer.best['step']}); stopping")
                 break
-    # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
-    best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
-    record = record_from_manifest(data.config)  # chat --drafter DIR loads this target the same way
-    copy_drafter(best, report.drafter, extra=lambda tmp: write_record(tmp, record))
-    report.last_step, report.seconds = trainer.step, time.perf_counter() - started
-    return report
 
 
 #: What a run writes into ``--out`` before its first checkpoint (and the temporary names of its atomic writes).

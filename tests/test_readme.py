@@ -11,6 +11,7 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
 import typer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,19 +88,20 @@ def test_readme_opens_with_the_two_commands_and_they_exist():
     assert re.search(r"^test: setup\n\t\$\(PY\) -m pytest", makefile, re.M)
 
 
-def test_readme_flags_exist():
-    """Every `minispark CMD ... --flag` in the README's code blocks names an option CMD has."""
+@pytest.mark.parametrize("doc", [README, ROOT / "docs" / "experiments.md"], ids=lambda p: p.name)
+def test_documented_flags_exist(doc: Path):
+    """Every `minispark CMD ... --flag` in the README's (and the lab book's) code blocks names an option CMD has."""
     group = _command()
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), re.S):
+    for block in re.findall(r"```bash\n(.*?)```", doc.read_text(), re.S):
         for line in block.replace("\\\n", " ").splitlines():
             match = re.match(r"\s*minispark (\S+)(.*)", line)
             if not match:
                 continue
             command = group.commands.get(match.group(1))
-            assert command is not None, f"README: unknown command in {line!r}"
+            assert command is not None, f"{doc.name}: unknown command in {line!r}"
             known = {o for p in command.params for o in getattr(p, "opts", []) + getattr(p, "secondary_opts", [])}
             for flag in re.findall(r"(?<![\w-])(--[a-z0-9-]+)", match.group(2).split("#")[0]):
-                assert flag in known, f"README: {flag} is not an option of `minispark {match.group(1)}` ({line!r})"
+                assert flag in known, f"{doc.name}: {flag} is not an option of `minispark {match.group(1)}` ({line!r})"
 
 
 if __name__ == "__main__" and sys.argv[1:] == ["--write"]:

@@ -153,10 +153,12 @@ def test_sps_tables_match_by_runtime(tmp_path) -> None:
 
 @pytest.mark.skipif(not int8_supported("cpu"), reason="no int8 weight-only kernel in this torch build")
 @pytest.mark.parametrize("family", ["llama", "qwen2_5_vl"])
-def test_int8_runtime_is_lossless_relative_to_itself(tiny_dir, test_image, family: str) -> None:
+def test_int8_runtime_decodes_like_itself(tiny_dir, test_image, family: str) -> None:
     """``--runtime int8``: the text linears (not the vision tower) run int8, weights stay shared, the
-    logits stay near fp32's, and every drafting mode equals the int8 target's own greedy decoding."""
-    target = load_target(str(tiny_dir(family)), runtime="int8")
+    logits stay near fp32's, loading says that near-ties may differ, and every drafting mode equals the
+    int8 target's own greedy decoding (up to near-ties, which these prompts do not meet)."""
+    with pytest.warns(UserWarning, match="runtime int8: bf16 activations"):
+        target = load_target(str(tiny_dir(family)), runtime="int8")
     reference = load_target(str(tiny_dir(family)), runtime="eager")
     assert target.runtime == "int8"
     names = [name for name, module in target.model.named_modules() if isinstance(module, Int8WeightLinear)]

@@ -95,8 +95,8 @@ def main(
         None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 CPU "
         "target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
         "weights, grouped attention, an in-place KV cache; same numbers), or int8 (weight-only int8 text "
-        "linears on a CPU: faster steps, a different target). Lossless either way: the baseline and "
-        "every drafting mode use the same one. [default: auto]"),
+        "linears on a CPU: faster steps; a different target, which drafting matches only up to near-ties). "
+        "The baseline and every drafting mode use the same one. [default: auto]"),
     max_pixels: int | None = typer.Option(
         None, "--max-pixels", show_default=False, help="Pixel budget of one image for a vision-language target: "
         "a larger image is downscaled to it (aspect kept, with a notice). "

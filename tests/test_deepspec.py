@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 from minispark.model.checkpoint import save_drafter
 from minispark.cli import app
 from minispark.model.deepspec import check_against_target
-from minispark.model.deepspec_export import export_deepspec, import_deepspec
+from minispark.model.deepspec_convert import export_deepspec, import_deepspec
 from minispark.serving.draft_block import DraftBlock, Proposal
 from minispark.model.draft_cache import ContextCache
 from minispark.model.draft_model import DraftConfig, DraftModel
@@ -421,7 +421,7 @@ def test_markov_w1_tied_to_the_embedding_exports_as_a_table(target, tmp_path) ->
 def test_draft_vocabulary_expands_exactly_to_the_full_vocabulary(target, tmp_path, head: str, markov_w1: str) -> None:
     """The full-vocabulary drafter DeepSpec's layout needs gives the original p_d (zero outside the
     draft vocabulary) and confidences, in float32 before the bf16 rounding of the export."""
-    from minispark.model.deepspec_export import expand_draft_vocab
+    from minispark.model.deepspec_convert import expand_draft_vocab
 
     n = target.vocab_size // 3
     path = minispark_drafter(target, tmp_path / "drafter", window=0, head=head, draft_vocab=n, markov_w1=markov_w1)

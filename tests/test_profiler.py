@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from minispark import identity
-from minispark.measuring import machine_load, profiler
+from minispark.measuring import system_load, profiler
 from minispark.errors import MinisparkError
 from minispark.measuring.profiler import ProfileConfig, format_table, plot_sps, profile_target
 from minispark.serving.sps import SPSTable, find_table, table_filename
@@ -22,9 +22,9 @@ from minispark.target.session import PromptInputs, TargetSession
 @pytest.fixture(autouse=True)
 def idle_machine(monkeypatch):
     """Other processes share the test machine: every test reads a simulated load (idle unless the
-    test patches ``machine_load.read_load`` itself), so no test depends on, or refuses for, real load."""
-    monkeypatch.setattr(machine_load, "read_load", lambda: (0.0, 2))
-    monkeypatch.setattr(machine_load, "read_cpu_times", lambda: None)  # the load-average path, unless patched
+    test patches ``system_load.read_load`` itself), so no test depends on, or refuses for, real load."""
+    monkeypatch.setattr(system_load, "read_load", lambda: (0.0, 2))
+    monkeypatch.setattr(system_load, "read_cpu_times", lambda: None)  # the load-average path, unless patched
 
 
 @pytest.fixture(scope="module")
@@ -160,7 +160,7 @@ SMALL = dict(contexts=[8], max_tokens=2, rounds=1, warmup=0, reference_repeats=1
 
 def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.setattr(machine_load, "read_load", LoadReadings(2.0))  # 1 free core + 0.5 slack < 2.0
+    monkeypatch.setattr(system_load, "read_load", LoadReadings(2.0))  # 1 free core + 0.5 slack < 2.0
     steps = []
     monkeypatch.setattr(TargetSession, "step", lambda *a: steps.append(a))
     with pytest.raises(MinisparkError, match=r"busy before profiling .*2.00 of it from other.*--allow-busy"):
@@ -170,13 +170,13 @@ def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
 
 def test_busy_during_profiling_is_refused_and_own_load_is_discounted(tiny_target, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.setattr(machine_load, "read_load", LoadReadings(0.2, 2.5))
+    monkeypatch.setattr(system_load, "read_load", LoadReadings(0.2, 2.5))
     with pytest.raises(MinisparkError, match="busy during profiling"):
         profile_target(tiny_target, ProfileConfig(**SMALL))
     # After 120 s of profiling with 1 thread the profiler itself accounts for ~0.86 of the load.
-    load = machine_load.MachineLoad(load_1min=2.3, cores=2, threads=1, own=0.0)
+    load = system_load.MachineLoad(load_1min=2.3, cores=2, threads=1, own=0.0)
     assert load.busy
-    assert not machine_load.MachineLoad(2.3, 2, 1, own=1 - math.exp(-2)).busy
+    assert not system_load.MachineLoad(2.3, 2, 1, own=1 - math.exp(-2)).busy
 
 
 class CpuReadings:
@@ -191,31 +191,31 @@ class CpuReadings:
 
 def test_cpu_time_accounting_discounts_this_process_and_sees_others(monkeypatch):
     torch.set_num_threads(2)
-    monkeypatch.setattr(machine_load, "CPU_WINDOW_S", 0.0)
-    monkeypatch.setattr(machine_load, "read_load", lambda: (3.0, 2))  # a load average still high from our own work
+    monkeypatch.setattr(system_load, "CPU_WINDOW_S", 0.0)
+    monkeypatch.setattr(system_load, "read_load", lambda: (3.0, 2))  # a load average still high from our own work
     # Over 1 s the cores were busy 2.0 CPU-s, 1.9 of them this process's: others used 0.1 core.
-    monkeypatch.setattr(machine_load, "read_cpu_times", CpuReadings((10.0, 5.0, 100.0), (12.0, 6.9, 101.0)))
-    quiet = machine_load.machine_load(torch.device("cpu"))
+    monkeypatch.setattr(system_load, "read_cpu_times", CpuReadings((10.0, 5.0, 100.0), (12.0, 6.9, 101.0)))
+    quiet = system_load.machine_load(torch.device("cpu"))
     assert quiet.others == pytest.approx(0.1) and not quiet.busy
     assert quiet.as_dict()["others_from"] == "cpu-time"
     # Negative control: the same load average with the busy time coming from someone else is refused.
-    monkeypatch.setattr(machine_load, "read_cpu_times", CpuReadings((10.0, 5.0, 100.0), (12.0, 5.0, 101.0)))
-    busy = machine_load.machine_load(torch.device("cpu"))
+    monkeypatch.setattr(system_load, "read_cpu_times", CpuReadings((10.0, 5.0, 100.0), (12.0, 5.0, 101.0)))
+    busy = system_load.machine_load(torch.device("cpu"))
     assert busy.others == pytest.approx(2.0) and busy.busy and "other processes kept 2.00" in busy.describe()
     # During profiling the window is the whole run, from the reading taken at its start.
-    monkeypatch.setattr(machine_load, "read_cpu_times", CpuReadings((40.0, 30.0, 130.0)))
-    during = machine_load.machine_load(torch.device("cpu"), own_seconds=30.0, since=(10.0, 5.0, 100.0))
+    monkeypatch.setattr(system_load, "read_cpu_times", CpuReadings((40.0, 30.0, 130.0)))
+    during = system_load.machine_load(torch.device("cpu"), own_seconds=30.0, since=(10.0, 5.0, 100.0))
     assert during.others == pytest.approx((30.0 - 25.0) / 30.0) and not during.busy
 
 
 def test_allow_busy_writes_a_flagged_table(tiny_target, monkeypatch):
     torch.set_num_threads(1)
-    monkeypatch.setattr(machine_load, "read_load", LoadReadings(3.0, 3.0))
+    monkeypatch.setattr(system_load, "read_load", LoadReadings(3.0, 3.0))
     with pytest.warns(UserWarning, match="--allow-busy: the table is written and flagged"):
         table = profile_target(tiny_target, ProfileConfig(**SMALL, allow_busy=True))
     load = table.metadata["machine_load"]
     assert load["busy"] and load["before"]["load_1min"] == 3.0 and load["before"]["busy"]
-    monkeypatch.setattr(machine_load, "read_load", LoadReadings(0.1, 0.3))
+    monkeypatch.setattr(system_load, "read_load", LoadReadings(0.1, 0.3))
     quiet = profile_target(tiny_target, ProfileConfig(**SMALL))
     assert not quiet.metadata["machine_load"]["busy"]
     assert quiet.metadata["machine_load"]["after"]["load_1min"] == 0.3

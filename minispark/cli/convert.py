@@ -1,6 +1,6 @@
 """The conversion commands: ``import`` (a DeepSpec checkpoint into minispark's drafter layout) and
 ``export`` (a minispark drafter in DeepSpec's layout). Each parses its flags and calls
-``minispark.model.deepspec_export``.
+``minispark.model.deepspec_convert``.
 
     minispark export --help
 """
@@ -32,7 +32,7 @@ def import_(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
-    from minispark.model.deepspec_export import import_deepspec
+    from minispark.model.deepspec_convert import import_deepspec
 
     validate.checkpoint(source, "SOURCE")
     validate.replaceable_dir(out, "--out", source)
@@ -54,7 +54,7 @@ def export(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Export a minispark drafter in DeepSpec's layout (bf16 safetensors, config.json, serving README)."""
-    from minispark.model.deepspec_export import export_deepspec
+    from minispark.model.deepspec_convert import export_deepspec
 
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")

@@ -26,7 +26,7 @@ profiler therefore measures what other processes use: the CPU time of all cores 
 (``/proc/stat``), over one second before profiling and over the whole run. Where that is not
 readable, it falls back to the load average minus an estimate of its own share. A table measured
 while other processes wanted the cores is refused (``allow_busy`` records it anyway, flagged), and
-every table stores the readings in ``metadata["machine_load"]`` (:mod:`~minispark.measuring.machine_load`).
+every table stores the readings in ``metadata["machine_load"]`` (:mod:`~minispark.measuring.system_load`).
 
 CUDA steps are timed with events after a synchronize; CPU steps with ``perf_counter``.
 
@@ -55,7 +55,7 @@ from minispark.atomic import save_figure
 from minispark.errors import MinisparkError
 from minispark import defaults
 from minispark.identity import device_name, dtype_name, target_quantization
-from minispark.measuring import machine_load as load
+from minispark.measuring import system_load as load
 from minispark.serving.sps import SPSTable, user_tables_dir
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs, TargetSession

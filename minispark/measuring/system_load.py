@@ -2,7 +2,7 @@
 CPU-time accounting (exact) or the 1-minute load average minus the profiler's own share (where
 ``/proc/stat`` is unreadable). The profiler refuses, or flags, a table timed on a busy machine.
 
-    .venv/bin/python -c "import torch; from minispark.measuring.machine_load import machine_load; \
+    .venv/bin/python -c "import torch; from minispark.measuring.system_load import machine_load; \
 print(machine_load(torch.device('cpu')).describe())"
 """
 

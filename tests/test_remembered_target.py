@@ -81,6 +81,21 @@ def test_round_trip_generate_and_chat(tiny_trained_drafter, tiny_dir):
     assert same.exit_code == 0, same.output
 
 
+def test_serve_loads_the_drafters_target(tiny_trained_drafter, tiny_dir, monkeypatch):
+    """``serve --drafter DIR`` serves the target the drafter records (no --target), refuses another one."""
+    import minispark.serve.app as serve_app
+
+    target_dir, drafter_dir = tiny_trained_drafter
+    served = {}
+    monkeypatch.setattr(serve_app, "run_server", lambda target, setup, config, host, port: served.update(
+        target=target, drafter=setup.drafter_spec))
+    out = CliRunner().invoke(app, ["serve", "--drafter", str(drafter_dir), "--port", "0"])
+    assert out.exit_code == 0, out.output
+    assert served["target"].name == str(Path(target_dir).resolve()) and served["drafter"] == str(drafter_dir)
+    refused = CliRunner().invoke(app, ["serve", "--drafter", str(drafter_dir), "--target", str(tiny_dir("qwen2"))])
+    assert refused.exit_code == 2 and "error: --target" in refused.output
+
+
 def test_auto_4bit_decision(tiny_dir):
     assert auto_4bit(7_500_000_000, 5_800_000_000)  # Qwen2.5-VL-3B bf16 on a 6 GB card
     assert not auto_4bit(7_500_000_000, 23_000_000_000)  # a 24 GB card

@@ -199,6 +199,10 @@ def _print_json(data: dict) -> None:
 
 
 TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
+#: The drafter of the decoding commands (generate, chat, serve); a drafter directory also names the target.
+DrafterOpt = typer.Option(None, "--drafter", help="none | lookup | hybrid | hybrid:DIR | a drafter directory "
+                          "(default: the drafter shipped for the target, else lookup); hybrid: per round the "
+                          "lookup or the trained drafter. A directory's recorded target is loaded as it was.")
 DtypeOpt = typer.Option(None, "--dtype", help="fp32 | bf16 | fp16 (default: bf16 on CUDA, fp32 on CPU).")
 DeviceOpt = typer.Option(None, "--device", help="cpu | cuda | cuda:N (default: CUDA if present).")
 GammaOpt = typer.Option(None, "--gamma", help=f"Maximum draft tokens per round (default: the drafter's block size, "

@@ -17,8 +17,8 @@ from minispark import defaults, validate
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 
-from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt, TopKOpt, TopPOpt,
-                  _check_deepspec, _check_target_flags, _load, _print_json, _remembered, app, console, err_console,
+from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt, TopKOpt,
+                  TopPOpt, _check_deepspec, _check_target_flags, _load, _print_json, _remembered, app, console, err_console,
                   one_line_errors)
 
 
@@ -57,9 +57,7 @@ def generate(
     image: list[Path] = typer.Option([], "--image", help="Image file for a vision-language target "
                                      "(repeat --image for more)."),
     target: Optional[str] = TargetOpt,
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | hybrid | hybrid:DIR | a drafter "
-                                          "directory (default: the drafter shipped for the target, else lookup); "
-                                          "hybrid: per round the lookup or the trained drafter."),
+    drafter: Optional[str] = DrafterOpt,
     mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
                                        "schedule with a confidence head and an SPS table, else threshold/fixed)."),
     gamma: Optional[int] = GammaOpt,
@@ -115,9 +113,7 @@ def generate(
 @one_line_errors
 def chat(
     target: Optional[str] = TargetOpt,
-    drafter: Optional[str] = typer.Option(None, "--drafter",
-                                          help="none | lookup | hybrid | hybrid:DIR | a DSpark checkpoint directory "
-                                               "(default: the shipped drafter for the target, else lookup)."),
+    drafter: Optional[str] = DrafterOpt,
     image: list[Path] = typer.Option([], "--image", help="Image file for the first message (repeat --image for "
                                      "more; /image PATH later)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
@@ -163,8 +159,7 @@ def chat(
 @one_line_errors
 def serve(
     target: Optional[str] = TargetOpt,
-    drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a DSpark checkpoint directory "
-                                          "(default: the shipped drafter for the target, else lookup)."),
+    drafter: Optional[str] = DrafterOpt,
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
                                        "an SPS table; with several requests in flight, schedule = Algorithm 1 "
                                        "across them)."),
@@ -201,6 +196,7 @@ def serve(
     validate.integer(max_tokens, "--max-tokens", 1)
     if image_dir is not None and not image_dir.is_dir():
         raise MinisparkError(f"--image-dir {image_dir}: not a directory")
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD, sps)
     for hint in setup.hints:

@@ -111,20 +111,16 @@ def compare_modes(target: Target, drafter: str, modes: Sequence[str], samples: S
 def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list[str]]:
     """(drafter spec, the drafting mode to show, notices): the shipped drafter in schedule mode
     (fixed γ without a confidence head), else ``lookup`` with a one-line notice."""
-    from minispark.serving.generate import default_drafter, make_drafter
+    from minispark.serving.generate import make_drafter, shipped_drafter
 
     if drafter in ("lookup", "none"):
         return drafter, "lookup" if drafter == "lookup" else "target", []
     if drafter is not None:
         return drafter, "schedule" if make_drafter(drafter, target).has_confidence else "fixed", []
-    shipped = default_drafter(target)
-    if shipped is None:
-        why = f"no shipped drafter for {target.name} under drafters/"
-    else:
-        try:
-            return str(shipped), "schedule" if make_drafter(str(shipped), target).has_confidence else "fixed", []
-        except MinisparkError as exc:  # e.g. trained on another conversion of the target
-            why = f"shipped drafter not usable ({exc})"
+    draft, spec, unusable = shipped_drafter(target)
+    if draft is not None:
+        return spec, "schedule" if draft.has_confidence else "fixed", []
+    why = unusable or f"no shipped drafter for {target.name} under drafters/"
     return "lookup", "lookup", [f"{why}: showing the lookup drafter instead (train one: minispark demo --train)"]
 
 

@@ -95,19 +95,16 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
                   draft_skip: bool | None = None) -> ServingSetup:
     """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`."""
     from minispark.model.checkpoint import load_calibration
-    from minispark.serving.generate import default_drafter, make_drafter
+    from minispark.serving.generate import make_drafter, shipped_drafter
 
     if mode is not None and mode not in LengthMode.__members__.values():
         raise MinisparkError(f"--mode {mode}: choose {', '.join(m.value for m in LengthMode)}")
     hints = []
     draft = None
     if drafter is None:
-        shipped = default_drafter(target)
-        if shipped is not None:
-            try:
-                draft, drafter = make_drafter(str(shipped), target), str(shipped)
-            except MinisparkError as exc:  # e.g. trained on another conversion of the target
-                hints.append(f"shipped drafter not usable ({exc})")
+        draft, drafter, unusable = shipped_drafter(target)
+        if unusable:
+            hints.append(unusable)
         if draft is None:
             drafter = "lookup"
             hints.append(TRAIN_HINT.format(target=target.name))

@@ -70,6 +70,19 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     return same_name[0] if same_name else None
 
 
+def shipped_drafter(target: Target) -> tuple[Drafter | None, str | None, str | None]:
+    """The drafter shipped for ``target``, loaded: (drafter, its directory, None); (None, None, None)
+    when none is shipped for it; (None, None, why) when the one found cannot serve it (e.g. trained
+    on another conversion of the target). The one rule generate, chat, serve and the demo share."""
+    shipped = default_drafter(target)
+    if shipped is None:
+        return None, None, None
+    try:
+        return make_drafter(str(shipped), target), str(shipped), None
+    except MinisparkError as exc:
+        return None, None, f"shipped drafter not usable ({exc})"
+
+
 def make_drafter(spec: str, target: Target, precision: str | None = None) -> Drafter:
     """``none``, ``lookup``, a DSpark checkpoint directory, or ``hybrid`` / ``hybrid:DIR`` (the lookup and
     the shipped drafter / DIR, chosen per round: ``drafters/hybrid.py``); a DSpark drafter is served at

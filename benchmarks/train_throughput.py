@@ -26,7 +26,7 @@ from minispark.target.loading import load_target
 from minispark.training.anchor_batches import make_batch
 from minispark.training.online import OnlineSource
 from minispark.training.recipes import load_recipe
-from minispark.training.train import Trainer, train_step
+from minispark.training.trainer import Trainer, train_step
 
 
 def main() -> None:

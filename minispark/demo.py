@@ -313,7 +313,8 @@ def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = No
                          "recipe": sizes.recipe}, cache_stage)
 
     def train_stage() -> dict:
-        from minispark.training.train import LATEST_FILE, train
+        from minispark.training.train import train
+        from minispark.training.trainer import LATEST_FILE
 
         resume = (train_dir / LATEST_FILE).exists()
         config = usable_mask_token(recipe, get_target()) if resized else recipe

@@ -24,7 +24,7 @@ import torch
 from minispark.training.memory import BatchShape, estimate_memory
 from minispark.training.memory_measure import build_synthetic
 from minispark.training.recipes import load_recipe
-from minispark.training.train import train_step
+from minispark.training.trainer import train_step
 
 TOLERANCE, RTX3050_LIMIT_GB = 0.20, 5.5
 

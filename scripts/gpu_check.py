@@ -106,7 +106,7 @@ def training_peak(scale: str, device: torch.device) -> dict[str, float]:
     from minispark.training.memory import BatchShape, estimate_memory
     from minispark.training.memory_measure import build_synthetic
     from minispark.training.recipes import load_recipe
-    from minispark.training.train import train_step
+    from minispark.training.trainer import train_step
 
     overrides = [f"device={device.type}"] + ([] if device.type == "cuda" else ["dtype=fp32", "optimizer=adamw"])
     config = load_recipe("rtx3050" if scale == "3b" else "tiny", overrides + ["compile=false"])

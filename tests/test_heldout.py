@@ -20,7 +20,8 @@ from minispark.data.prompts import HELDOUT_FILE, PromptFileError
 from minispark.training.recipes import load_recipe
 from minispark.serving.schedule import FixedLength
 from minispark.target.loading import load_target
-from minispark.training.train import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE, train
+from minispark.training.train import train
+from minispark.training.trainer import BEST_DIR, HELDOUT_FILE as SCORE_FILE, METRICS_FILE
 from tests.helpers import assert_parity, hf_greedy
 
 TRAIN_PROMPTS = ["Tell me a story.", "What is 2 + 2?", "List three fruits.", "Explain gravity briefly."]

@@ -20,7 +20,7 @@ SERVING = ("chat", "identity", "model.checkpoint", "model.draft_cache", "model.d
            "target.sampling", "serving.schedule", "serving.sps", "target.loading",
            "serve", "serve.app", "serve.protocol", "serve.worker")
 #: Modules the serving path must never reach.
-FORBIDDEN = ("measuring.bench", "cli", "measuring.profiler", "training.train")
+FORBIDDEN = ("measuring.bench", "cli", "measuring.profiler", "training.train", "training.trainer")
 
 
 #: The declared layers, bottom up (README "Module map"): a module imports only its own layer or lower ones.

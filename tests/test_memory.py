@@ -15,7 +15,7 @@ import torch
 from minispark.training.memory import BatchShape, estimate_memory
 from minispark.training.memory_measure import measure_cpu
 from minispark.training.recipes import draft_config, load_recipe, recipe_dims
-from minispark.training.train import build_model
+from minispark.training.trainer import build_model
 
 TINY = load_recipe("tiny")
 # Big enough that allocator noise is small next to it, small enough to measure in a few seconds.

@@ -17,7 +17,8 @@ from minispark.model.checkpoint import read_weights
 from minispark.training.anchor_batches import make_batch
 from minispark.training.heldout import block_acceptance
 from minispark.training.onpolicy import ONPOLICY_FILE, acceptance_table, replay_sample, sample_anchors
-from minispark.training.train import Trainer, train
+from minispark.training.train import train
+from minispark.training.trainer import Trainer
 from tests.helpers import recipe
 
 GAMMA = 4

@@ -22,7 +22,8 @@ from minispark.target.loading import load_target
 from minispark.tiny_models import build_tiny
 from minispark.training.anchor_batches import AnchorPlan, make_batch
 from minispark.training.draft_vocab import answer_token_counts
-from minispark.training.train import LATEST_FILE, Trainer, train
+from minispark.training.train import train
+from minispark.training.trainer import LATEST_FILE, Trainer
 from tests.helpers import recipe
 
 

@@ -44,7 +44,7 @@ def synthetic_batch(draft: DraftConfig, shape: BatchShape, cache_dtype: str, see
 
 def build_synthetic(config: TrainConfig, shape: BatchShape, draft: DraftConfig | None = None):
     """Model, optimizer, scheduler and batch of ``config`` on its device, with random target weights."""
-    from minispark.training.train import build_model, make_optimizer
+    from minispark.training.trainer import build_model, make_optimizer
 
     draft = draft or draft_config(config, recipe_dims(config), mask_token_id=0)
     g = torch.Generator().manual_seed(config.seed)
@@ -67,7 +67,7 @@ def _proc_status(key: str) -> int:
 
 def _measure_here(config: TrainConfig, shape: BatchShape, steps: int) -> dict[str, int]:
     """Run in the measuring subprocess: peak RSS growth over ``steps`` real training steps."""
-    from minispark.training.train import train_step
+    from minispark.training.trainer import train_step
 
     torch.set_num_threads(1)
     warm = replace(config, hidden_size=32, vocab_size=64, draft_vocab=min(config.draft_vocab, 32), num_heads=2, num_kv_heads=1, head_dim=16,

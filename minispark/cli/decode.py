@@ -8,7 +8,7 @@ Each parses its flags and calls ``minispark.serving`` / ``minispark.serve`` / ``
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import typer
 from rich.markup import escape
@@ -50,6 +50,14 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
 
 
+def _decoding_target(drafter: Optional[str], target: Optional[str], dtype: Optional[str], device: Optional[str],
+                     load_in_4bit: bool, load_in_8bit: bool) -> Any:
+    """The target generate, chat and serve decode with: what ``--drafter DIR`` records (the target and
+    how it was loaded) fills in the flags not given, then it loads."""
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    return _load(target, dtype, device, load_in_4bit, load_in_8bit)
+
+
 @app.command()
 @one_line_errors
 def generate(
@@ -87,8 +95,7 @@ def generate(
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
-    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     if drafter is not None:
         _check_deepspec(drafter, loaded)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
@@ -145,8 +152,7 @@ def chat(
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
-    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
@@ -196,8 +202,7 @@ def serve(
     validate.integer(max_tokens, "--max-tokens", 1)
     if image_dir is not None and not image_dir.is_dir():
         raise MinisparkError(f"--image-dir {image_dir}: not a directory")
-    target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD, sps)
     for hint in setup.hints:
         err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)

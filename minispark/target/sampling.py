@@ -10,12 +10,11 @@ temperature, top-k and top-p are applied identically.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import torch
 
-from minispark.errors import MinisparkError
+from minispark import validate
 
 
 @dataclass(frozen=True)
@@ -30,12 +29,7 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.temperature) and self.temperature >= 0):
-            raise MinisparkError(f"--temperature must be a finite number >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise MinisparkError(f"--top-k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise MinisparkError(f"--top-p must be in (0, 1], got {self.top_p}")
+        validate.sampling(self.temperature, self.top_p, self.top_k)  # the one home of these ranges
 
     @property
     def greedy(self) -> bool:

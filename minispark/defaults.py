@@ -19,6 +19,8 @@ SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "examples" / "prompts"
 #: The fixed held-out evaluation split: no training cache may contain one of its prompts.
 HELDOUT_FILE = PROMPTS_DIR / "heldout.jsonl"
+#: Training recipes shipped with minispark (``--recipe NAME`` reads NAME.toml here).
+RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 #: SPS tables shipped with minispark (looked up after the user's; never written by a command).
 SHIPPED_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.

@@ -12,7 +12,8 @@ import pytest
 
 from minispark.errors import MinisparkError
 from minispark.training.memory import estimate_memory
-from minispark.training.recipes import RECIPE_DIR, TrainConfig, launch_command, list_recipes, load_recipe, read_recipe_file
+from minispark.defaults import RECIPE_DIR
+from minispark.training.recipes import TrainConfig, launch_command, list_recipes, load_recipe, read_recipe_file
 
 FILES = sorted(RECIPE_DIR.rglob("*"))
 

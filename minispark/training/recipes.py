@@ -31,9 +31,9 @@ from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1, DraftConfig
 from minispark import validate
+from minispark.defaults import RECIPE_DIR
 from minispark.errors import MinisparkError
 
-RECIPE_DIR = Path(__file__).resolve().parents[2] / "recipes"
 CHOICES = {
     "head": HEAD_TYPES,
     "markov_w1": MARKOV_W1,

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, TextIO
 if TYPE_CHECKING:
     from rich.console import Console
 
+#: Sampling temperature where none is given (``SamplingConfig``, generate, chat, bench): greedy.
+DEFAULT_TEMPERATURE = 0.0
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 #: The project's prompt files: the training corpora and the held-out split.

@@ -199,6 +199,8 @@ def _print_json(data: dict) -> None:
 
 
 TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
+#: The sampling temperature of the decoding commands (greedy by default, as ``SamplingConfig``).
+TemperatureOpt = typer.Option(defaults.DEFAULT_TEMPERATURE, "--temperature", help="0 = greedy.")
 #: The drafter of the decoding commands (generate, chat, serve); a drafter directory also names the target.
 DrafterOpt = typer.Option(None, "--drafter", help="none | lookup | hybrid | hybrid:DIR | a drafter directory "
                           "(default: the drafter shipped for the target, else lookup); hybrid: per round the "

@@ -17,9 +17,9 @@ from minispark import defaults, validate
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 
-from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt, TopKOpt,
-                  TopPOpt, _check_deepspec, _check_target_flags, _load, _print_json, _remembered, app, console, err_console,
-                  one_line_errors)
+from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
+                  TemperatureOpt, TopKOpt, TopPOpt, _check_deepspec, _check_target_flags, _load, _print_json,
+                  _remembered, app, console, err_console, one_line_errors)
 
 
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
@@ -74,7 +74,7 @@ def generate(
                                        "device, target and dtype)."),
     strict: bool = StrictOpt,
     draft_skip: Optional[bool] = DraftSkipOpt,
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    temperature: float = TemperatureOpt,
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one, reported)."),
@@ -130,7 +130,7 @@ def chat(
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
     strict: bool = StrictOpt,
     draft_skip: Optional[bool] = DraftSkipOpt,
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+    temperature: float = TemperatureOpt,
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     system: Optional[str] = typer.Option(None, "--system", help="System message."),

@@ -38,7 +38,8 @@ def bench(
                                         "Default: target,hf,hf-lookup,lookup, plus fixed,threshold,schedule with "
                                         "--drafter (and hybrid,hybrid-schedule with --drafter hybrid)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per answer at most."),
-    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (parity checked); > 0 = samples."),
+    temperature: float = typer.Option(defaults.DEFAULT_TEMPERATURE, "--temperature",
+                                      help="0 = greedy (parity checked); > 0 = samples."),
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     gamma: Optional[int] = GammaOpt,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from minispark import validate
+from minispark.defaults import DEFAULT_TEMPERATURE
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class SamplingConfig:
     ``top_k == 0`` and ``top_p == 1.0`` disable those filters.
     """
 
-    temperature: float = 0.0
+    temperature: float = DEFAULT_TEMPERATURE
     top_k: int = 0
     top_p: float = 1.0
 

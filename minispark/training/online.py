@@ -156,7 +156,10 @@ class OnlinePlan:
             order = np.random.default_rng([self.seed, epoch]).permutation(len(self.counts))
             order = order[self.counts[order] > 0]
             phases = (len(order) - 1) // self.enter + self.stay
-            sizes = [sum(len(a) for _, a in self._phase_groups(epoch, order, j)) for j in range(phases)]
+            sizes = np.zeros(phases, dtype=np.int64)  # anchors per phase, from the counts alone
+            for k, answer in enumerate(order.tolist()):
+                entry = k // self.enter
+                sizes[entry:entry + self.stay] += self._part_sizes(epoch, answer)
             steps = np.cumsum([-(-n // self.batch_anchors) for n in sizes])  # ceil: a phase's last step is short
             self._epochs = {e: v for e, v in self._epochs.items() if e >= epoch - 1}
             self._epochs[epoch], self._lengths[epoch] = (order, steps), int(steps[-1])
@@ -184,10 +187,23 @@ class OnlinePlan:
         for k in self._members(order, phase):
             answer = int(order[k])
             part = phase - k // self.enter  # how many phases this answer has been in the buffer
-            runs = self._runs(epoch, answer)
-            offset = int(np.random.default_rng([self.seed, epoch, answer, 1]).integers(self.stay))
-            groups += [(answer, r) for g, r in enumerate(runs) if (g + offset) % self.stay == part]
+            offset = self._offset(epoch, answer)
+            groups += [(answer, r) for g, r in enumerate(self._runs(epoch, answer)) if (g + offset) % self.stay == part]
         return groups
+
+    def _offset(self, epoch: int, answer: int) -> int:
+        """Which of its phases gets ``answer``'s first run this epoch (run g goes to (g + offset) % stay)."""
+        return int(np.random.default_rng([self.seed, epoch, answer, 1]).integers(self.stay))
+
+    def _part_sizes(self, epoch: int, answer: int) -> np.ndarray:
+        """(stay,) anchors ``answer`` gives to each phase it stays: :meth:`_runs`' sizes without building them."""
+        count = int(self.counts[answer])
+        run = self.run or count
+        groups = -(-count // run)
+        sizes = np.full(groups, run, dtype=np.int64)
+        sizes[-1] = count - (groups - 1) * run
+        parts = (np.arange(groups) + self._offset(epoch, answer)) % self.stay
+        return np.bincount(parts, weights=sizes, minlength=self.stay).astype(np.int64)
 
     def _locate(self, step: int) -> tuple[int, int, int]:
         """(epoch, phase, step within the phase) of global step ``step``; epochs are walked from the first."""

@@ -39,8 +39,7 @@ class Int8Linear(nn.Module):
         self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = int8_matmul(x, self.weight_int8, self.scale)
-        return y if self.bias is None else y + self.bias.to(y.dtype)
+        return int8_matmul(x, self.weight_int8, self.scale, self.bias)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, int8 weights"

@@ -24,11 +24,12 @@ def int8_rows(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return rows.to(torch.int8), scale
 
 
-def int8_matmul(x: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """``x Wᵀ`` for x (..., K) of any float dtype; the result (..., N) in ``x``'s dtype."""
+def int8_matmul(x: torch.Tensor, rows: torch.Tensor, scale: torch.Tensor,
+                bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x Wᵀ (+ b)`` for x (..., K) of any float dtype; the result (..., N) in ``x``'s dtype."""
     flat = x.reshape(-1, x.shape[-1]).to(torch.bfloat16)  # (M, K): the kernel takes 2-D bf16
-    y = torch._weight_int8pack_mm(flat, rows, scale)  # (M, N)
-    return y.to(x.dtype).view(*x.shape[:-1], rows.shape[0])
+    y = torch._weight_int8pack_mm(flat, rows, scale).to(x.dtype).view(*x.shape[:-1], rows.shape[0])  # (..., N)
+    return y if bias is None else y + bias.to(y.dtype)
 
 
 def int8_supported(device: torch.device | str) -> bool:

@@ -84,8 +84,7 @@ class Int8WeightLinear(nn.Linear):
         return module
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = int8_matmul(x, self.rows, self.scale)
-        return y if self.bias is None else y + self.bias.to(y.dtype)
+        return int8_matmul(x, self.rows, self.scale, self.bias)
 
 
 def _sharing(cls: type[nn.Linear], linear: nn.Linear) -> nn.Linear:
@@ -104,8 +103,9 @@ def _plain_linears(model: nn.Module, text_only: bool = False) -> list[tuple[str,
             and not (text_only and "visual" in name.split("."))]
 
 
-def packable(model: nn.Module) -> str | None:
-    """Why ``model``'s linears cannot be prepacked here, or None when they can."""
+def packable(model: nn.Module, kernel: str = "packed") -> str | None:
+    """Why ``model``'s linears cannot run the ``kernel`` runtime here (packed: oneDNN-prepacked; int8:
+    weight-only int8), or None when they can: both need an fp32 target on a CPU."""
     linears = _plain_linears(model)
     if not linears:
         return "the target has no plain linear layers (a quantized target?)"
@@ -114,9 +114,11 @@ def packable(model: nn.Module) -> str | None:
         return f"the target runs on {weight.device.type}"
     other = next((module.weight.dtype for _, module in linears if module.weight.dtype != torch.float32), None)
     if other is not None:
-        return f"the target computes in {other} (packing covers fp32)"
-    if not torch.backends.mkldnn.is_available():
+        return f"the target computes in {other} ({kernel} covers fp32)"
+    if kernel == "packed" and not torch.backends.mkldnn.is_available():
         return "this PyTorch build has no oneDNN"
+    if kernel == "int8" and not int8_supported("cpu"):
+        return "this torch build has no int8 weight-only CPU kernel"
     return None
 
 
@@ -129,9 +131,7 @@ def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
     runtime = requested_runtime(runtime)
     if runtime == "eager":
         return "eager"
-    reason = packable(model)
-    if runtime == "int8" and reason is None and not int8_supported("cpu"):
-        reason = "this torch build has no int8 weight-only CPU kernel"
+    reason = packable(model, "int8" if runtime == "int8" else "packed")
     if reason is not None:
         if runtime != "auto":
             raise MinisparkError(f"--runtime {runtime}: {reason}; use --runtime eager or auto")

@@ -34,13 +34,12 @@ class GrowingLayer(DynamicLayer):
         super().lazy_initialization(key_states, value_states)
         self._keys = self._values = None
 
-    def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
-        """Make room for ``needed`` columns, keeping the filled ones (one copy per doubling)."""
+    def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, filled: int, needed: int) -> None:
+        """Make room for ``needed`` columns, keeping the ``filled`` ones (one copy per doubling)."""
         capacity = 0 if self._keys is None else self._keys.shape[-2]
         if needed <= capacity:
             return
         capacity = max(needed + INITIAL_SPARE, 2 * capacity)
-        filled = self.keys.shape[-2] if self._keys is not None else 0
         batch, heads, _, dim = key_states.shape
         keys = key_states.new_empty(batch, heads, capacity, dim)  # (B, H, C, D)
         values = value_states.new_empty(batch, heads, capacity, value_states.shape[-1])
@@ -55,7 +54,7 @@ class GrowingLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         start = self.get_seq_length()
         end = start + key_states.shape[-2]
-        self._reserve(key_states, value_states, end)
+        self._reserve(key_states, value_states, start, end)
         self._keys[..., start:end, :] = key_states
         self._values[..., start:end, :] = value_states
         self.keys, self.values = self._keys[..., :end, :], self._values[..., :end, :]

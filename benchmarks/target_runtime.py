@@ -1,8 +1,9 @@
 """Forward times of the embedded target per runtime (``minispark --runtime``: eager, packed, and int8
-where this torch build has its kernel) at widths 1..8, all in one process, interleaved, medians of 7;
-run it on an idle machine.
+where this torch build has its kernel; ``--compiled`` adds the compiled runtime, after printing its
+one-time compile cost) at widths 1..8, all in one process, interleaved, medians of 7; run it on an idle
+machine.
 
-    .venv/bin/python benchmarks/target_runtime.py [--context 230]
+    .venv/bin/python benchmarks/target_runtime.py [--context 230] [--compiled]
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from minispark.target.loading import load_target
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=230, help="prompt tokens before the timed forwards")
+    parser.add_argument("--compiled", action="store_true", help="also time --runtime compiled (compiles first)")
     args = parser.parse_args()
-    runtimes = ["eager", "packed"] + (["int8"] if int8_supported("cpu") else [])
+    runtimes = ["eager", "packed"] + (["int8"] if int8_supported("cpu") else []) + (["compiled"] if args.compiled else [])
     targets = {name: load_target(runtime=name) for name in runtimes}
+    if args.compiled:
+        seconds = targets["compiled"].warm_up(range(1, 9))
+        print(f"compiled runtime: widths 1..8 compiled in {seconds:.1f} s (one-time; inductor's disk cache keeps it)")
     prompt = targets["eager"].encode(prompt="Write a long story about a lighthouse keeper. " * max(1, args.context // 10))
     print(f"context {prompt.length} tokens, {torch.get_num_threads()} threads; ms per forward (median of 7)")
     sessions = {name: target.session() for name, target in targets.items()}

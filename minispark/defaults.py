@@ -25,6 +25,8 @@ HELDOUT_FILE = PROMPTS_DIR / "heldout.jsonl"
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 #: SPS tables shipped with minispark (looked up after the user's; never written by a command).
 SHIPPED_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
+#: Overrides :func:`user_dir`.
+USER_DIR_ENV = "MINISPARK_CACHE"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.
 DEFAULT_GAMMA = 7
 #: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style
@@ -54,8 +56,12 @@ DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
 
 #: How the target's linear layers run (``target/runtime.py`` says what each does), and the variable
 #: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).
-TARGET_RUNTIMES = ("auto", "eager", "packed", "int8")
+TARGET_RUNTIMES = ("auto", "eager", "packed", "int8", "compiled")
 TARGET_RUNTIME_ENV = "MINISPARK_RUNTIME"
+#: Positions a ``compiled``-runtime session's static KV cache holds at first (it doubles when a
+#: conversation outgrows it, up to the target's context): 4096 × 30 layers × 2 × 3 KV heads × 64 × 4 B
+#: = 377 MB for the embedded target, 151 MB for Qwen2.5-VL-3B in bf16.
+STATIC_CACHE_TOKENS = 4096
 
 #: Pixel budget of one image given to a vision-language target: a larger image is downscaled (aspect kept,
 #: with a one-line notice) to at most this many pixels before the processor sees it. 1280 × 28² ≈ 1.0 MP is
@@ -66,6 +72,15 @@ IMAGE_MAX_PIXELS = 1280 * 28 * 28
 IMAGE_MAX_PIXELS_ENV = "MINISPARK_MAX_PIXELS"
 #: The smallest budget accepted: qwen-vl-utils' floor of 4 visual tokens (4 × 28²).
 IMAGE_MIN_PIXELS = 4 * 28 * 28
+
+
+def user_dir() -> Path:
+    """minispark's own directory for this user, in the user cache dir (``$MINISPARK_CACHE`` overrides): the
+    converted embedded target (``models/``), the weights-hash memo (``hashes.json``) and the SPS tables
+    ``minispark profile`` measures (``sps_tables/``)."""
+    import platformdirs
+
+    return Path(os.environ.get(USER_DIR_ENV) or platformdirs.user_cache_dir("minispark"))
 
 
 def image_max_pixels() -> int:

@@ -280,108 +280,134 @@ def usable_mask_token(recipe: TrainConfig, target: Target) -> TrainConfig:
         return replace(recipe, mask_token_id=None)
 
 
-def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
-                 progress: bool = True, log: LogFn = print) -> PipelineResult:
-    """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
+@dataclass
+class _Pipeline:
+    """What every stage of one ``run_pipeline`` call reads: its sizes, recipe, directories and the target
+    (loaded once, and only when a stage has to run)."""
+
+    out: Path
+    sizes: PipelineSizes
+    recipe: TrainConfig
+    resized: bool  # the recipe was sized for another target (see pipeline_recipe)
+    target_spec: str | None
+    progress: bool
+    log: LogFn
+    _target: Target | None = None
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.out / "cache"
+
+    @property
+    def train_dir(self) -> Path:
+        return self.out / "draft"
+
+    @property
+    def drafter(self) -> Path:
+        return self.train_dir / "drafter"
+
+    @property
+    def target(self) -> Target:
+        if self._target is None:
+            self._target = load_target(self.target_spec)
+        return self._target
+
+
+def _cache_stage(run: _Pipeline) -> dict:
     from minispark.data.cache import CacheConfig, build_cache
     from minispark.data.cache_config import default_prompts
 
+    sizes, recipe, t = run.sizes, run.recipe, run.target
+    config = CacheConfig(prompts=default_prompts(t.is_vlm), out=run.cache_dir, target=run.target_spec,
+                         num_samples=sizes.cache_samples, max_new_tokens=sizes.cache_tokens,
+                         layers=recipe.feature_layers or "auto", window=recipe.window, block=recipe.block_size,
+                         anchors_per_sample=recipe.anchors_per_sample, dtype=recipe.cache_dtype,
+                         batch_size=sizes.cache_batch)
+    report = build_cache(config, target=t, progress=run.progress, log=run.log)
+    return {"samples": report.samples, "anchors": report.anchors, "bytes": report.total_bytes}
+
+
+def _train_stage(run: _Pipeline) -> dict:
+    from minispark.training.train import train
+    from minispark.training.trainer import LATEST_FILE
+
+    resume = (run.train_dir / LATEST_FILE).exists()
+    config = usable_mask_token(run.recipe, run.target) if run.resized else run.recipe
+    report = train(config, run.cache_dir, run.train_dir, resume=resume, progress=run.progress, target=run.target,
+                   log=run.log)
+    last = report.metrics[-1] if report.metrics else {}
+    return {"drafter": str(report.drafter), "steps": report.last_step, "loss": last.get("loss"),
+            "tau_proxy": last.get("tau")}
+
+
+def _calibrate_stage(run: _Pipeline) -> dict:
+    from minispark.measuring.rollouts import calibrate_drafter
+    from minispark.target.sampling import SamplingConfig
+    from minispark.serving.builder import build_serving
+
+    sizes, t = run.sizes, run.target
+    sampling = SamplingConfig(1.0)
+    setup = build_serving(t, str(run.drafter), "fixed", sampling=sampling)
+    inputs = [p.inputs for p in bench_prompts(t, demo_samples(sizes.calibrate_prompts, skip=sizes.bench_prompts))]
+    report = calibrate_drafter(t, setup.drafter, run.drafter, inputs, setup.gamma, sampling,
+                               sizes.calibrate_tokens, seed=0, min_rounds=sizes.calibrate_min_rounds)
+    return {"rounds": report["rounds"], "temperatures": list(report["temperatures"])}
+
+
+def _profile_stage(run: _Pipeline) -> dict:
+    from minispark.measuring.profiler import ProfileConfig, profile_target, rich_progress
+
+    # A shared or busy machine is the common case for a demo: the table is written and flagged.
+    config = ProfileConfig(contexts=run.sizes.profile_contexts, max_tokens=run.recipe.block_size + 1,
+                           rounds=run.sizes.profile_rounds, warmup=1, cooldown_s=0.0, allow_busy=True,
+                           note="minispark demo --train (short profile)")
+    t = run.target
+    with rich_progress(run.progress) as bar:
+        table = profile_target(t, config, bar)
+    return {"path": str(table.save(table.path_in(run.out / "sps_tables")))}
+
+
+def _bench_stage(run: _Pipeline, sps: Path) -> dict:
+    from minispark.measuring.profiler import rich_progress
+
+    sizes, t = run.sizes, run.target
+    config = BenchConfig(modes=sizes.bench_modes, max_new_tokens=sizes.bench_tokens)
+    with rich_progress(run.progress, label="bench") as bar:
+        report, _ = compare_modes(t, str(run.drafter), config.modes, demo_samples(sizes.bench_prompts), config,
+                                  sps, bar)
+    return report
+
+
+def _chat_stage(run: _Pipeline, sps: Path, prompt: str) -> dict:
+    from minispark.serving.conversation import Conversation
+    from minispark.serving.builder import build_serving
+
+    t = run.target
+    setup = build_serving(t, str(run.drafter), "schedule", sps=sps)
+    with Conversation(t, setup.drafter, policy=setup.policy, max_new_tokens=run.sizes.chat_tokens,
+                      seed=0, skip=setup.skip) as conversation:
+        turn = conversation.say(prompt)
+    return {"answer": turn.reply, "tokens": turn.stats.new_tokens, "tokens_per_s": turn.stats.tokens_per_s,
+            "tau": turn.stats.tau}
+
+
+def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
+                 progress: bool = True, log: LogFn = print) -> PipelineResult:
+    """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
     out, sizes = Path(out), sizes or PipelineSizes()
     recipe, resized = pipeline_recipe(sizes.recipe, sizes.train_overrides, target)
+    run = _Pipeline(out, sizes, recipe, resized, target, progress, log)
     stages = _Stages(out, log)
-    loaded: list[Target] = []
-
-    def get_target() -> Target:  # loaded once, and only when a stage has to run
-        if not loaded:
-            loaded.append(load_target(target))
-        return loaded[0]
-
-    cache_dir, train_dir, sps_dir = out / "cache", out / "draft", out / "sps_tables"
-    drafter = train_dir / "drafter"
-
-    def cache_stage() -> dict:
-        t = get_target()
-        config = CacheConfig(prompts=default_prompts(t.is_vlm), out=cache_dir, target=target,
-                             num_samples=sizes.cache_samples, max_new_tokens=sizes.cache_tokens,
-                             layers=recipe.feature_layers or "auto", window=recipe.window, block=recipe.block_size,
-                             anchors_per_sample=recipe.anchors_per_sample, dtype=recipe.cache_dtype,
-                             batch_size=sizes.cache_batch)
-        report = build_cache(config, target=t, progress=progress, log=log)
-        return {"samples": report.samples, "anchors": report.anchors, "bytes": report.total_bytes}
-
     stages.run("cache", {"target": target, "samples": sizes.cache_samples, "tokens": sizes.cache_tokens,
-                         "recipe": sizes.recipe}, cache_stage)
-
-    def train_stage() -> dict:
-        from minispark.training.train import train
-        from minispark.training.trainer import LATEST_FILE
-
-        resume = (train_dir / LATEST_FILE).exists()
-        config = usable_mask_token(recipe, get_target()) if resized else recipe
-        report = train(config, cache_dir, train_dir, resume=resume, progress=progress, target=get_target(),
-                       log=log)
-        last = report.metrics[-1] if report.metrics else {}
-        return {"drafter": str(report.drafter), "steps": report.last_step, "loss": last.get("loss"),
-                "tau_proxy": last.get("tau")}
-
-    stages.run("train", {"recipe": sizes.recipe, "overrides": sizes.train_overrides}, train_stage)
-
-    def calibrate_stage() -> dict:
-        from minispark.measuring.rollouts import calibrate_drafter
-        from minispark.target.sampling import SamplingConfig
-        from minispark.serving.builder import build_serving
-
-        t = get_target()
-        sampling = SamplingConfig(1.0)
-        setup = build_serving(t, str(drafter), "fixed", sampling=sampling)
-        inputs = [p.inputs for p in bench_prompts(t, demo_samples(sizes.calibrate_prompts, skip=sizes.bench_prompts))]
-        report = calibrate_drafter(t, setup.drafter, drafter, inputs, setup.gamma, sampling,
-                                   sizes.calibrate_tokens, seed=0, min_rounds=sizes.calibrate_min_rounds)
-        return {"rounds": report["rounds"], "temperatures": list(report["temperatures"])}
-
+                         "recipe": sizes.recipe}, lambda: _cache_stage(run))
+    stages.run("train", {"recipe": sizes.recipe, "overrides": sizes.train_overrides}, lambda: _train_stage(run))
     stages.run("calibrate", {"prompts": sizes.calibrate_prompts, "tokens": sizes.calibrate_tokens},
-               calibrate_stage)
-
-    def profile_stage() -> dict:
-        from minispark.measuring.profiler import ProfileConfig, profile_target, rich_progress
-
-        # A shared or busy machine is the common case for a demo: the table is written and flagged.
-        config = ProfileConfig(contexts=sizes.profile_contexts, max_tokens=recipe.block_size + 1,
-                               rounds=sizes.profile_rounds, warmup=1, cooldown_s=0.0, allow_busy=True,
-                               note="minispark demo --train (short profile)")
-        t = get_target()
-        with rich_progress(progress) as bar:
-            table = profile_target(t, config, bar)
-        return {"path": str(table.save(table.path_in(sps_dir)))}
-
+               lambda: _calibrate_stage(run))
     sps = Path(stages.run("profile", {"contexts": sizes.profile_contexts, "rounds": sizes.profile_rounds},
-                          profile_stage)["path"])
-
-    def bench_stage() -> dict:
-        from minispark.measuring.profiler import rich_progress
-
-        t = get_target()
-        config = BenchConfig(modes=sizes.bench_modes, max_new_tokens=sizes.bench_tokens)
-        with rich_progress(progress, label="bench") as bar:
-            report, _ = compare_modes(t, str(drafter), config.modes, demo_samples(sizes.bench_prompts), config,
-                                      sps, bar)
-        return report
-
+                          lambda: _profile_stage(run))["path"])
     bench = stages.run("bench", {"prompts": sizes.bench_prompts, "tokens": sizes.bench_tokens,
-                                 "modes": sizes.bench_modes}, bench_stage)
+                                 "modes": sizes.bench_modes}, lambda: _bench_stage(run, sps))
     chat_prompt = prompt_text(demo_samples(1, skip=sizes.bench_prompts + sizes.calibrate_prompts)[0])
-
-    def chat_stage() -> dict:
-        from minispark.serving.conversation import Conversation
-        from minispark.serving.builder import build_serving
-
-        t = get_target()
-        setup = build_serving(t, str(drafter), "schedule", sps=sps)
-        with Conversation(t, setup.drafter, policy=setup.policy, max_new_tokens=sizes.chat_tokens,
-                          seed=0, skip=setup.skip) as conversation:
-            turn = conversation.say(chat_prompt)
-        return {"answer": turn.reply, "tokens": turn.stats.new_tokens, "tokens_per_s": turn.stats.tokens_per_s,
-                "tau": turn.stats.tau}
-
-    chat = stages.run("chat", {"prompt": chat_prompt, "tokens": sizes.chat_tokens}, chat_stage)
-    return PipelineResult(out, drafter, sps, bench, chat_prompt, chat["answer"], stages.ran, target)
+    chat = stages.run("chat", {"prompt": chat_prompt, "tokens": sizes.chat_tokens},
+                      lambda: _chat_stage(run, sps, chat_prompt))
+    return PipelineResult(out, run.drafter, sps, bench, chat_prompt, chat["answer"], stages.ran, target)

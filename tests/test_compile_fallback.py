@@ -12,8 +12,8 @@ import warnings
 import pytest
 import torch
 
-from minispark.training import compile_fallback
-from minispark.training.compile_fallback import compile_or_eager, compile_unavailable
+from minispark.target import compile_fallback
+from minispark.target.compile_fallback import compile_or_eager, compile_unavailable
 
 
 def square(x: torch.Tensor) -> torch.Tensor:

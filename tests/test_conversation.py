@@ -42,7 +42,7 @@ def check_session(conversation: Conversation) -> None:
     assert torch.equal(session.ids.cpu(), committed[:-1])
     assert session.cache_length == committed.numel() - 1
     if isinstance(conversation.drafter, DSparkDrafter):  # window 0: no row ever dropped
-        positions = conversation.drafter.cache.positions.cpu()
+        positions = conversation.drafter.context.positions.cpu()
         assert positions.numel() == session.cache_length
         assert bool((positions[1:] >= positions[:-1]).all())
         assert int(positions[-1]) < int(session.text_positions(session.cache_length, 1)[0])  # below the anchor

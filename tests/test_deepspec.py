@@ -25,7 +25,7 @@ from minispark.cli import app
 from minispark.model.deepspec import check_against_target
 from minispark.model.deepspec_convert import export_deepspec, import_deepspec
 from minispark.serving.draft_block import DraftBlock, Proposal
-from minispark.model.draft_cache import ContextCache
+from minispark.model.draft_context import DraftContext
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.drafters.dspark import DSparkDrafter
@@ -204,10 +204,10 @@ def test_loaded_model_matches_deepspec_reference(target, tmp_path, head: str) ->
     n = 9
     features = torch.randn(n, len(LAYERS) * target.hidden_size, generator=gen)
     anchor, prev = 5, torch.tensor([5, 11, 12, 13])
-    cache = ContextCache(model.config, "cpu", torch.float32)
-    cache.append(model.context_kv(features[None], torch.arange(n)[None]), torch.arange(n))
+    context = DraftContext(model.config, "cpu", torch.float32)
+    context.append(model.context_kv(features[None], torch.arange(n)[None]), torch.arange(n))
     with torch.no_grad():
-        hidden = model.forward_block(cache, torch.tensor(anchor), n)
+        hidden = model.forward_block(context, torch.tensor(anchor), n)
         logits, conf = model.head_logits(hidden, prev), model.confidence_logits(hidden, prev)
     want = reference_block(w, raw, features, anchor)
     torch.testing.assert_close(hidden, want, atol=1e-4, rtol=1e-4)

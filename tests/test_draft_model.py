@@ -151,17 +151,17 @@ def test_train_forward_equals_incremental_inference(head: str, window: int, mark
                 torch.testing.assert_close(proposal.probs, probabilities(logits[r], sampling))
 
 
-def test_cache_crop_rolls_back_a_commit() -> None:
+def test_context_crop_rolls_back_a_commit() -> None:
     model = make_model("vanilla", window=0)
     ids, features, positions = sequence(12)
     drafter = DSparkDrafter(model)
     drafter.reset(ids[:5], features[:5], positions[:5])
-    before = drafter.model.forward_block(drafter.cache, ids[5], int(positions[5]))
+    before = drafter.model.forward_block(drafter.context, ids[5], int(positions[5]))
     drafter.commit(2, ids[5:8], features[5:8], positions[5:8])
-    assert len(drafter.cache) == 8
-    drafter.cache.crop(int(positions[5]))
-    assert len(drafter.cache) == 5
-    torch.testing.assert_close(drafter.model.forward_block(drafter.cache, ids[5], int(positions[5])), before)
+    assert len(drafter.context) == 8
+    drafter.context.crop(int(positions[5]))
+    assert len(drafter.context) == 5
+    torch.testing.assert_close(drafter.model.forward_block(drafter.context, ids[5], int(positions[5])), before)
 
 
 # ---- sampling exactness -----------------------------------------------------------------------
@@ -397,4 +397,4 @@ def test_empty_context_and_bfloat16() -> None:
         assert len(proposal) == GAMMA and proposal.probs.dtype == torch.float32
         torch.testing.assert_close(proposal.probs.sum(-1), torch.ones(GAMMA))
         drafter.commit(0, ids[anchor : anchor + 1], features[anchor : anchor + 1].bfloat16(), positions[anchor : anchor + 1])
-    assert len(drafter.cache) == 2
+    assert len(drafter.context) == 2

@@ -276,7 +276,7 @@ class Twin(Drafter):
     def commit(self, num_accepted, new_cached_ids, features, text_positions) -> None:
         for d in (self.lazy, self.eager):
             d.commit(num_accepted, new_cached_ids, features, text_positions)
-        len(self.eager.cache)  # the never-skipped drafter's context is brought up to date every round
+        len(self.eager.context)  # the never-skipped drafter's context is brought up to date every round
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -289,7 +289,7 @@ def test_context_after_skipped_rounds_equals_a_never_skipped_drafter(setup, temp
                                       max_new_tokens=40, generator=torch.Generator().manual_seed(0),
                                       skip=ScriptedSkip("D....D..D.D........D"))
     assert result.stats.skipped_rounds >= 14 and twin.compared >= 5
-    assert len(twin.lazy.cache) == len(twin.eager.cache)
+    assert len(twin.lazy.context) == len(twin.eager.context)
 
 
 def test_serving_default_and_cli_flag(setup, tiny_trained_drafter) -> None:

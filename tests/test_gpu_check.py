@@ -31,6 +31,10 @@ def test_runs_at_tiny_scale_on_a_cpu(gpu_check, tmp_path, monkeypatch):
     assert report["serving"]["new_tokens"] > 0 and report["training"]["predicted_gb"] > 0
     assert Path(report["serving"]["sps_table"]).is_file()
     assert "serving peak" in (tmp_path / "gpu_check.txt").read_text()
+    runtimes = report["runtimes"]  # on a CPU: eager vs packed (same numbers: same greedy tokens)
+    assert set(runtimes) == {"eager", "packed", "identical_greedy"} and runtimes["identical_greedy"] is True
+    assert all(ms > 0 for ms in runtimes["packed"]["step_ms"].values())
+    assert "runtime packed: step ms" in (tmp_path / "gpu_check.txt").read_text()
 
 
 def test_a_cuda_peak_over_the_limit_fails(gpu_check):

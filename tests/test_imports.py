@@ -12,8 +12,8 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "minispark"
 #: What runs when a model decodes (generate, chat): the engine and everything it is built from.
-SERVING = ("chat", "identity", "model.checkpoint", "model.draft_cache", "model.draft_config", "model.draft_heads",
-           "model.draft_model", "serving", "serving.accept", "serving.batch_schedule", "serving.batched",
+SERVING = ("chat", "identity", "model.checkpoint", "model.draft_context", "model.draft_config", "model.drafter_dir",
+           "model.draft_heads", "model.draft_model", "serving", "serving.accept", "serving.batch_schedule", "serving.batched",
            "serving.builder", "serving.conversation",
            "serving.draft_block", "serving.draft_skip", "serving.drafters", "serving.drafters.base",
            "serving.drafters.dspark", "serving.drafters.hybrid", "serving.drafters.lookup", "serving.engine", "serving.generate",

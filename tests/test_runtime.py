@@ -113,8 +113,8 @@ def test_auto_stays_eager_where_packing_does_not_apply(tiny_dir) -> None:
     assert bf16.runtime == "eager" and _packed_count(bf16.model) == 0
     with pytest.raises(MinisparkError, match="--runtime packed: the target computes in torch.bfloat16"):
         load_target(str(tiny_dir("llama")), dtype="bf16", runtime="packed")
-    with pytest.raises(MinisparkError, match="not one of auto, eager, packed"):
-        load_target(str(tiny_dir("llama")), runtime="compiled")
+    with pytest.raises(MinisparkError, match="not one of auto, eager, packed, int8, compiled"):
+        load_target(str(tiny_dir("llama")), runtime="fast")
 
 
 def test_failed_packing_falls_back_with_a_notice(tiny_dir, monkeypatch) -> None:

@@ -95,8 +95,9 @@ def main(
         None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 CPU "
         "target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
         "weights, grouped attention, an in-place KV cache; same numbers), or int8 (weight-only int8 text "
-        "linears on a CPU: faster steps; a different target, which drafting matches only up to near-ties). "
-        "The baseline and every drafting mode use the same one. [default: auto]"),
+        "linears on a CPU: faster steps; a different target, which drafting matches only up to near-ties), "
+        "or compiled (a static KV cache and torch.compiled steps, CUDA graphs on a GPU; compiles once, "
+        "then cached on disk). The baseline and every drafting mode use the same one. [default: auto]"),
     max_pixels: int | None = typer.Option(
         None, "--max-pixels", show_default=False, help="Pixel budget of one image for a vision-language target: "
         "a larger image is downscaled to it (aspect kept, with a notice). "
@@ -284,16 +285,6 @@ def _check_prompts(prompts: Optional[Path]) -> None:
         from minispark.data.prompts import load_prompts
 
         load_prompts(prompts)
-
-
-def _check_deepspec(drafter: str, target) -> None:
-    """A DeepSpec-layout --drafter is checked against the target first, for errors naming the key."""
-    from minispark.model.deepspec import check_against_target, is_deepspec_dir
-
-    if str(drafter).startswith("hybrid:"):  # the hybrid's trained drafter
-        drafter = str(drafter).partition(":")[2]
-    if is_deepspec_dir(drafter):
-        check_against_target(drafter, target)
 
 
 #: The order ``--help`` and the README's CLI reference list the commands in. The families register

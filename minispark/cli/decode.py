@@ -18,7 +18,7 @@ from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
-                  TemperatureOpt, TopKOpt, TopPOpt, _check_deepspec, _check_target_flags, _load, _print_json,
+                  TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
                   _remembered, app, console, err_console, one_line_errors)
 
 
@@ -96,8 +96,6 @@ def generate(
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    if drafter is not None:
-        _check_deepspec(drafter, loaded)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
         err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)

@@ -19,7 +19,7 @@ from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOpt, SeedOpt, StrictOpt, TargetOpt,
-                  TopKOpt, TopPOpt, _auto_4bit, _check_deepspec, _check_prompts, _check_target_flags, _load,
+                  TopKOpt, TopPOpt, _auto_4bit, _check_prompts, _check_target_flags, _load,
                   _print_json, _remembered, app, console, err_console, one_line_errors)
 
 
@@ -59,13 +59,12 @@ def bench(
     """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
     config, named = _bench_config(drafter, prompts, num_prompts, category, modes, max_new_tokens, temperature, top_p,
                                   top_k, gamma, threshold, sps, repeats, seed, plot)
+    validate.output_file(plot, "--plot", {"--prompts": prompts, "--sps": sps, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     drafter = _bench_drafter(loaded, drafter)
     if not named and drafter:
         config = _with_drafter_modes(config, drafter)
-    if drafter is not None:
-        _check_deepspec(drafter, loaded)
     report = _bench_run(loaded, config, drafter, prompts, num_prompts, category, sps, strict)
     _bench_render(report, plot, as_json)
 
@@ -191,6 +190,7 @@ def profile(
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
                              note, allow_busy, out, plot)
     validate.input_dir(drafter, "--drafter")
+    validate.output_file(plot, "--plot", {"--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
@@ -264,6 +264,7 @@ def calibrate(
     from minispark.serving.builder import build_serving
 
     _check_calibration(drafter, prompts, num_prompts, gamma, temperature, max_new_tokens, min_rounds, seed, plot)
+    validate.output_file(plot, "--plot", {"--prompts": prompts, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)

@@ -266,6 +266,25 @@ def _profile_context(target: Target, config: ProfileConfig, context: int, measur
     return result
 
 
+def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int], list[int]]:
+    """The contexts of ``config`` whose steps fit the target's positions, and those skipped (a warning);
+    a step that fits no context is an error."""
+    max_positions = getattr(target.text_config, "max_position_embeddings", None)
+    if max_positions is not None and config.max_tokens >= max_positions:
+        raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {target.name}'s {max_positions} "
+                             "positions; profile fewer tokens per step")
+    contexts = [c for c in config.contexts
+                if max_positions is None or c + config.max_tokens <= max_positions]
+    skipped = [c for c in config.contexts if c not in contexts]
+    if skipped:  # stacklevel 3: the warning names profile_target's caller
+        warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
+                      f"exceeds {target.name}'s {max_positions} positions", stacklevel=3)
+    if not contexts:
+        raise MinisparkError(f"--contexts: none of {config.contexts} fits {target.name}'s "
+                             f"{max_positions} positions")
+    return contexts, skipped
+
+
 def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn | None = None, *,
                    timer: Callable[[], float] | None = None,
                    sleep: Callable[[float], None] = time.sleep) -> SPSTable:
@@ -274,20 +293,7 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     ``timer`` and ``sleep`` are injectable for tests (a fake clock that throttles, a cooldown that
     cools it); by default CUDA events / ``perf_counter`` and ``time.sleep``.
     """
-    max_positions = getattr(target.text_config, "max_position_embeddings", None)
-    if max_positions is not None and config.max_tokens >= max_positions:
-        raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {target.name}'s {max_positions} "
-                             "positions; profile fewer tokens per step")
-    contexts = [c for c in config.contexts
-                if max_positions is None or c + config.max_tokens <= max_positions]
-    skipped = [c for c in config.contexts if c not in contexts]
-    if skipped:
-        warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
-                      f"exceeds {target.name}'s {max_positions} positions", stacklevel=2)
-    if not contexts:
-        raise MinisparkError(f"--contexts: none of {config.contexts} fits {target.name}'s "
-                             f"{max_positions} positions")
-
+    contexts, skipped = _fitting_contexts(target, config)
     device = target.device
     load_before = load.machine_load(device)
     load.check_load(load_before, "before profiling", config.allow_busy)

@@ -21,7 +21,8 @@ from minispark.atomic import record_written
 from minispark.defaults import CALIBRATION_MIN_ROUNDS
 from minispark.measuring.calibrate import fit_sts, position_metrics
 from minispark.model.calibration import Calibration
-from minispark.model.checkpoint import CALIBRATION_FILE, sampling_record
+from minispark.model.checkpoint import sampling_record
+from minispark.model.drafter_dir import CALIBRATION_FILE
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.engine import speculative_generate

@@ -1,15 +1,5 @@
-"""The drafter directory format, in one place.
-
-A drafter directory holds:
-
-* ``config.json`` — the :class:`DraftConfig` (architecture, the target identity it was trained
-  against, block size γ, feature layers, compute dtype);
-* ``model.safetensors`` — every weight except the frozen embedding and lm_head (``FROZEN``), which
-  are always taken from the target at load time;
-* ``calibration.json`` (optional) — Sequential Temperature Scaling from ``minispark calibrate``,
-  with the target identity and the sampling settings it was fitted for;
-* ``target.json`` (written by ``minispark train``) — the target's source, dtype and quantization, so a
-  command given ``--drafter DIR`` loads that target the same way (``minispark.target.remembered``).
+"""Saving, copying and loading drafters: the weights and calibration of a drafter directory (what the
+directory holds, and which layout it is in: :mod:`minispark.model.drafter_dir`).
 
 Every write is atomic (a reader sees the old directory or the complete new one). Loading refuses a
 drafter trained for another target, and a calibration fitted for another target; a calibration
@@ -32,20 +22,15 @@ from safetensors.torch import load_file, save_file
 
 from minispark.atomic import write_dir_atomic
 from minispark.model.calibration import Calibration
-from minispark.model.deepspec import is_deepspec_dir, load_deepspec_model
+from minispark.model.deepspec import load_deepspec_model
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
+from minispark.model.drafter_dir import (CALIBRATION_FILE, CONFIG_FILE, DEEPSPEC, DRAFTER_FILES, WEIGHTS_FILE,
+                                         DrafterDir, read_drafter_dir)
 from minispark.errors import MinisparkError
 from minispark.identity import same_target
-from minispark.target.remembered import TARGET_FILE
 from minispark.target.sampling import SamplingConfig
 
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
-CALIBRATION_FILE = "calibration.json"
-#: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score);
-#: ``target.json`` records how its target was loaded (``minispark.target.remembered``).
-DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE)
 #: Weights shared with the target and never stored: the frozen embedding and lm_head.
 FROZEN = ("embed_tokens.", "lm_head.")
 
@@ -137,10 +122,11 @@ def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfi
     """Load the trainable weights of the drafter at ``path`` into ``model`` to continue training it;
     its config (architecture, target, draft vocabulary size) must equal ``expected`` and its draft
     vocabulary the model's, else a one-line error naming the first difference."""
-    path = Path(path)
-    if not (path / CONFIG_FILE).is_file():
+    found = read_drafter_dir(path)
+    path = found.path
+    if found.raw is None:
         raise MinisparkError(f"init_from: {path} is not a drafter directory (no {CONFIG_FILE})")
-    config = DraftConfig.load(path / CONFIG_FILE)
+    config = found.draft_config()
     for name, value in vars(config).items():
         if value != getattr(expected, name):
             raise MinisparkError(f"init_from: {path / CONFIG_FILE}: {name} is {value!r}, this run's is "
@@ -153,20 +139,21 @@ def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfi
 
 
 def load_draft_model(
-    path: str | Path,
+    path: str | Path | DrafterDir,
     target_embed: torch.Tensor,
     target_lm_head: torch.Tensor,
     device: torch.device | str,
     target_identity: str | None = None,
 ) -> DraftModel:
-    """Rebuild a :class:`DraftModel` from a drafter directory and the target's frozen weights.
+    """Rebuild a :class:`DraftModel` from a drafter directory (``path``, or the :class:`DrafterDir` read from
+    it) and the target's frozen weights.
 
     ``target_identity``, when given, must equal the identity the drafter was trained against; a
     DeepSpec-layout directory records no identity and is checked by shapes (it is given this one)."""
-    path = Path(path)
-    if is_deepspec_dir(path):
-        return load_deepspec_model(path, target_embed, target_lm_head, device, target=target_identity or "deepspec")
-    config = DraftConfig.load(path / CONFIG_FILE)
+    found = read_drafter_dir(path)
+    if found.kind == DEEPSPEC:
+        return load_deepspec_model(found, target_embed, target_lm_head, device, target=target_identity or "deepspec")
+    path, config = found.path, found.draft_config()
     if target_identity is not None and not same_target(config.target, target_identity):
         raise MinisparkError(f"drafter {path} was trained for target {config.target!r}, not {target_identity!r}")
     weights = read_weights(path, device, config.torch_dtype)  # on the device in their final dtype

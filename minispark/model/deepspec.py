@@ -1,5 +1,6 @@
-"""DeepSpec's checkpoint layout for DSpark and DFlash drafters (``Qwen3DSparkModel``): detection,
-config and weight-name mapping in both directions, and loading such a directory into a
+"""DeepSpec's checkpoint layout for DSpark and DFlash drafters (``Qwen3DSparkModel``, told apart from
+minispark's by :func:`~minispark.model.drafter_dir.read_drafter_dir`): config and weight-name mapping in
+both directions, and loading such a directory into a
 :class:`~minispark.model.draft_model.DraftModel` that behaves as DeepSpec's model does.
 
 DeepSpec saves drafters with HF ``save_pretrained``: ``config.json`` is the target's text config plus
@@ -50,12 +51,11 @@ import torch
 from safetensors import safe_open
 
 from minispark.model.draft_model import DraftConfig, DraftModel
+from minispark.model.drafter_dir import DEEPSPEC, WEIGHTS_FILE, DrafterDir, read_drafter_dir
 from minispark.errors import MinisparkError
 from minispark.identity import DTYPES
 
 ARCHITECTURE = "Qwen3DSparkModel"
-CONFIG_FILE = "config.json"
-WEIGHTS_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 #: Written by minispark's export only: the drafter's training window W (0 = whole context), and the
 #: identity of the target it was trained for (refused for any other target).
@@ -82,24 +82,12 @@ def from_deepspec_key(name: str) -> str:
     return name
 
 
-def read_config(path: str | Path) -> dict[str, Any] | None:
-    """The parsed ``config.json`` of ``path`` if it declares a DSpark architecture, else None."""
-    file = Path(path) / CONFIG_FILE
-    if not file.is_file():
-        return None
-    try:
-        data = json.loads(file.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise MinisparkError(f"{file}: not readable JSON ({exc})") from None
-    architectures = data.get("architectures") if isinstance(data, dict) else None
-    if not isinstance(architectures, list) or not any(str(a).endswith("DSparkModel") for a in architectures):
-        return None
-    return data
-
-
-def is_deepspec_dir(path: str | Path) -> bool:
-    """Whether ``path`` is a DeepSpec-layout drafter directory (config.json names a DSpark model)."""
-    return Path(path).is_dir() and read_config(path) is not None
+def _deepspec_dir(path: str | Path | DrafterDir) -> DrafterDir:
+    """The drafter directory ``path`` (read unless it already was), refused unless it is in DeepSpec's layout."""
+    found = read_drafter_dir(path)
+    if found.kind != DEEPSPEC:
+        raise MinisparkError(f"{found.path}: not a DeepSpec drafter (config.json must name a DSpark architecture)")
+    return found
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,7 +285,7 @@ def read_weights(
 
 
 def load_deepspec_model(
-    path: str | Path,
+    path: str | Path | DrafterDir,
     target_embed: torch.Tensor,
     target_lm_head: torch.Tensor,
     device: torch.device | str,
@@ -309,10 +297,8 @@ def load_deepspec_model(
     """A :class:`DraftModel` from a DeepSpec-layout directory, checked against the target's
     embedding/lm_head (V, d) and, when given, its decoder depth. ``target`` is recorded as the
     drafter's target identity; ``window`` overrides the recorded one (see module docstring)."""
-    path = Path(path)
-    raw = read_config(path)
-    if raw is None:
-        raise MinisparkError(f"{path}: not a DeepSpec drafter (config.json must name a DSpark architecture)")
+    found = _deepspec_dir(path)
+    path, raw = found.path, found.raw
     vocab, hidden = target_lm_head.shape
     if target != "deepspec":  # the placeholder when no target identity is known
         check_recorded_target(raw, path, target)
@@ -324,15 +310,13 @@ def load_deepspec_model(
     return model.eval()
 
 
-def check_against_target(path: str | Path, target: Any, window: int | None = None) -> DraftConfig:
+def check_against_target(path: str | Path | DrafterDir, target: Any, window: int | None = None) -> DraftConfig:
     """Validate a DeepSpec directory against a loaded :class:`~minispark.target.loading.Target` without
     reading the weights (config fields, then weight names/shapes from the safetensors headers)."""
     from minispark.identity import target_id
 
-    path = Path(path)
-    raw = read_config(path)
-    if raw is None:
-        raise MinisparkError(f"{path}: not a DeepSpec drafter (config.json must name a DSpark architecture)")
+    found = _deepspec_dir(path)
+    path, raw = found.path, found.raw
     identity = target_id(target.identity())
     check_recorded_target(raw, path, identity)
     config = draft_config_from_deepspec(raw, path, hidden_size=target.hidden_size, vocab_size=target.vocab_size,

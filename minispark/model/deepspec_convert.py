@@ -20,17 +20,15 @@ from safetensors.torch import save_file
 from minispark.atomic import write_dir_atomic
 from minispark.model.checkpoint import load_draft_model, save_drafter
 from minispark.model.deepspec import (
-    CONFIG_FILE,
     OPTIONAL_KEYS,
-    WEIGHTS_FILE,
     check_against_target,
     deepspec_config_from_draft,
-    is_deepspec_dir,
     load_deepspec_model,
     read_weights,
     to_deepspec_key,
 )
 from minispark.model.draft_config import DraftConfig
+from minispark.model.drafter_dir import CONFIG_FILE, DEEPSPEC, WEIGHTS_FILE, read_drafter_dir
 from minispark.model.draft_model import DraftModel
 from minispark.errors import MinisparkError
 from minispark.identity import target_id
@@ -54,14 +52,15 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
     safetensors with every weight (embedding and lm_head included), ``config.json``, README.md."""
     drafter_dir, out = Path(drafter_dir), Path(out)
     replaceable_dir(out, "--out", drafter_dir)  # before the weights load: never over the source or a user's files
-    if is_deepspec_dir(drafter_dir):
+    found = read_drafter_dir(drafter_dir)
+    if found.kind == DEEPSPEC:
         raise MinisparkError(f"{drafter_dir}: already in DeepSpec's layout; nothing to export")
-    if not (drafter_dir / CONFIG_FILE).is_file():
+    if found.raw is None:
         raise MinisparkError(f"{drafter_dir}: no drafter checkpoint (config.json) here")
     identity = target_id(target.identity())
     embed, lm_head = target.model.get_input_embeddings().weight, target.lm_head.weight
     try:
-        model = load_draft_model(drafter_dir, embed.detach().cpu(), lm_head.detach().cpu(), "cpu", identity)
+        model = load_draft_model(found, embed.detach().cpu(), lm_head.detach().cpu(), "cpu", identity)
     except ValueError as exc:
         raise MinisparkError(f"{drafter_dir}: {exc}") from None
     config, state = model.config, model.state_dict()
@@ -156,10 +155,11 @@ def import_deepspec(source: str | Path, target: Target, out: str | Path, window:
     the embedding and lm_head come from the target at load time, as for every minispark drafter)."""
     source, out = Path(source), Path(out)
     replaceable_dir(out, "--out", source)
-    config = check_against_target(source, target, window)
+    found = read_drafter_dir(source)
+    config = check_against_target(found, target, window)
     embed = target.model.get_input_embeddings().weight.detach().cpu()
     lm_head = target.lm_head.weight.detach().cpu()
-    model = load_deepspec_model(source, embed, lm_head, "cpu", target=config.target,
+    model = load_deepspec_model(found, embed, lm_head, "cpu", target=config.target,
                                 num_target_layers=target.num_layers, window=window)
     report = ConversionReport(out=out, config=model.config)
     stored = read_weights(source, "cpu", only=OPTIONAL_KEYS)

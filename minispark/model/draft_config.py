@@ -1,7 +1,7 @@
 """The draft model's configuration: every size and choice needed to rebuild a drafter, saved as JSON.
 
 ``DraftConfig`` is written as ``config.json`` beside every drafter checkpoint; loading refuses a
-config of another version or with unknown keys. The heads, the draft-side context cache and the
+config of another version or with unknown keys. The heads, the draft context and the
 model all read it, so it lives apart from the model code.
 
     .venv/bin/python -m pytest -q tests/test_draft_model.py -k config
@@ -10,9 +10,10 @@ model all read it, so it lives apart from the model code.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields
+import math
+from dataclasses import MISSING, asdict, dataclass, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -109,9 +110,19 @@ class DraftConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DraftConfig":
-        unknown = set(data) - {f.name for f in fields(cls)}
+        """A config as read from JSON: no unknown key, every required one present, each value of its
+        field's kind (a damaged or hand-edited ``config.json`` is a ValueError naming the key)."""
+        known = {f.name: f for f in fields(cls)}
+        unknown = set(data) - set(known)
         if unknown:
             raise ValueError(f"unknown draft config keys: {sorted(unknown)}")
+        missing = [name for name, f in known.items() if name not in data and f.default is MISSING]
+        if missing:
+            raise ValueError(f"draft config lacks the keys {missing}")
+        for name, value in data.items():
+            kind = _JSON_KINDS.get(str(known[name].type), "text")
+            if not _is_kind(value, kind):
+                raise ValueError(f"draft config key {name!r}: expected {kind}, got {value!r}")
         return cls(**data)
 
     def save(self, path: str | Path) -> None:
@@ -120,3 +131,23 @@ class DraftConfig:
     @classmethod
     def load(cls, path: str | Path) -> "DraftConfig":
         return cls.from_dict(json.loads(Path(path).read_text()))
+
+
+#: What a field's JSON value must be, by its annotation (``HeadType`` and ``str`` fields: text).
+_JSON_KINDS = {"int": "a whole number", "float": "a finite number", "bool": "true or false",
+               "tuple[int, ...]": "a list of whole numbers"}
+
+
+def _is_kind(value: Any, kind: str) -> bool:
+    def whole(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool)
+
+    if kind == "a whole number":
+        return whole(value)
+    if kind == "a finite number":
+        return (whole(value) or isinstance(value, float)) and math.isfinite(value)
+    if kind == "true or false":
+        return isinstance(value, bool)
+    if kind == "a list of whole numbers":
+        return isinstance(value, (list, tuple)) and all(whole(v) for v in value)
+    return isinstance(value, str)

@@ -23,8 +23,8 @@ Design notes §5–§7 and §10–§11 (logic follows DeepSpec's Qwen3 DSpark mo
 
 Training uses :meth:`DraftModel.forward_train` (anchor-packed rows, §10.2) followed by
 :meth:`DraftModel.head_logits` / :meth:`DraftModel.confidence_logits` on chunks of anchors.
-Inference uses a :class:`ContextCache` of per-layer context K/V (§11.2), :meth:`DraftModel.forward_block`
-and the sequential head the DSpark drafter runs over its output
+Inference uses the draft context (:class:`~minispark.model.draft_context.DraftContext`: per-layer context
+K/V, §11.2), :meth:`DraftModel.forward_block` and the sequential head the DSpark drafter runs over its output
 (:class:`~minispark.serving.drafters.dspark.SequentialBlock`: decoding lives in serving, not here).
 Both paths share the same mask and layer code.
 
@@ -44,7 +44,7 @@ from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_heads import HEADS
 
 if TYPE_CHECKING:
-    from minispark.model.draft_cache import ContextCache
+    from minispark.model.draft_context import DraftContext
 
 # --------------------------------------------------------------------------------------------
 # Backbone
@@ -419,16 +419,16 @@ class DraftModel(nn.Module):
     # ---- inference ------------------------------------------------------------------------
 
     @torch.no_grad()
-    def forward_block(self, cache: "ContextCache", anchor_token: torch.Tensor, anchor_position: int) -> torch.Tensor:
-        """Hidden (γ, d) of one draft block after ``anchor_token`` against the cached context.
+    def forward_block(self, context: "DraftContext", anchor_token: torch.Tensor, anchor_position: int) -> torch.Tensor:
+        """Hidden (γ, d) of one draft block after ``anchor_token`` against the draft ``context``.
 
-        Rows older than the window are dropped from ``cache`` first (they can never be seen again);
+        Rows older than the window are dropped from ``context`` first (they can never be seen again);
         rows at or after the anchor, if any, are masked exactly as in training."""
         if self.config.window > 0:
-            cache.drop_before(anchor_position - self.config.window)
+            context.drop_before(anchor_position - self.config.window)
         device = self.norm.weight.device  # a norm stays float when the linears are int8
         anchor_tokens = anchor_token.reshape(1, 1).to(device)
         anchor_positions = torch.tensor([[anchor_position]], dtype=torch.long, device=device)
         ids, positions = self.block_inputs(anchor_tokens, anchor_positions)  # (1, γ) each
-        mask = block_attention_mask(cache.positions[None], anchor_positions, self.config.block_size, self.config.window)
-        return self.backbone(ids, positions, cache.layer_kv(), mask)[0]
+        mask = block_attention_mask(context.positions[None], anchor_positions, self.config.block_size, self.config.window)
+        return self.backbone(ids, positions, context.layer_kv(), mask)[0]

@@ -1,7 +1,7 @@
 """R requests decoded together: their rounds stepped in lockstep, every round verified in ONE target forward.
 
 Each request keeps its own :class:`~minispark.target.session.TargetSession` (KV cache) and its own drafter
-(context cache), so prefill, commit, crop and rollback are the single-request engine's own steps
+(draft context), so prefill, commit, crop and rollback are the single-request engine's own steps
 (``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
 
 1. propose:  each request's drafter returns its lazy draft block;

@@ -14,6 +14,8 @@ command shares (the constants are in :mod:`minispark.defaults`):
 * calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
 * draft-skip (``draft_skip.py``): on in schedule mode, off in the others (there γ or a threshold
   is what was asked for), never without a drafter.
+* the compiled runtime (``--runtime compiled``) compiles the step widths 1..γ+1 here, with a notice
+  of what it cost.
 * the hybrid drafter (``--drafter hybrid``) prices its two sources on the SPS table in schedule
   mode and on a flat curve in the others, with its trained drafter's calibration in every mode.
 
@@ -40,6 +42,8 @@ from minispark.target.loading import Target
 TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
               "`minispark cache` + `minispark train` and pass --drafter DIR")
 PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
+COMPILED_NOTICE = ("--runtime compiled: decoding steps of 1..{widths} tokens ready in {seconds:.0f} s (compiled "
+                   "once per process; inductor's disk cache makes the next start faster)")
 SHORT_TABLE_HINT = ("the SPS table for this device and {target} profiles up to {tokens} tokens per step, this γ "
                     "verifies up to {need}: {fallback}; run `minispark profile --max-tokens {need}` to cover it")
 
@@ -145,4 +149,9 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     setup.policy = setup.policy_for(mode)
     if hybrid:  # its choice prices both sources on the curve the policy schedules against (flat outside schedule)
         draft.price_with(setup.sps_table if mode == "schedule" else None, gamma, calibration)
+    # the compiled runtime compiles every width a round can verify now, not inside the first answer
+    widest = 1 if isinstance(draft, NoDrafter) else gamma + 1
+    seconds = target.warm_up(range(1, widest + 1))
+    if seconds is not None:
+        hints.append(COMPILED_NOTICE.format(widths=widest, seconds=seconds))
     return setup

@@ -10,7 +10,6 @@ print(generate(load_target(), prompt='Hi!', drafter='lookup').text)"
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,14 +54,15 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
     target name, which loading then checks), or None when nothing matches."""
     from minispark.identity import same_target, target_id
+    from minispark.model.drafter_dir import CONFIG_FILE, UnreadableConfig, read_drafter_dir
 
     want = target_id(target.identity())
     same_name = []
-    for config_path in sorted(directory.glob("*/config.json")):
+    for config_path in sorted(directory.glob(f"*/{CONFIG_FILE}")):
         try:
-            named = str(json.loads(config_path.read_text()).get("target", ""))
-        except (OSError, ValueError, AttributeError) as exc:
-            raise MinisparkError(f"shipped drafter {config_path}: unreadable config ({exc})") from None
+            named = str((read_drafter_dir(config_path.parent).raw or {}).get("target", ""))
+        except UnreadableConfig as exc:
+            raise MinisparkError(f"shipped drafter {config_path}: unreadable config ({exc.reason})") from None
         if same_target(named, want):
             return config_path.parent
         if named.split("@")[0] == target.name:
@@ -104,27 +104,42 @@ def make_drafter(spec: str, target: Target, precision: str | None = None) -> Dra
         hybrid.model_dir = Path(directory)
         return hybrid
     if Path(spec).is_dir():
-        from minispark.defaults import draft_precision
-        from minispark.identity import target_id
-        from minispark.model.draft_quant import quantize_int8
-        from minispark.target.int8 import int8_supported
-        from minispark.serving.drafters.dspark import load_drafter
-
-        try:
-            precision = precision or draft_precision()
-            int8 = int8_supported(target.device)
-            if precision == "int8" and not int8:
-                raise MinisparkError(f"--draft-precision int8: no int8 kernel for {target.device.type} in this "
-                                     "torch build (CPU only); use auto or float")
-            drafter = load_drafter(Path(spec), target.model.get_input_embeddings().weight, target.lm_head.weight,
-                                   target.device, target_identity=target_id(target.identity()))
-        except (ValueError, MinisparkError) as exc:
-            raise MinisparkError(f"--drafter {spec}: {exc}") from None
-        target.check_layers(drafter.feature_layers)
-        if int8 and precision != "float":
-            quantize_int8(drafter.model)
-        return drafter
+        return _trained_drafter(spec, target, precision)
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, hybrid[:DIR] or a drafter checkpoint directory")
+
+
+def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafter:
+    """The DSpark drafter in directory ``spec`` (see :func:`make_drafter`), its directory read once. One in
+    DeepSpec's layout is first checked against the whole target (its depth too) without reading the
+    weights, for one-line errors naming the key."""
+    from minispark.defaults import draft_precision
+    from minispark.identity import target_id
+    from minispark.model.deepspec import check_against_target
+    from minispark.model.draft_quant import quantize_int8
+    from minispark.model.drafter_dir import DEEPSPEC, read_drafter_dir
+    from minispark.target.int8 import int8_supported
+    from minispark.serving.drafters.dspark import load_drafter
+
+    try:
+        found = read_drafter_dir(spec)
+    except MinisparkError as exc:
+        raise MinisparkError(f"--drafter {spec}: {exc}") from None
+    if found.kind == DEEPSPEC:
+        check_against_target(found, target)
+    try:
+        precision = precision or draft_precision()
+        int8 = int8_supported(target.device)
+        if precision == "int8" and not int8:
+            raise MinisparkError(f"--draft-precision int8: no int8 kernel for {target.device.type} in this "
+                                 "torch build (CPU only); use auto or float")
+        drafter = load_drafter(found, target.model.get_input_embeddings().weight, target.lm_head.weight,
+                               target.device, target_identity=target_id(target.identity()))
+    except (ValueError, MinisparkError) as exc:
+        raise MinisparkError(f"--drafter {spec}: {exc}") from None
+    target.check_layers(drafter.feature_layers)
+    if int8 and precision != "float":
+        quantize_int8(drafter.model)
+    return drafter
 
 
 def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int, what: str = "--prompt",

@@ -275,10 +275,10 @@ def list_tables(directory: str | Path) -> list[Path]:
 
 def user_tables_dir() -> Path:
     """Where ``minispark profile`` writes the tables it measures (never the shipped ``sps_tables/``):
-    ``$MINISPARK_SPS_TABLES``, else ``sps_tables/`` in the user cache dir (``$MINISPARK_CACHE``)."""
-    from minispark.target.embedded import cache_root
+    ``$MINISPARK_SPS_TABLES``, else ``sps_tables/`` in ``defaults.user_dir()`` (``$MINISPARK_CACHE``)."""
+    from minispark.defaults import user_dir
 
-    return Path(os.environ.get("MINISPARK_SPS_TABLES") or cache_root() / "sps_tables")
+    return Path(os.environ.get("MINISPARK_SPS_TABLES") or user_dir() / "sps_tables")
 
 
 def find_table(

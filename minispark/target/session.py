@@ -15,6 +15,7 @@ from typing import Any, Protocol, Sequence
 import torch
 
 from minispark.errors import MinisparkError
+from minispark.target.compiled import StaticSteps
 from minispark.target.kv_cache import growing_cache
 
 
@@ -61,6 +62,7 @@ class Target(Protocol):
     final_norm: torch.nn.Module
     runtime: str
     uses_mrope: bool
+    static_steps: StaticSteps | None
 
     @property
     def device(self) -> torch.device: ...
@@ -75,18 +77,24 @@ class TargetSession:
         from transformers import DynamicCache
 
         self.target = target
-        # eager stays transformers as transformers runs (the baseline a user compares against)
-        self.cache = DynamicCache(config=target.model.config) if target.runtime == "eager" \
-            else growing_cache(target.model.config)
+        # compiled: a pooled static cache, features read from the step's outputs (no hooks: adding one
+        # would recompile the step); eager stays transformers as transformers runs (the baseline)
+        self.static: StaticSteps | None = target.static_steps
+        if self.static is not None:
+            self.cache = self.static.acquire()
+        elif target.runtime == "eager":
+            self.cache = DynamicCache(config=target.model.config)
+        else:
+            self.cache = growing_cache(target.model.config)
         # (cache_length,) on the target device (no sync per step): the tokens the KV cache holds
         self.ids = torch.empty(0, dtype=torch.long, device=target.device)
         self.rope_delta = 0
         self._captured: dict[int, torch.Tensor] = {}
         self._final: list[torch.Tensor] = []
         self.capture_layers = list(capture_layers)
-        self._hooks = [target.decoder.layers[i].register_forward_hook(self._layer_hook(i))
-                       for i in self.capture_layers]
-        if capture_final:
+        self._hooks = [] if self.static is not None else \
+            [target.decoder.layers[i].register_forward_hook(self._layer_hook(i)) for i in self.capture_layers]
+        if capture_final and self.static is None:
             self._hooks.append(target.final_norm.register_forward_hook(
                 lambda _m, _i, out: self._final.append(out)))
         self.capture_final = capture_final
@@ -101,6 +109,9 @@ class TargetSession:
         for hook in self._hooks:
             hook.remove()
         self._hooks.clear()
+        if self.static is not None and self.cache is not None:
+            self.static.release(self.cache)
+            self.cache = None
 
     def _layer_hook(self, index: int):
         def hook(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
@@ -109,7 +120,21 @@ class TargetSession:
 
     @property
     def cache_length(self) -> int:
-        return self.cache.get_seq_length()
+        return self.ids.numel()  # the cached tokens, kept beside the cache (a static cache's length is a tensor)
+
+    def _forward(self, step: bool, **inputs: Any) -> torch.Tensor:
+        """The model on ``inputs`` through this session's cache (a decoding ``step``, else a prefill);
+        its logits, with the captured states kept for :meth:`_collect`."""
+        if self.static is None:
+            return self.target.model(cache=self.cache, use_cache=True, **inputs).logits
+        needed = self.cache_length + inputs["input_ids"].shape[1]
+        self.cache = self.static.fit(self.cache, self.cache_length, needed)
+        wanted = frozenset(self.capture_layers) | ({"final"} if self.capture_final else set())
+        logits, kept = self.static.run(step, wanted, cache=self.cache, **inputs)
+        self._captured.update({i: kept[i] for i in self.capture_layers})
+        if self.capture_final:
+            self._final.append(kept["final"])
+        return logits
 
     def _collect(self, logits: torch.Tensor) -> StepOutput:
         features = None
@@ -142,10 +167,9 @@ class TargetSession:
         elif start:
             kwargs["position_ids"] = torch.arange(start, length, device=self.target.device).view(1, -1)
         tokens = inputs.input_ids[:, start:length]
-        out = self.target.model(input_ids=tokens, cache=self.cache, use_cache=True,
-                                logits_to_keep=0 if all_logits else 1, **kwargs)
+        logits = self._forward(False, input_ids=tokens, logits_to_keep=0 if all_logits else 1, **kwargs)
         self.ids = torch.cat([self.ids, tokens[0].to(self.ids.device)])
-        return self._collect(out.logits)
+        return self._collect(logits)
 
     def reusable(self, inputs: PromptInputs) -> int:
         """How many cached tokens a prefill of ``inputs`` can keep: their common prefix with the
@@ -171,10 +195,9 @@ class TargetSession:
             position_ids = positions.view(1, 1, n).expand(3, 1, n)
         else:
             position_ids = positions.view(1, n)
-        out = self.target.model(input_ids=tokens.view(1, n), position_ids=position_ids, cache=self.cache,
-                                use_cache=True)
+        logits = self._forward(True, input_ids=tokens.view(1, n), position_ids=position_ids)
         self.ids = torch.cat([self.ids, tokens.reshape(-1).to(self.ids.device)])
-        return self._collect(out.logits)
+        return self._collect(logits)
 
     def text_positions(self, start: int, n: int) -> torch.Tensor:
         """1D text positions of cache indices [start, start+n) past the prompt's last image."""

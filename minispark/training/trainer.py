@@ -28,7 +28,7 @@ import torch.utils.checkpoint
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import write_text_atomic
 from minispark.data.cache_format import CacheReader, config_hash
-from minispark.training.compile_fallback import compile_or_eager
+from minispark.target.compile_fallback import compile_or_eager
 from minispark.model.checkpoint import apply_weights, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel

@@ -14,7 +14,8 @@ from pathlib import Path
 import torch
 
 from minispark.model.checkpoint import load_draft_model
-from minispark.model.draft_cache import ContextCache
+from minispark.model.drafter_dir import DrafterDir
+from minispark.model.draft_context import DraftContext
 from minispark.model.draft_model import DraftModel
 from minispark.model.draft_quant import Int8Linear
 from minispark.serving.draft_block import DraftBlock
@@ -24,9 +25,9 @@ from minispark.target.sampling import SamplingConfig, probabilities, sample
 class DSparkDrafter(Drafter):
     """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
 
-    The draft cache holds per-layer K/V of the projected features of every token in the target
+    The draft context holds per-layer K/V of the projected features of every token in the target
     KV cache (bounded by the window W). A prefill's rows are projected at once; ``commit`` only
-    queues the newly cached span, and the queue is projected in one batch when the cache is next
+    queues the newly cached span, and the queue is projected in one batch when the context is next
     read (the next proposal). So rounds that draft-skip leaves the drafter out of cost it nothing,
     and the next proposal equals the one a drafter that was never skipped would make.
     """
@@ -40,8 +41,8 @@ class DSparkDrafter(Drafter):
         self.has_confidence = model.config.confidence_head
         self.max_gamma = model.config.block_size
         weight = model.norm.weight  # the compute dtype and device (a norm is never quantized)
-        self._cache = ContextCache(model.config, weight.device, weight.dtype, capacity)
-        # Committed rows not yet projected into the cache: [(features (n, m·d), positions (n,))].
+        self._context = DraftContext(model.config, weight.device, weight.dtype, capacity)
+        # Committed rows not yet projected into the context: [(features (n, m·d), positions (n,))].
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     @property
@@ -52,14 +53,14 @@ class DSparkDrafter(Drafter):
         return str(self.model.norm.weight.dtype).removeprefix("torch.")
 
     @property
-    def cache(self) -> ContextCache:
+    def context(self) -> DraftContext:
         """The draft context with every committed row in it (the queued rows projected first)."""
         self._flush()
-        return self._cache
+        return self._context
 
     @torch.no_grad()
     def reset(self, cached_ids: torch.Tensor, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
-        self._cache.clear()
+        self._context.clear()
         self._pending.clear()
         self._append(features, text_positions)
         self._flush()  # with the prefill, not charged to the first round's proposal
@@ -73,7 +74,7 @@ class DSparkDrafter(Drafter):
         generator: torch.Generator,
     ) -> DraftBlock:
         anchor = ids[-1]
-        hidden = self.model.forward_block(self.cache, anchor, int(anchor_position))  # (γ, d)
+        hidden = self.model.forward_block(self.context, anchor, int(anchor_position))  # (γ, d)
         return SequentialBlock(self.model, hidden, anchor, sampling, generator)
 
     @torch.no_grad()
@@ -93,7 +94,7 @@ class DSparkDrafter(Drafter):
         self._flush()
 
     def rollback(self, text_position: int) -> None:
-        self._cache.crop(text_position)
+        self._context.crop(text_position)
         kept = [(f[p < text_position], p[p < text_position]) for f, p in self._pending]
         self._pending = [(f, p) for f, p in kept if p.numel()]
 
@@ -111,7 +112,7 @@ class DSparkDrafter(Drafter):
 
     @torch.no_grad()
     def _flush(self) -> None:
-        """Project the queued rows into the cache, all in one batch."""
+        """Project the queued rows into the context, all in one batch."""
         if not self._pending:
             return
         device = self.model.norm.weight.device
@@ -119,11 +120,11 @@ class DSparkDrafter(Drafter):
         positions = torch.cat([p.to(device) for _, p in self._pending])  # (n,)
         self._pending.clear()
         layer_kv = self.model.context_kv(features[None], positions[None])  # (1, Hkv, n, D) each
-        self._cache.append(layer_kv, positions)
+        self._context.append(layer_kv, positions)
 
 
 def load_drafter(
-    path: str | Path,
+    path: str | Path | DrafterDir,
     target_embed: torch.Tensor,
     target_lm_head: torch.Tensor,
     device: torch.device | str,

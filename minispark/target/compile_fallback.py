@@ -1,13 +1,15 @@
 """``torch.compile`` where it works, eager with a one-line notice where it cannot.
 
-``compile = true`` (the ``rtx3050`` recipe) needs inductor's toolchain: Triton for a CUDA device (not
+Training's ``compile = true`` (the ``rtx3050`` recipe) and the target's ``--runtime compiled`` need
+inductor's toolchain: Triton for a CUDA device (not
 shipped for Windows: ``triton-windows`` is a separate package), a C++ compiler for a CPU. Without it
 ``torch.compile`` fails at the first call, deep inside a training step. :func:`compile_unavailable`
 says up front why compiling cannot work here (or None), and :func:`compile_or_eager` then returns the
 eager function with one warning line (a ``notice:`` in the CLI); where the toolchain is present but
 compiling the first call still fails (an unsupported op, a broken install), that call and every later
 one run eagerly, with the same one line. Compiled and eager compute the same losses
-(``tests/test_train.py::test_compiled_training_matches_eager``).
+(``tests/test_train.py::test_compiled_training_matches_eager``), as do compiled and eager decoding
+steps (``tests/test_compiled_runtime.py``).
 
     .venv/bin/python -m pytest -q tests/test_compile_fallback.py
 """
@@ -53,12 +55,14 @@ def _compile_errors() -> tuple[type[BaseException], ...]:
     return tuple(getattr(module, name) for module, name in names if hasattr(module, name))
 
 
-def compile_or_eager(fn: Callable, device: torch.device | str, what: str = "training", **options: Any) -> Callable:
+def compile_or_eager(fn: Callable, device: torch.device | str, what: str = "training", flag: str = "compile = true",
+                     **options: Any) -> Callable:
     """``torch.compile(fn, **options)``, or ``fn`` itself with one warning when compiling cannot work on
-    ``device``; a compiled function whose first compilation fails falls back to ``fn`` (one warning)."""
+    ``device``; a compiled function whose first compilation fails falls back to ``fn`` (one warning).
+    ``flag`` names the setting that asked for compiling in those warnings."""
     reason = compile_unavailable(device)
     if reason is not None:
-        warnings.warn(f"compile = true: {reason}; {what} runs eagerly (same results, slower)", stacklevel=2)
+        warnings.warn(f"{flag}: {reason}; {what} runs eagerly (same results, slower)", stacklevel=2)
         return fn
     compiled = torch.compile(fn, **options)
     state = {"eager": False}
@@ -72,7 +76,7 @@ def compile_or_eager(fn: Callable, device: torch.device | str, what: str = "trai
         except _compile_errors() as exc:
             state["eager"] = True
             first = str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
-            warnings.warn(f"compile = true: compiling failed ({first}); {what} runs eagerly (same results, slower)",
+            warnings.warn(f"{flag}: compiling failed ({first}); {what} runs eagerly (same results, slower)",
                           stacklevel=2)
             return fn(*args, **kwargs)
 

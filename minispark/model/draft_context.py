@@ -1,8 +1,8 @@
-"""The draft-side inference cache (design notes §11.2): per-layer K/V of the projected target
+"""The draft context (design notes §11.2): the drafter's per-layer K/V of the projected target
 features of committed tokens. Each round appends the newly committed span and drops rows that fell
 out of the window; draft-block K/V are never cached, so the drafter never re-reads the context.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k cache
+    .venv/bin/python -m pytest -q tests/test_draft_model.py -k context
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     from minispark.model.draft_config import DraftConfig
 
 
-class ContextCache:
+class DraftContext:
     """Per-layer context K/V of committed tokens (§11.2), preallocated and grown by doubling.
 
     Holds, for each draft layer, K (rotary applied) and V of the *projected* target features of

@@ -1,0 +1,87 @@
+"""What is in a drafter directory, read once: its layout, its parsed ``config.json`` and the names of its files.
+
+A drafter directory in minispark's layout holds:
+
+* ``config.json`` — the :class:`~minispark.model.draft_config.DraftConfig` (architecture, the target
+  identity it was trained against, block size γ, feature layers, compute dtype);
+* ``model.safetensors`` — every weight except the frozen embedding and lm_head, which are always taken
+  from the target at load time (``checkpoint.FROZEN``);
+* ``calibration.json`` (optional) — Sequential Temperature Scaling from ``minispark calibrate``, with the
+  target identity and the sampling settings it was fitted for;
+* ``target.json`` (written by ``minispark train``) — the target's source, dtype and quantization, so a
+  command given ``--drafter DIR`` loads that target the same way (``minispark.target.remembered``).
+
+A directory in DeepSpec's layout (``config.json`` names a ``*DSparkModel`` architecture; see
+:mod:`minispark.model.deepspec`) is a drafter too. :func:`read_drafter_dir` tells the two apart and
+parses ``config.json`` once; the loaders (``checkpoint.load_draft_model``, ``deepspec.load_deepspec_model``),
+the checks (``deepspec.check_against_target``), the converters and the shipped-drafter lookup all start
+from the :class:`DrafterDir` it returns. Nothing here reads weights.
+
+    .venv/bin/python -c "from minispark.model.drafter_dir import read_drafter_dir as r; print(r('drafters/smollm2-135m-dspark'))"
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from minispark.errors import MinisparkError
+from minispark.model.draft_config import DraftConfig
+from minispark.target.remembered import TARGET_FILE
+
+CONFIG_FILE = "config.json"
+WEIGHTS_FILE = "model.safetensors"
+CALIBRATION_FILE = "calibration.json"
+#: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score);
+#: ``target.json`` records how its target was loaded (``minispark.target.remembered``).
+DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE)
+#: The two layouts: minispark's own, and DeepSpec's (``Qwen3DSparkModel``, what vLLM and SGLang load).
+DSPARK, DEEPSPEC = "dspark", "deepspec"
+
+
+class UnreadableConfig(MinisparkError):
+    """A drafter directory's ``config.json`` that is not a JSON object; ``reason`` says why."""
+
+    def __init__(self, file: Path, reason: str) -> None:
+        super().__init__(f"{file}: not readable JSON ({reason})")
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class DrafterDir:
+    """A drafter directory as :func:`read_drafter_dir` found it: ``kind`` is :data:`DSPARK` or
+    :data:`DEEPSPEC`; ``raw`` is its ``config.json`` as parsed, None when it has none."""
+
+    path: Path
+    kind: str = DSPARK
+    raw: dict[str, Any] | None = None
+
+    def draft_config(self) -> DraftConfig:
+        """The :class:`DraftConfig` of a directory in minispark's layout (DeepSpec's needs the target's
+        sizes: ``deepspec.draft_config_from_deepspec``)."""
+        if self.raw is None:
+            raise MinisparkError(f"{self.path}: not a drafter directory (no {CONFIG_FILE})")
+        return DraftConfig.from_dict(self.raw)
+
+
+def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
+    """What is in the drafter directory ``path`` (a :class:`DrafterDir` passes through unread): its layout
+    and its parsed ``config.json``. A ``config.json`` that is not a JSON object is a one-line error; a
+    missing one is not (each caller says what it expected)."""
+    if isinstance(path, DrafterDir):
+        return path
+    path = Path(path)
+    file = path / CONFIG_FILE
+    if not file.is_file():
+        return DrafterDir(path)
+    try:
+        raw = json.loads(file.read_text())
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError) as exc:
+        raise UnreadableConfig(file, str(exc)) from None
+    architectures = raw.get("architectures")
+    deepspec = isinstance(architectures, list) and any(str(a).endswith("DSparkModel") for a in architectures)
+    return DrafterDir(path, DEEPSPEC if deepspec else DSPARK, raw)

@@ -62,6 +62,34 @@ def test_batched_step_equals_one_step_per_request(target: Target) -> None:
         session.close()
 
 
+def test_batched_proposal_equals_one_proposal_per_request(target: Target) -> None:
+    """DSpark forks of one drafter propose in one backbone forward: each request's block has the hidden
+    states, confidences and draws its own proposal has, whatever the others' context lengths."""
+    from minispark.serving.batched import fork_drafter, propose_all
+    from minispark.serving.engine import DecodeState, prefill, propose
+    from minispark.target.sampling import SamplingConfig, make_generator
+
+    first = random_dspark(target)
+    drafters = [first] + [fork_drafter(first) for _ in PROMPTS[:2]]
+    prompts = [target.encode(prompt=p) for p in PROMPTS[:3]]
+    sessions = [target.session(first.feature_layers) for _ in prompts]
+    states, reqs = [], []
+    for session, drafter, prompt in zip(sessions, drafters, prompts):
+        prefill(session, drafter, prompt, reuse=False)
+        state = DecodeState(ids=prompt.input_ids[0].cpu().clone(), prompt_length=prompt.length)
+        states.append(state)
+        reqs.append(BatchRequest(prompt, 8, SamplingConfig(temperature=1.0), state=state,
+                                 generator=make_generator(7)))
+    together = propose_all(drafters, reqs, sessions)
+    for r, (drafter, state, session) in enumerate(zip(drafters, states, sessions)):
+        alone = propose(drafter, state, session, SamplingConfig(temperature=1.0), make_generator(7))
+        torch.testing.assert_close(together[r].hidden, alone.hidden, atol=1e-5, rtol=1e-5)
+        got, want = together[r].proposal(4), alone.proposal(4)
+        assert torch.equal(got.tokens, want.tokens)
+        torch.testing.assert_close(got.probs, want.probs, atol=1e-5, rtol=1e-5)
+        session.close()
+
+
 @pytest.mark.parametrize("drafter", ["none", "lookup", "dspark"])
 def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[list[int]], drafter: str) -> None:
     draft = {"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter) or random_dspark(target)

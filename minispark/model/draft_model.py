@@ -432,3 +432,33 @@ class DraftModel(nn.Module):
         ids, positions = self.block_inputs(anchor_tokens, anchor_positions)  # (1, γ) each
         mask = block_attention_mask(context.positions[None], anchor_positions, self.config.block_size, self.config.window)
         return self.backbone(ids, positions, context.layer_kv(), mask)[0]
+
+    @torch.no_grad()
+    def forward_blocks(self, contexts: list["DraftContext"], anchor_tokens: torch.Tensor,
+                       anchor_positions: list[int]) -> torch.Tensor:
+        """Hidden (R, γ, d) of R requests' draft blocks in one forward: :meth:`forward_block` of each
+        (anchor ``anchor_tokens[r]`` (R,) at ``anchor_positions[r]`` against ``contexts[r]``), their
+        contexts right-padded to the longest and the padding masked out."""
+        if self.config.window > 0:
+            for context, position in zip(contexts, anchor_positions):
+                context.drop_before(position - self.config.window)
+        device = self.norm.weight.device
+        num, longest = len(contexts), max(len(c) for c in contexts)
+        rows = torch.zeros(num, longest, dtype=torch.long, device=device)  # (R, N) text positions
+        valid = torch.zeros(num, longest, dtype=torch.bool, device=device)  # (R, N)
+        per_layer = [c.layer_kv() for c in contexts]  # R × L × (1, Hkv, n_r, D)
+        layer_kv = []
+        for index in range(len(self.layers)):
+            first = per_layer[0][index][0]
+            keys = first.new_zeros(num, first.shape[1], longest, first.shape[3])  # (R, Hkv, N, D)
+            values = torch.zeros_like(keys)
+            for r, kv in enumerate(per_layer):
+                n = kv[index][0].shape[2]
+                keys[r, :, :n], values[r, :, :n] = kv[index][0][0], kv[index][1][0]
+            layer_kv.append((keys, values))
+        for r, context in enumerate(contexts):
+            rows[r, : len(context)], valid[r, : len(context)] = context.positions, True
+        anchors = torch.tensor(anchor_positions, dtype=torch.long, device=device).view(num, 1)
+        ids, positions = self.block_inputs(anchor_tokens.reshape(num, 1).to(device), anchors)  # (R, γ) each
+        mask = block_attention_mask(rows, anchors, self.config.block_size, self.config.window, valid)
+        return self.backbone(ids, positions, layer_kv, mask)  # (R, γ, d)

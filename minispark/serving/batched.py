@@ -4,7 +4,8 @@ Each request keeps its own :class:`~minispark.target.session.TargetSession` (KV 
 (draft context), so prefill, commit, crop and rollback are the single-request engine's own steps
 (``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
 
-1. propose:  each request's drafter returns its lazy draft block;
+1. propose:  each request's drafter returns its lazy draft block (DSpark forks of one drafter: one
+   backbone forward for all of them, ``propose_all``);
 2. schedule: Algorithm 1 across requests (``batch_schedule.admit_across``, SPS(B) of the whole verify)
    when the drafter has a confidence head, else min(γ, block) each; target-only decoding admits 0;
 3. verify:   :func:`batched_step`, one forward over every request's [anchor, x_1..x_ℓ] (padded layout);
@@ -60,6 +61,16 @@ def fork_drafter(drafter: Drafter) -> Drafter:
         return twin
     raise MinisparkError(f"drafter {drafter.name}: requests in flight together need none, lookup, a DSpark "
                          "or a hybrid drafter (one context each); serve this one with one request at a time")
+
+
+def propose_all(drafters: list[Drafter], requests: list["BatchRequest"], sessions: list[TargetSession]) -> list:
+    """Step 1 for every request: one backbone forward for all of them when their drafters are DSpark
+    drafters of one model (forks of one drafter), else each request's own ``propose``."""
+    if len(drafters) > 1 and all(type(d) is DSparkDrafter and d.model is drafters[0].model for d in drafters):
+        positions = [int(s.text_positions(s.cache_length, 1)[0]) for s in sessions]
+        return DSparkDrafter.propose_together(drafters, [r.state.ids for r in requests], positions,
+                                              [r.sampling for r in requests], [r.generator for r in requests])
+    return [propose(d, r.state, s, r.sampling, r.generator) for d, r, s in zip(drafters, requests, sessions)]
 
 
 def _batchable(sessions: list[TargetSession]) -> bool:
@@ -232,7 +243,7 @@ class BatchDecoder:
         sessions = [self.sessions[r.slot] for r in active]
         drafters = [self.drafters[r.slot] for r in active]
         if self.gamma > 0:
-            blocks = [propose(d, r.state, s, r.sampling, r.generator) for d, r, s in zip(drafters, active, sessions)]
+            blocks = propose_all(drafters, active, sessions)
             proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
         else:
             proposals = [Proposal.empty() for _ in active]

@@ -77,6 +77,18 @@ class DSparkDrafter(Drafter):
         hidden = self.model.forward_block(self.context, anchor, int(anchor_position))  # (γ, d)
         return SequentialBlock(self.model, hidden, anchor, sampling, generator)
 
+    @staticmethod
+    @torch.no_grad()
+    def propose_together(drafters: list["DSparkDrafter"], ids: list[torch.Tensor], anchor_positions: list[int],
+                         samplings: list[SamplingConfig], generators: list[torch.Generator]) -> list[DraftBlock]:
+        """:meth:`propose` of several requests' drafters that share one model, with one backbone forward
+        for all of them (``DraftModel.forward_blocks``); each block then draws with its own sampling."""
+        model = drafters[0].model
+        anchors = torch.stack([request_ids[-1] for request_ids in ids])  # (R,)
+        hidden = model.forward_blocks([d.context for d in drafters], anchors, anchor_positions)  # (R, γ, d)
+        return [SequentialBlock(model, hidden[r], anchors[r], samplings[r], generators[r])
+                for r in range(len(drafters))]
+
     @torch.no_grad()
     def commit(
         self,

@@ -104,6 +104,7 @@ def test_compile_unavailable_is_announced_and_decodes_eagerly(tiny_dir, monkeypa
     monkeypatch.setattr(torch, "compile", lambda *a, **k: pytest.fail("compile must not be called"))
     with pytest.warns(UserWarning, match="--runtime compiled: no C\\+\\+ compiler found .*decoding runs eagerly"):
         target = load_target(str(tiny_dir("llama")), runtime="compiled")
+    assert target.runtime == "eager" and target.static_steps is None  # transformers' own cache, not a static one
     inputs = target.encode(prompt="Once upon a time")
     with target.session() as session:
         result = speculative_generate(session, inputs, LookupDrafter(), SamplingConfig(), FixedLength(4),

@@ -35,6 +35,7 @@ from torch import nn
 from minispark.defaults import TARGET_RUNTIME_ENV, TARGET_RUNTIMES
 from minispark.errors import MinisparkError
 from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
+from minispark.target import compile_fallback
 from minispark.target.int8 import int8_matmul, int8_rows, int8_supported
 
 
@@ -131,8 +132,16 @@ def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
     that fails to pack (an unsupported CPU) falls back to eager with a one-line warning.
     """
     runtime = requested_runtime(runtime)
-    if runtime in ("eager", "compiled"):  # compiled keeps eager modules: the Target compiles its steps
+    if runtime == "eager":
         return runtime
+    if runtime == "compiled":  # eager modules: the Target compiles its steps (target/compiled.py)
+        device = next(model.parameters()).device
+        reason = compile_fallback.compile_unavailable(device)
+        if reason is None:
+            return runtime
+        # a static cache run eagerly is slower than transformers' own cache: run the plain eager target
+        warnings.warn(f"--runtime compiled: {reason}; decoding runs eagerly (same results, slower)")
+        return "eager"
     reason = packable(model, "int8" if runtime == "int8" else "packed")
     if reason is not None:
         if runtime != "auto":

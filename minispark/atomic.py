@@ -4,6 +4,8 @@ never half of one. Every artifact minispark writes in place goes through here.
 A directory written whole (``write_dir_atomic``: drafters, exports, checkpoints) records the sha256 of every
 file it holds in ``.minispark-written.json``; it is only ever replaced while everything in it is still what
 that record says minispark wrote, so a user's file that happens to share a name (``README.md``) is never lost.
+``import`` and ``export`` also record that they wrote it, and replace only their own earlier output (never a
+trained drafter or a checkpoint).
 
     python -c "from minispark.atomic import write_json_atomic; print(write_json_atomic('/tmp/x.json', {'a': 1}))"
 """
@@ -56,12 +58,13 @@ def write_json_atomic(path: str | Path, data: Any) -> Path:
     return write_text_atomic(path, json.dumps(data, indent=2) + "\n")
 
 
-def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
-    """Build a directory with ``fill(tmp)`` in a temporary sibling, record what it holds, then rename it
-    over ``path``: a reader sees the old directory or the complete new one. An existing ``path`` is
-    replaced only if minispark wrote everything in it (see :func:`foreign_entry`); else nothing is written."""
+def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | None = None) -> Path:
+    """Build a directory with ``fill(tmp)`` in a temporary sibling, record what it holds (and ``by``, the
+    command writing it), then rename it over ``path``: a reader sees the old directory or the complete new
+    one. An existing ``path`` is replaced only if minispark wrote everything in it, with the same ``by``
+    when one is given (see :func:`foreign_entry`); else nothing is written."""
     path = refuse_symlink(path, "output directory")
-    foreign = foreign_entry(path)
+    foreign = foreign_entry(path, by)
     if foreign is not None:
         raise MinisparkError(f"output directory {path}: {foreign}; minispark replaces only directories it wrote "
                              "itself: choose a new or empty directory")
@@ -69,7 +72,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None]) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         fill(tmp)
-        _write_record(tmp, _hashes(tmp))
+        _write_record(tmp, _hashes(tmp), by)
         old = None
         if path.exists():
             old = path.with_name(f".{path.name}.old")
@@ -133,12 +136,14 @@ def _hashes(directory: Path) -> dict[str, str]:
             if p.is_file() and p.name != WRITTEN_MANIFEST}
 
 
-def _write_record(directory: Path, files: dict[str, str]) -> None:
-    write_json_atomic(directory / WRITTEN_MANIFEST, {"format": WRITTEN_FORMAT, "files": files})
+def _write_record(directory: Path, files: dict[str, str], by: str | None = None) -> None:
+    record = {"format": WRITTEN_FORMAT, "files": files} | ({"by": by} if by else {})
+    write_json_atomic(directory / WRITTEN_MANIFEST, record)
 
 
-def _written(directory: Path) -> dict[str, str] | None:
-    """The file hashes ``directory``'s record says minispark wrote, or None without a valid record."""
+def _record(directory: Path) -> dict[str, Any] | None:
+    """``directory``'s record (``files``: the hashes minispark wrote; ``by``: the command, if it says), or None
+    without a valid one."""
     record = directory / WRITTEN_MANIFEST
     if record.is_symlink() or not record.is_file():
         return None
@@ -146,13 +151,28 @@ def _written(directory: Path) -> dict[str, str] | None:
         data = json.loads(record.read_text())
     except (OSError, ValueError):
         return None
-    files = data.get("files") if isinstance(data, dict) and data.get("format") == WRITTEN_FORMAT else None
-    return files if isinstance(files, dict) else None
+    ok = isinstance(data, dict) and data.get("format") == WRITTEN_FORMAT and isinstance(data.get("files"), dict)
+    return data if ok else None
 
 
-def foreign_entry(path: str | Path) -> str | None:
+def _written(directory: Path) -> dict[str, str] | None:
+    """The file hashes ``directory``'s record says minispark wrote, or None without a valid record."""
+    record = _record(directory)
+    return None if record is None else record["files"]
+
+
+def written_by(directory: str | Path) -> str | None:
+    """The command ``directory``'s record says wrote it (``import``, ``export``), or None (a drafter or
+    checkpoint ``train`` wrote, a record from before commands were recorded, or no record)."""
+    record = _record(Path(directory))
+    by = None if record is None else record.get("by")
+    return by if isinstance(by, str) else None
+
+
+def foreign_entry(path: str | Path, by: str | None = None) -> str | None:
     """Why ``path`` may not be replaced as a whole (one phrase naming the first file at fault), or None when
-    it is absent, empty, or holds only files minispark's record lists, each unchanged since it was written."""
+    it is absent, empty, or holds only files minispark's record lists, each unchanged since it was written;
+    with ``by``, also written by that command (an export never replaces a trained drafter, say)."""
     path = Path(path)
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         return "is not a directory minispark wrote"
@@ -173,6 +193,10 @@ def foreign_entry(path: str | Path) -> str | None:
             return f"holds {name}, which minispark did not write"
         if file_sha256(entry) != written[name]:
             return f"holds {name}, changed since minispark wrote it"
+    other = written_by(path)
+    if by is not None and other != by:
+        what = f"what `minispark {other}` wrote" if other else "a drafter or checkpoint minispark wrote"
+        return f"holds {what}, not an earlier `minispark {by}` output"
     return None
 
 
@@ -192,7 +216,7 @@ def record_written(directory: str | Path, name: str) -> None:
     written = _written(directory)
     if written is not None:
         written[name] = file_sha256(directory / name)
-        _write_record(directory, written)
+        _write_record(directory, written, written_by(directory))
 
 
 @contextlib.contextmanager

@@ -12,6 +12,7 @@ on CUDA, the turn's peak device memory (what a 6 GB card has to hold).
 
 from __future__ import annotations
 
+import json
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Callable, Iterator, Sequence
 
 import torch
 from rich.console import Console
+from rich.markup import escape
 
 from minispark.atomic import write_json_atomic
 from minispark.serving.conversation import Conversation, Turn
@@ -99,10 +101,12 @@ class ChatREPL:
 
     def run(self, images: Sequence[str | Path] = ()) -> None:
         target = self.conversation.target
-        self.console.print(f"[bold]minispark chat[/] · {target.name} · drafter {self.setup.drafter_spec} · "
-                           f"mode {self.setup.mode} · /help for commands, Ctrl-D to exit", highlight=False)
+        # names and paths escaped: a "[v2]" in a directory name is text, not markup
+        self.console.print(f"[bold]minispark chat[/] · {escape(target.name)} · drafter "
+                           f"{escape(self.setup.drafter_spec)} · mode {self.setup.mode} · /help for commands, "
+                           "Ctrl-D to exit", highlight=False)
         for hint in self.setup.hints:
-            self.console.print(f"[yellow]hint:[/] {hint}", highlight=False)
+            self.console.print(f"[yellow]hint:[/] {escape(hint)}", highlight=False)
         for image in images:
             self.attach(str(image))
         while True:
@@ -177,7 +181,7 @@ class ChatREPL:
             self.error(problem)
         else:
             self.pending.append(str(Path(path).expanduser()))
-            self.console.print(f"[dim]attached {path} (sent with your next message)[/]", highlight=False)
+            self.console.print(f"[dim]attached {escape(path)} (sent with your next message)[/]", highlight=False)
 
     def reset(self) -> None:
         self.conversation.reset()
@@ -198,11 +202,15 @@ class ChatREPL:
     def save(self, path: str) -> None:
         data = {**self.conversation.to_json(), "drafter_spec": self.setup.drafter_spec, "mode": self.setup.mode}
         try:
-            written = write_json_atomic(Path(path).expanduser(), data)
+            written = write_json_atomic(_save_path(path), data)
+        except MinisparkError as exc:
+            self.error(str(exc))
+            return
         except OSError as exc:
             self.error(f"/save {path}: {exc.strerror or exc}")
             return
-        self.console.print(f"[dim]saved {len(self.conversation.turns)} turns to {written}[/]", highlight=False)
+        self.console.print(f"[dim]saved {len(self.conversation.turns)} turns to {escape(str(written))}[/]",
+                           highlight=False)
 
     def help(self) -> None:
         for command, what in COMMANDS.items():
@@ -210,7 +218,24 @@ class ChatREPL:
         self.console.print("  Ctrl-C stops the current answer and keeps the conversation.", highlight=False)
 
     def error(self, message: str) -> None:
-        self.console.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+        self.console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _save_path(path: str) -> Path:
+    """Where ``/save path`` writes: a new file, or one an earlier ``/save`` wrote (replaced); never a
+    directory, a path under a file, or someone's other file."""
+    from minispark.validate import output_file
+
+    file = output_file(Path(path).expanduser(), "/save")
+    if file.exists():
+        try:
+            saved = json.loads(file.read_text())
+            ours = isinstance(saved, dict) and {"messages", "turns", "drafter_spec"} <= set(saved)
+        except (OSError, UnicodeDecodeError, ValueError):
+            ours = False
+        if not ours:
+            raise MinisparkError(f"/save {path}: exists and is not a saved conversation; choose another name")
+    return file
 
 
 def _image_problem(path: Path) -> str | None:

@@ -160,9 +160,9 @@ def render_demo(result: DemoResult):
         else:
             parts += [Text("target-only:", style="dim"), Text(theirs), Text(f"{mode}:", style="dim"), Text(ours)]
     summary = result.report["summary"]
-    table = Table(title=f"{result.report['target']} · drafter {result.drafter} · {len(result.prompts)} held-out "
-                        f"prompts × {result.report['settings']['max_new_tokens']} tokens · "
-                        f"{result.report['hardware']['device']}")
+    table = Table(title=Text(f"{result.report['target']} · drafter {result.drafter} · {len(result.prompts)} held-out "
+                             f"prompts × {result.report['settings']['max_new_tokens']} tokens · "
+                             f"{result.report['hardware']['device']}", style="table.title"))  # a path's "[" as text
     for column in ("mode", "tok/s", "τ", "× target", "same output"):
         table.add_column(column, justify="left" if column == "mode" else "right")
     for name, row in summary.items():

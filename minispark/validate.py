@@ -16,7 +16,7 @@ import os
 import re
 import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from minispark.errors import MinisparkError
 
@@ -122,6 +122,25 @@ def device(value: str | None) -> str | None:
     return value
 
 
+def listen_address(host: str, port: int) -> None:
+    """``--host``/``--port`` a server can bind now (checked before the model loads: a typo in the host
+    or a port in use costs milliseconds, not a model load that ends in uvicorn's error)."""
+    import socket
+
+    integer(port, "--port", 0, 65535)
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise MinisparkError(f"--host {host}: not an address of this machine ({_first_line(exc)})") from None
+    family, kind, proto, _, address = infos[0]
+    try:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            probe.bind(address)
+    except OSError as exc:
+        raise MinisparkError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+
+
 def prompt(text: str | None, flag: str = "--prompt") -> str | None:
     if text is not None and not text.strip():
         raise MinisparkError(f"{flag}: empty (omit it for the built-in prompt)")
@@ -163,31 +182,47 @@ def input_dir(path: Path | None, flag: str) -> Path | None:
 
 
 def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
-    """A directory to write into: not an existing file, nor under one."""
+    """A directory to write into: not an existing file, nor under one, nor a symlink that leads nowhere."""
     if path is None:
         return None
     if path.exists() and not path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a file, not a directory")
-    for parent in path.parents:
-        if parent.exists() and not parent.is_dir():
-            raise MinisparkError(f"{flag} {path}: {parent} is a file, not a directory")
+    for place in (path, *path.parents):
+        if place.is_symlink() and not place.exists():  # mkdir would fail with "File exists"
+            raise MinisparkError(f"{flag} {path}: {'' if place == path else f'{place} '}is a symlink to "
+                                 f"{os.readlink(place)}, which does not exist (or loops); fix the link or "
+                                 "choose another path")
+        if place != path and place.exists() and not place.is_dir():
+            raise MinisparkError(f"{flag} {path}: {place} is a file, not a directory")
     return path
 
 
-def output_file(path: Path | None, flag: str) -> Path | None:
-    """A file to write: not an existing directory, its parent not a file."""
+def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = None) -> Path | None:
+    """A file to write: not an existing directory, its parent not a file; with ``inputs`` (flag → the file
+    or directory it names; None, or a value that is no path on disk, is skipped), neither one of those
+    files nor inside one of those directories, so an output never replaces what the command reads."""
     if path is None:
         return None
     if path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
     output_dir(path.parent, flag)
+    out = path.resolve()
+    for name, value in (inputs or {}).items():
+        source = Path(str(value).removeprefix("hybrid:")) if value is not None else None
+        if source is None or not source.exists():
+            continue
+        if out == source.resolve():
+            raise MinisparkError(f"{flag} {path}: is the {name} file; write it elsewhere")
+        if source.is_dir() and source.resolve() in out.parents:
+            raise MinisparkError(f"{flag} {path}: is inside the {name} directory {source}; write it elsewhere")
     return path
 
 
-def replaceable_dir(path: Path, flag: str, source: Path | None = None) -> Path:
+def replaceable_dir(path: Path, flag: str, source: Path | None = None, by: str | None = None) -> Path:
     """An output directory a command replaces as a whole: new, empty, or holding only files minispark's
-    record says it wrote there, unchanged (``atomic.foreign_entry``); anything else is someone's data. With
-    ``source``, also neither that input directory, nor inside it, nor holding it."""
+    record says it wrote there, unchanged, and with ``by`` written by that command (``atomic.foreign_entry``);
+    anything else is someone's data. With ``source``, also neither that input directory, nor inside it, nor
+    holding it."""
     from minispark.atomic import foreign_entry
 
     output_dir(path, flag)
@@ -199,7 +234,7 @@ def replaceable_dir(path: Path, flag: str, source: Path | None = None) -> Path:
                                  "choose a directory outside it")
         if out in src.parents:
             raise MinisparkError(f"{flag} {path}: holds the source {source}; choose another directory")
-    foreign = foreign_entry(path)
+    foreign = foreign_entry(path, by)
     if foreign is not None:
         raise MinisparkError(f"{flag} {path}: {foreign}; choose a new or empty directory")
     return path

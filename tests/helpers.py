@@ -234,6 +234,21 @@ def assert_parity(target: Target, inputs: PromptInputs, got: list[int], want: li
     assert gap < 1e-4, f"divergence at new token {index} with top-2 gap {gap:.3g}: not a near-tie"
 
 
+def assert_modes_keep_greedy(target: Target, inputs: PromptInputs, max_new_tokens: int = 24) -> None:
+    """Target-only, lookup, always-right and always-wrong drafting (γ 4) each decode ``inputs`` to the
+    target's own greedy output (up to near-ties)."""
+    from minispark.serving.drafters.base import NoDrafter
+    from minispark.serving.drafters.lookup import LookupDrafter
+
+    greedy = hf_greedy(target, inputs, max_new_tokens)
+    for drafter in [NoDrafter(), LookupDrafter(), OracleDrafter(greedy, inputs.length, True, target.vocab_size),
+                    OracleDrafter(greedy, inputs.length, False, target.vocab_size)]:
+        with target.session() as session:
+            result = speculative_generate(session, inputs, drafter, SamplingConfig(), FixedLength(4),
+                                          max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids)
+        assert_parity(target, inputs, result.token_ids, greedy)
+
+
 # ---- an untrained DSpark drafter on a real (tiny) target ------------------------------
 
 def random_dspark(target: Target, seed: int = 0) -> DSparkDrafter:

@@ -9,6 +9,7 @@ seconds; the few that need a model use a tiny random one.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import struct
@@ -85,6 +86,17 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "binonly").mkdir()
     shutil.copy(tiny_dir("llama") / "config.json", d / "binonly" / "config.json")
     (d / "binonly" / "pytorch_model.bin").write_bytes(b"pickle")
+    (d / "list.json").write_text("[1, 2]")
+    (d / "notutf8.toml").write_bytes(b"\xff\xfe[train]\n")
+    (d / "toplevel.toml").write_text("steps = 3\n")  # a key above every [section]
+    (d / "danglinglink").symlink_to(d / "nowhere")
+    (d / "looplink").symlink_to(d / "looplink")
+    (d / "notokenizer").mkdir()  # config and weights, no tokenizer files: an incomplete copy
+    for name in ("config.json", "model.safetensors"):
+        os.link(tiny_dir("llama") / name, d / "notokenizer" / name)
+    shutil.copytree(d / "notokenizer", d / "badtokenizer", copy_function=os.link)
+    (d / "badtokenizer" / "tokenizer.json").write_text("{")
+    shutil.copy(tiny_dir("llama") / "tokenizer_config.json", d / "badtokenizer" / "tokenizer_config.json")
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -309,6 +321,34 @@ CASES = [
     ("train-seed-negative", ["train", "--recipe", "tiny", "seed=-1"], "seed"),
     ("train-batch-huge", ["train", "--recipe", "tiny", "batch_anchors=99999999999999999999999"], "batch_anchors"),
     ("sim-draws-huge", ["simulate", "--appendix-a", "--draws", "99999999999999999999999"], "--draws"),
+    # round 3 of the probe (issue 22's goal): found by a re-run
+    ("gen-sps-not-utf8", ["generate", "--sps", "{full.png}"], "--sps"),  # an image given as the table
+    ("sim-sps-not-utf8", ["simulate", "--conf", "0.9", "--sps", "{full.png}"], "not UTF-8 text"),
+    ("serve-sps-not-utf8", ["serve", "--sps", "{full.png}"], "not UTF-8 text"),
+    ("bench-sps-not-a-table", ["bench", "--modes", "target", "--sps", "{list.json}"], "--sps"),  # even unread
+    ("cache-layers-duplicate", ["cache", "--layers", "1,1"], "distinct and increasing"),
+    ("cache-layers-decreasing", ["cache", "--layers", "2,1"], "distinct and increasing"),
+    ("cache-out-dangling-symlink", ["cache", "--out", "{danglinglink}"], "which does not exist (or loops)"),
+    ("train-out-under-symlink-loop", ["train", "--recipe", "tiny", "--cache", "{emptydir}", "--out", "{looplink}/run"],
+     "looplink is a symlink"),
+    ("bench-plot-is-prompts", ["bench", "--prompts", "{ok.jsonl}", "--plot", "{ok.jsonl}"], "is the --prompts file"),
+    ("cal-plot-in-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
+                             "{fakedrafter}/model.safetensors"], "inside the --drafter directory"),
+    ("profile-plot-in-target", ["profile", "--target", "{tiny}", "--plot", "{tiny}/config.json"],
+     "inside the --target directory"),
+    ("train-recipe-not-utf8", ["train", "--recipe", "{notutf8.toml}"], "not UTF-8"),
+    ("train-recipe-top-level-key", ["train", "--recipe", "{toplevel.toml}"], "put it under [train]"),
+    ("train-recipe-dir", ["train", "--recipe", "{emptydir}"], "is a directory"),
+    ("cache-mix-same-twice", ["cache-mix", "{emptydir}", "{emptydir}/", "--out", "{out}"], "given twice"),
+    ("gen-target-no-tokenizer", ["generate", "--target", "{notokenizer}", "--drafter", "none"],
+     "cannot load its tokenizer"),
+    ("gen-target-bad-tokenizer", ["generate", "--target", "{badtokenizer}", "--drafter", "none"],
+     "cannot load its tokenizer"),
+    ("gen-drafter-config-lacks-keys", ["generate", "--target", "{tiny}", "--drafter", "{fakedrafter}"],
+     "lacks the keys"),
+    ("serve-port-huge", ["serve", "--port", "99999"], "--port"),
+    ("serve-host-not-here", ["serve", "--host", "192.0.2.1"], "cannot listen there"),  # TEST-NET: no such interface
+    ("serve-api-key-empty", ["serve", "--api-key", ""], "--api-key"),
 ]
 
 
@@ -356,6 +396,7 @@ def test_no_design_note_sections_in_help() -> None:
     (["generate", "--bogus"], "--bogus"),
     (["frobnicate"], "frobnicate"),
     (["bench", "--modes"], "--modes"),
+    (["--max-pixels", "99999999999", "generate"], "--max-pixels"),
 ])
 def test_console_entry_point_turns_usage_errors_into_one_line(argv, names, capsys) -> None:
     """What the installed `minispark` script runs: click's usage errors become one line, exit 2."""
@@ -574,7 +615,8 @@ def test_a_blocked_malicious_pickle_is_one_line(tiny_dir, tmp_path, monkeypatch)
     monkeypatch.setenv(ALLOW_PICKLE_ENV, "0")  # --allow-pickle-weights sets it; restored after the test
     evil = tmp_path / "evil"
     evil.mkdir()
-    shutil.copy(tiny_dir("llama") / "config.json", evil / "config.json")
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):  # whole but for its weights
+        shutil.copy(tiny_dir("llama") / name, evil / name)
     marker = tmp_path / "it-ran"
     torch.save({"model.embed_tokens.weight": _RunsCode(marker)}, evil / "pytorch_model.bin")
     result = CliRunner().invoke(app, ["--allow-pickle-weights", "generate", "--target", str(evil), "--drafter",
@@ -716,3 +758,143 @@ def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
     _, notice = load_calibration(mine, sampling=SamplingConfig(0.5, top_k=5))
     assert notice.endswith(f"minispark calibrate --drafter {mine} --prompts {HELDOUT_FILE} --temperature 0.5 --top-k 5")
     assert load_calibration(mine, sampling=SamplingConfig(1.0))[1] is None
+
+
+def test_a_damaged_draft_config_names_its_key() -> None:
+    """A hand-edited or damaged config.json: a ValueError naming the key (the commands print it as one
+    line), never a TypeError from deep inside the dataclass."""
+    from tests.helpers import make_config
+
+    from minispark.model.draft_config import DraftConfig
+
+    good = json.loads(make_config().to_json())
+    for key, value, says in [("block_size", "four", "'block_size': expected a whole number"),
+                             ("rms_eps", float("nan"), "'rms_eps': expected a finite number"),
+                             ("hidden_size", None, "'hidden_size': expected a whole number"),
+                             ("feature_layers", [0, "2"], "'feature_layers': expected a list of whole numbers"),
+                             ("qk_norm", 1, "'qk_norm': expected true or false"),
+                             ("head", 3, "'head': expected text")]:
+        with pytest.raises(ValueError, match=re.escape(says)):
+            DraftConfig.from_dict({**good, key: value})
+    with pytest.raises(ValueError, match=r"lacks the keys \['target'\]"):
+        DraftConfig.from_dict({k: v for k, v in good.items() if k != "target"})
+    assert DraftConfig.from_dict(good) == make_config()
+
+
+def test_a_drafter_for_other_layers_blames_its_config_not_layers(tiny_trained_drafter, tmp_path) -> None:
+    target, drafter = tiny_trained_drafter
+    bad = tmp_path / "bad"
+    shutil.copytree(drafter, bad)
+    config = json.loads((bad / "config.json").read_text())
+    (bad / "config.json").write_text(json.dumps({**config, "feature_layers": [1, 99]}))
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(bad),
+                                                    "--max-new-tokens", "2"]))
+    assert f"--drafter {bad}: feature_layers: layer 99 out of range" in error and "--layers" not in error
+
+
+def test_binary_tables_and_calibrations_are_one_line(tmp_path) -> None:
+    """An image (not UTF-8) given where JSON is read: the loader's own error, not a UnicodeDecodeError."""
+    from minispark.model.calibration import Calibration, CalibrationError
+    from minispark.serving.sps import SPSTable, SPSTableError
+
+    binary = make_test_image(tmp_path / "x.png")
+    with pytest.raises(SPSTableError, match="not UTF-8 text"):
+        SPSTable.load(binary)
+    with pytest.raises(CalibrationError, match="not UTF-8 text"):
+        Calibration.load(binary)
+
+
+def _bracketed_copy(source: Path, where: Path) -> Path:
+    """``source`` copied (hard links) to a path whose names rich would read as markup: ``[v2]`` (a style,
+    silently dropped) and ``[/]`` (a closing tag, which raises)."""
+    (where / "a[").mkdir(parents=True)
+    copy = where / "a[" / "]b[v2]"
+    shutil.copytree(source, copy, copy_function=os.link)
+    return copy
+
+
+@pytest.mark.parametrize("command", ["generate", "chat", "bench", "cache", "profile", "export"])
+def test_paths_with_brackets_print_verbatim(tiny_dir, tiny_trained_drafter, tmp_path, command: str) -> None:
+    """A file name is shown as it is: never parsed as rich markup (no traceback, nothing dropped)."""
+    target = _bracketed_copy(tiny_dir("llama"), tmp_path)
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    out = tmp_path / "x[/]y[v2]"
+    argv, stdin = {
+        "generate": (["generate", "--target", str(target), "--drafter", "none", "--max-new-tokens", "2"], None),
+        "chat": (["chat", "--target", str(target), "--drafter", "none"], f"/save {out}.json\n/image {out}.png\n"),
+        "bench": (["bench", "--target", str(target), "--drafter", "none", "--modes", "target", "--num-prompts", "1",
+                   "--max-new-tokens", "2", "--plot", f"{out}.png"], None),
+        "cache": (["cache", "--target", str(target), "--prompts", str(prompts), "--out", str(out), "--num-samples", "1",
+                   "--max-new-tokens", "2", "--layers", "1,2", "--window", "4", "--block", "2"], None),
+        "profile": (["profile", "--target", str(target), "--contexts", "16", "--max-tokens", "8", "--rounds", "1",
+                     "--warmup", "0", "--allow-busy", "--out", str(out)], None),
+        "export": (["export", str(tiny_trained_drafter[1]), "--out", str(out)], None),
+    }[command]
+    result = CliRunner().invoke(app, argv, input=stdin)
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    shown = result.output.replace("\n", "")  # a long line may wrap
+    if command in ("generate", "chat", "bench"):
+        assert str(target) in shown  # the hint, the chat header, the bench table's title
+    if command != "generate":
+        assert str(out) in shown  # wrote / saved / the cache's summary
+    if command == "profile":
+        assert "median [min] spread" in shown
+    if command == "chat":
+        assert f"error: target {target} is text-only" in shown
+
+
+def test_import_and_export_replace_only_their_own_output(tiny_trained_drafter, tmp_path) -> None:
+    """A directory minispark wrote with another command (a trained drafter, a checkpoint, an export) is
+    never replaced by import or export; their own earlier output is, so a rerun works."""
+    from tests.helpers import snapshot
+
+    target, drafter = tiny_trained_drafter
+    mine = tmp_path / "my-drafter"  # a copy of a trained drafter, its record included
+    shutil.copytree(drafter, mine)
+    runner = CliRunner()
+    for _ in range(2):  # the second run replaces the first's output
+        assert runner.invoke(app, ["export", str(drafter), "--out", str(tmp_path / "ds")]).exit_code == 0
+        assert runner.invoke(app, ["import", str(tmp_path / "ds"), "--out", str(tmp_path / "back"), "--target",
+                                   str(target)]).exit_code == 0
+    before = snapshot(mine, tmp_path / "ds", drafter.parent)
+    for argv, by in [(["export", str(drafter), "--out", str(mine)], "export"),
+                     (["export", str(drafter), "--out", str(tmp_path / "back")], "export"),
+                     (["import", str(tmp_path / "ds"), "--out", str(mine), "--target", str(target)], "import"),
+                     (["import", str(tmp_path / "back"), "--out", str(tmp_path / "ds")], "import")]:
+        error = one_line_error(runner.invoke(app, argv))
+        assert f"not an earlier `minispark {by}` output" in error, error
+    assert snapshot(mine, tmp_path / "ds", drafter.parent) == before
+
+
+def test_chat_save_never_replaces_another_file(tiny_dir, tmp_path) -> None:
+    from tests.helpers import snapshot
+
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    (tmp_path / "afile").write_text("x\n")
+    (tmp_path / "adir").mkdir()
+    saved = tmp_path / "chat.json"
+    lines = [f"/save {tmp_path / 'notes.txt'}", f"/save {tmp_path / 'adir'}", f"/save {tmp_path / 'afile' / 'x.json'}",
+             f"/save {saved}", f"/save {saved}", "/quit"]
+    before = snapshot(tmp_path / "notes.txt", tmp_path / "afile")
+    result = CliRunner().invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--drafter", "none"],
+                                input="\n".join(lines) + "\n")
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert "notes.txt: exists and is not a saved conversation" in result.output
+    assert "adir: is a directory" in result.output and "afile: is a file, not a directory" in result.output
+    assert "File exists" not in result.output and result.output.count("saved 0 turns") == 2  # its own: replaced
+    assert snapshot(tmp_path / "notes.txt", tmp_path / "afile") == before and json.loads(saved.read_text())["turns"] == []
+
+
+def test_serve_refuses_a_port_in_use_before_loading(monkeypatch) -> None:
+    import socket
+
+    from minispark.cli import decode
+
+    monkeypatch.setattr(decode, "_decoding_target", lambda *args: pytest.fail("loaded before --port was checked"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        error = one_line_error(CliRunner().invoke(app, ["serve", "--port", str(port)]))
+    assert f"--port {port}: cannot listen there" in error

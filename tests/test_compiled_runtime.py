@@ -10,14 +10,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.serving.schedule import FixedLength
 from minispark.target import compile_fallback, compiled
 from minispark.target.loading import load_target
 from minispark.target.sampling import SamplingConfig
-from tests.helpers import OracleDrafter, assert_parity, hf_greedy
+from tests.helpers import assert_modes_keep_greedy, assert_parity, hf_greedy
 
 CLOSE = {"rtol": 1e-4, "atol": 1e-4}
 
@@ -89,14 +88,7 @@ def test_cache_grows_past_its_first_size_and_is_pooled(tiny_dir, uncompiled, mon
 def test_every_drafting_mode_keeps_greedy_output(tiny_dir, test_image, uncompiled, family: str) -> None:
     target = load_target(str(tiny_dir(family)), runtime="compiled")
     images = [test_image] if target.is_vlm else []
-    inputs = target.encode(prompt="Describe this, then count to ten.", images=images)
-    greedy = hf_greedy(target, inputs, 24)
-    for drafter in [NoDrafter(), LookupDrafter(), OracleDrafter(greedy, inputs.length, True, target.vocab_size),
-                    OracleDrafter(greedy, inputs.length, False, target.vocab_size)]:
-        with target.session() as session:
-            result = speculative_generate(session, inputs, drafter, SamplingConfig(), FixedLength(4),
-                                          max_new_tokens=24, eos_ids=target.eos_token_ids)
-        assert_parity(target, inputs, result.token_ids, greedy)
+    assert_modes_keep_greedy(target, target.encode(prompt="Describe this, then count to ten.", images=images))
 
 
 def test_compile_unavailable_is_announced_and_decodes_eagerly(tiny_dir, monkeypatch) -> None:
@@ -129,13 +121,7 @@ def test_real_compilation_reuses_graphs_across_widths(tiny_dir) -> None:
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert graphs <= 3  # a static first width, then one dynamic graph (a graph break may add one)
     inputs = target.encode(prompt="Describe this, then count to ten.")
-    greedy = hf_greedy(target, inputs, 24)
-    for drafter in [NoDrafter(), OracleDrafter(greedy, inputs.length, True, target.vocab_size),
-                    OracleDrafter(greedy, inputs.length, False, target.vocab_size)]:
-        with target.session() as session:
-            result = speculative_generate(session, inputs, drafter, SamplingConfig(), FixedLength(4),
-                                          max_new_tokens=24, eos_ids=target.eos_token_ids)
-        assert_parity(target, inputs, result.token_ids, greedy)
+    assert_modes_keep_greedy(target, inputs)
     with target.session([1]) as session:  # tokens that are views of a longer tensor, at another context length
         session.prefill(inputs)
         for width in (1, 4, 2):

@@ -14,16 +14,11 @@ from typer.testing import CliRunner
 from minispark.cli import app
 from minispark.errors import MinisparkError
 from minispark.target import runtime as runtime_module
-from minispark.serving.drafters.base import NoDrafter
-from minispark.serving.drafters.lookup import LookupDrafter
-from minispark.serving.engine import speculative_generate
-from minispark.serving.schedule import FixedLength
 from minispark.target.int8 import int8_supported
 from minispark.target.runtime import Int8WeightLinear, PackedLinear, apply_runtime, eager_linears
-from minispark.target.sampling import SamplingConfig
 from minispark.serving.sps import SPSTable, find_table, table_mismatch, table_runtime
 from minispark.target.loading import load_target
-from tests.helpers import OracleDrafter, assert_parity, hf_greedy
+from tests.helpers import assert_modes_keep_greedy
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_5_vl"]
 
@@ -169,10 +164,4 @@ def test_int8_runtime_decodes_like_itself(tiny_dir, test_image, family: str) -> 
     with target.session() as q, reference.session() as f:
         got, want = q.prefill(inputs, all_logits=True).logits, f.prefill(inputs, all_logits=True).logits
     assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min() > 0.99  # near, not equal
-    greedy = hf_greedy(target, inputs, 24)
-    for drafter in [NoDrafter(), LookupDrafter(), OracleDrafter(greedy, inputs.length, True, target.vocab_size),
-                    OracleDrafter(greedy, inputs.length, False, target.vocab_size)]:
-        with target.session() as session:
-            result = speculative_generate(session, inputs, drafter, SamplingConfig(), FixedLength(4),
-                                          max_new_tokens=24, eos_ids=target.eos_token_ids)
-        assert_parity(target, inputs, result.token_ids, greedy)
+    assert_modes_keep_greedy(target, inputs)

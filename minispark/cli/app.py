@@ -120,6 +120,9 @@ def main(
         if max_pixels < defaults.IMAGE_MIN_PIXELS:
             raise typer.BadParameter(f"{max_pixels} is below the smallest budget, {defaults.IMAGE_MIN_PIXELS} "
                                      "(4 visual tokens)", param_hint="--max-pixels")
+        if max_pixels > validate.MAX_INT:  # past a C int the image processors' arithmetic overflows
+            raise typer.BadParameter(f"{max_pixels} is above the largest budget, {validate.MAX_INT}",
+                                     param_hint="--max-pixels")
         os.environ[defaults.IMAGE_MAX_PIXELS_ENV] = str(max_pixels)  # read where images are encoded
 
 
@@ -232,7 +235,7 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
         what = f"target {target}"
     else:  # say so before the network is touched: a hub id is downloaded unless already cached
         what = f"hub model {target} (downloading from the Hugging Face Hub unless cached)"
-    with err_console.status(f"loading {what}..."):
+    with err_console.status(f"loading {escape(what)}..."):
         return load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from minispark import validate
 from minispark.errors import MinisparkError
@@ -35,7 +36,7 @@ def import_(
     from minispark.model.deepspec_convert import import_deepspec
 
     validate.checkpoint(source, "SOURCE")
-    validate.replaceable_dir(out, "--out", source)
+    validate.replaceable_dir(out, "--out", source, by="import")
     validate.integer(window, "--window", 0)
     report = import_deepspec(source, _load(target, dtype, device, load_in_4bit, load_in_8bit), out, window)
     _print_conversion(report)
@@ -59,7 +60,7 @@ def export(
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
     validate.checkpoint(drafter_dir, "DRAFTER_DIR")
-    validate.replaceable_dir(out, "--out", drafter_dir)
+    validate.replaceable_dir(out, "--out", drafter_dir, by="export")
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter_dir, target, dtype, device, load_in_4bit,
                                                             load_in_8bit)
     report = export_deepspec(drafter_dir, _load(target, dtype, device, load_in_4bit, load_in_8bit), out)
@@ -68,7 +69,8 @@ def export(
 
 def _print_conversion(report) -> None:
     for warning in report.warnings:
-        err_console.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+        err_console.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
     c = report.config
     console.print(f"wrote {report.out}: {c.num_layers} layers, head {c.head}, confidence head "
-                  f"{'on' if c.confidence_head else 'off'}, γ={c.block_size}, window {c.window}", highlight=False)
+                  f"{'on' if c.confidence_head else 'off'}, γ={c.block_size}, window {c.window}", highlight=False,
+                  markup=False)

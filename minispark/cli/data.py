@@ -94,10 +94,11 @@ def cache(
         config = replace(config, prompts=default_prompts(loaded.is_vlm, split))
     if dry_run:
         estimate = estimate_cache(config, target=loaded)
-        _print_json(estimate.to_json()) if as_json else console.print(estimate.describe())
+        _print_json(estimate.to_json()) if as_json else console.print(estimate.describe(), highlight=False,
+                                                                      markup=False)
         return
     report = build_cache(config, target=loaded, progress=True)
-    _print_json(report.to_json()) if as_json else console.print(report.summary())
+    _print_json(report.to_json()) if as_json else console.print(report.summary(), highlight=False, markup=False)
 
 
 @app.command()
@@ -169,7 +170,8 @@ def cache_mix(
         return
     console.print(f"{out}: {totals['samples']} samples ({totals['generated_tokens']} answer tokens, "
                   f"{totals['anchors']} anchors) from " + ", ".join(
-                      f"{p['samples']} of {p['directory']} ({p['source']})" for p in manifest["config"]["parts"]))
+                      f"{p['samples']} of {p['directory']} ({p['source']})" for p in manifest["config"]["parts"]),
+                  highlight=False, markup=False)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": False})
@@ -209,7 +211,7 @@ def train(
         config.heldout_cache = str(heldout_cache)
     if dry_run:
         breakdown = estimate_memory(config)
-        _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe())
+        _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe(), markup=False)
         return
     validate.input_dir(cache_dir, "--cache")
     validate.output_dir(out)
@@ -217,4 +219,4 @@ def train(
         validate.input_dir(out, "--out")
     report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress and not as_json,
                        log=lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
-    _print_json(report.to_json()) if as_json else console.print(report.summary())
+    _print_json(report.to_json()) if as_json else console.print(report.summary(), highlight=False, markup=False)

@@ -16,6 +16,7 @@ from rich.markup import escape
 from minispark import defaults, validate
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
+from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
                   TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
@@ -44,7 +45,7 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     validate.number(threshold, "--threshold", 0.0, 1.0)
-    validate.input_file(sps, "--sps")
+    checked_table_file(sps)
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
@@ -193,8 +194,10 @@ def serve(
     validate.drafter_spec(drafter)
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
-    validate.input_file(sps, "--sps")
-    validate.integer(port, "--port", 0)
+    checked_table_file(sps)
+    validate.listen_address(host, port)
+    if api_key is not None and not api_key.strip():
+        raise MinisparkError("--api-key (or $MINISPARK_API_KEY): empty; omit it to serve without a key")
     validate.integer(max_concurrent, "--max-concurrent", 1)
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)
@@ -239,7 +242,7 @@ def demo(
         validate.drafter_spec(drafter)
 
         def notice(line: str) -> None:
-            err_console.print(f"[yellow]{line}[/yellow]", highlight=False, soft_wrap=True)
+            err_console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)
 
         loaded = _load(target, None, None)
         with rich_progress(True, label="demo") as progress:
@@ -252,8 +255,9 @@ def demo(
     validate.output_dir(out)
     _check_target_flags(target, None, None)
     sizes = PipelineSizes(bench_prompts=num_prompts, bench_tokens=max_new_tokens)
-    result = run_pipeline(out, sizes, target=target, log=lambda line: err_console.print(line, highlight=False))
-    console.print(f"\n[bold]chat[/bold] ▶ {result.chat_prompt}", highlight=False)
+    result = run_pipeline(out, sizes, target=target, log=lambda line: err_console.print(line, highlight=False,
+                                                                                        markup=False))
+    console.print(f"\n[bold]chat[/bold] ▶ {escape(result.chat_prompt)}", highlight=False)
     console.print(result.chat_answer, highlight=False, markup=False)
     console.print(render_bench(result.bench))
-    console.print(f"continue with: {result.chat_command}", highlight=False, soft_wrap=True)
+    console.print(f"continue with: {result.chat_command}", highlight=False, soft_wrap=True, markup=False)

@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 
 from minispark import defaults, validate
 from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
+from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOpt, SeedOpt, StrictOpt, TargetOpt,
                   TopKOpt, TopPOpt, _auto_4bit, _check_prompts, _check_target_flags, _load,
@@ -90,7 +92,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
         raise MinisparkError(f"--modes {modes!r}: name at least one mode")
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
-    validate.input_file(sps, "--sps")
+    checked_table_file(sps)
     validate.output_file(plot, "--plot")
     config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
                          threshold=threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
@@ -106,7 +108,8 @@ def _bench_drafter(loaded: Any, drafter: Optional[str]) -> Optional[str]:
         shipped = default_drafter(loaded)
         drafter = None if shipped is None else str(shipped)
         if shipped is not None:
-            err_console.print(f"[dim]drafter: {shipped} (shipped for this target; --drafter none to leave it out)[/dim]")
+            err_console.print(f"[dim]drafter: {escape(str(shipped))} (shipped for this target; --drafter none to "
+                              "leave it out)[/dim]")
     elif drafter == "none":
         drafter = None
     return drafter
@@ -132,7 +135,7 @@ def _bench_run(loaded: Any, config: Any, drafter: Optional[str], prompts: Option
               else builtin_prompts(loaded, num_prompts))
     runnable, notices = build_modes(loaded, config, drafter, sps, strict)
     for notice in notices:
-        err_console.print(f"[yellow]{notice}[/yellow]", highlight=False)
+        err_console.print(f"[yellow]{escape(notice)}[/yellow]", highlight=False)
     with rich_progress(True, label="bench") as progress:
         return run_bench(loaded, runnable, chosen, config, progress, drafter=drafter, notices=notices)
 
@@ -148,7 +151,7 @@ def _bench_render(report: dict, plot: Optional[Path], as_json: bool) -> None:
         return
     console.print(render_bench(report))
     if plot is not None:
-        console.print(f"wrote {plot}")
+        console.print(f"wrote {plot}", highlight=False, markup=False)
 
 
 @app.command()
@@ -200,8 +203,9 @@ def profile(
     if as_json:
         _print_json({"path": str(path), **asdict(table)})
         return
-    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens]))
-    console.print(f"wrote {path}")
+    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens]), highlight=False,
+                  markup=False)  # "median [min]" and the target's path as they are
+    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, drift_bound: float, max_remeasure: int,
@@ -317,7 +321,8 @@ def _render_calibration(report: dict, plot: Optional[Path], as_json: bool) -> No
     for label, cal in (("raw", None), ("STS", calibration)):
         bins = reliability(rollouts.confidences, rollouts.accepted, 1, cal)
         console.print(render_reliability(bins, title=f"reliability of a_1 ({label})"))
-    console.print(f"STS temperatures {', '.join(f'{t:.2f}' for t in report['temperatures'])} → {report['path']}")
+    console.print(f"STS temperatures {', '.join(f'{t:.2f}' for t in report['temperatures'])} → {report['path']}",
+                  highlight=False, markup=False)
 
 
 @app.command()
@@ -349,7 +354,7 @@ def simulate(
     if sps is not None and sps_inline is not None:
         raise MinisparkError("--sps and --sps-inline are exclusive; give one")
     if sps is not None:
-        table = SPSTable.load(validate.input_file(sps, "--sps"))
+        table = SPSTable.load(checked_table_file(sps))
     elif sps_inline is not None:
         table = SPSTable.from_inline(validate.sps_values(sps_inline))
     else:

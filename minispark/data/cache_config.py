@@ -89,13 +89,18 @@ class CacheConfig:
 
     @property
     def layer_ids(self) -> list[int] | None:
-        """Explicit layer ids, or None for auto."""
+        """Explicit layer ids (distinct and increasing, as a drafter's ``feature_layers``), or None for auto."""
         if isinstance(self.layers, str):
             if self.layers.strip() == "auto":
                 return None
             try:
-                return [int(x) for x in self.layers.split(",")]
+                ids = [int(x) for x in self.layers.split(",")]
             except ValueError:
                 raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
                                      f"got {self.layers!r}") from None
-        return [int(x) for x in self.layers]
+        else:
+            ids = [int(x) for x in self.layers]
+        if any(b <= a for a, b in zip(ids, ids[1:])):
+            raise MinisparkError(f"--layers: layer ids must be distinct and increasing, got "
+                                 f"{','.join(map(str, ids))}")
+        return ids

@@ -111,6 +111,10 @@ def open_parts(parts: Sequence[MixPart]) -> tuple[list[CacheReader], list[MixPar
     """Open and check every part; returns the readers and the parts with their counts resolved."""
     if len(parts) < 2:
         raise CacheError("cache-mix: give at least two caches to mix (DIR or DIR:N each)")
+    for i, part in enumerate(parts):
+        if any(part.directory.resolve() == other.directory.resolve() for other in parts[:i]):
+            raise CacheError(f"cache-mix: {part.directory} is given twice; a cache mixed with itself only repeats "
+                             "its samples")
     readers, resolved = [], []
     for part in parts:
         reader = CacheReader(part.directory)

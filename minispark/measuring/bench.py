@@ -405,13 +405,16 @@ def _by_source(by_source: dict | None) -> str:
 def render_bench(report: dict) -> Table:
     """The one rich table: a row per mode."""
     from rich.table import Table
+    from rich.text import Text
 
     settings, hardware = report["settings"], report["hardware"]
     greedy = settings["temperature"] == 0
     first = next(iter(report["summary"].values()))
-    table = Table(title=f"{report['target']} · drafter {report['drafter'] or '–'} · {settings['num_prompts']} prompts × "
-                        f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
-                        f"{hardware['device']} · {hardware.get('runtime', 'eager')} runtime (hf modes: eager) · target-only {first['target_ms_per_token']:.1f} ms/token")
+    # Text, not markup: a "[v2]" in the target's or drafter's path is shown as it is
+    table = Table(title=Text(f"{report['target']} · drafter {report['drafter'] or '–'} · {settings['num_prompts']} prompts × "
+                             f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
+                             f"{hardware['device']} · {hardware.get('runtime', 'eager')} runtime (hf modes: eager) · target-only {first['target_ms_per_token']:.1f} ms/token",
+                             style="table.title"))
     columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "skipped",
                "acceptance per position", "rounds · τ by source", "propose ms", "verify ms", "acc+commit ms", "draft share",
                "parity" if greedy else "outputs")

@@ -103,6 +103,8 @@ class Calibration:
             raise CalibrationError(f"{path}: calibration file not found") from None
         except (OSError, json.JSONDecodeError) as err:
             raise CalibrationError(f"{path}: not readable as JSON ({err})") from None
+        except UnicodeDecodeError:
+            raise CalibrationError(f"{path}: not UTF-8 text (a calibration is JSON)") from None
         if not isinstance(data, dict):
             raise CalibrationError(f"{path}: expected a JSON object")
         known = {f.name for f in fields(Calibration)}

@@ -41,9 +41,10 @@ def trainable_weights(model: DraftModel) -> dict[str, torch.Tensor]:
 
 
 def save_drafter(model: DraftModel, path: str | Path, config: DraftConfig | None = None,
-                 extra: Callable[[Path], None] | None = None) -> Path:
+                 extra: Callable[[Path], None] | None = None, by: str | None = None) -> Path:
     """Write ``config.json`` (``config``, default the model's) + ``model.safetensors`` to ``path``
-    atomically; ``extra(tmp)`` adds files (a trainer's state) before the directory appears."""
+    atomically; ``extra(tmp)`` adds files (a trainer's state) before the directory appears; ``by``: the
+    command writing it, which alone may replace it later (``atomic.write_dir_atomic``)."""
 
     def fill(tmp: Path) -> None:
         (config or model.config).save(tmp / CONFIG_FILE)
@@ -52,7 +53,7 @@ def save_drafter(model: DraftModel, path: str | Path, config: DraftConfig | None
         if extra is not None:
             extra(tmp)
 
-    return write_dir_atomic(path, fill)
+    return write_dir_atomic(path, fill, by)
 
 
 def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype | None = None,

@@ -64,7 +64,7 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
     except ValueError as exc:
         raise MinisparkError(f"{drafter_dir}: {exc}") from None
     config, state = model.config, model.state_dict()
-    target.check_layers(config.feature_layers)
+    target.check_layers(config.feature_layers, f"{drafter_dir}: feature_layers")
     if config.draft_vocab:
         config, state = expand_draft_vocab(model, lm_head.detach().cpu())
     elif config.markov_w1 == "embedding":  # DeepSpec stores W1 as a table: materialize P·E[x]
@@ -79,7 +79,7 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
         save_file(weights, str(tmp / WEIGHTS_FILE), metadata={"format": "pt"})
         (tmp / README_FILE).write_text(serving_readme(deepspec_config, report.warnings))
 
-    write_dir_atomic(out, fill)
+    write_dir_atomic(out, fill, by="export")
     return report
 
 
@@ -169,7 +169,7 @@ def import_deepspec(source: str | Path, target: Target, out: str | Path, window:
         if theirs is not None and not torch.equal(theirs, ours.to(theirs.dtype)):
             report.warnings.append(f"the checkpoint's {key} differs from the target's; minispark's layout uses "
                                    "the target's (DeepSpec trains them frozen at the target's values)")
-    save_drafter(model, out)
+    save_drafter(model, out, by="import")
     return report
 
 

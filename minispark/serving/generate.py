@@ -136,7 +136,7 @@ def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafte
                                target.device, target_identity=target_id(target.identity()))
     except (ValueError, MinisparkError) as exc:
         raise MinisparkError(f"--drafter {spec}: {exc}") from None
-    target.check_layers(drafter.feature_layers)
+    target.check_layers(drafter.feature_layers, f"--drafter {spec}: feature_layers")
     if int8 and precision != "float":
         quantize_int8(drafter.model)
     return drafter

@@ -179,6 +179,8 @@ class SPSTable:
             raise SPSTableError(f"{path}: SPS table not found") from None
         except (OSError, json.JSONDecodeError) as err:
             raise SPSTableError(f"{path}: not readable as JSON ({err})") from None
+        except UnicodeDecodeError:  # an image or other binary file given as a table
+            raise SPSTableError(f"{path}: not UTF-8 text (an SPS table is JSON)") from None
         _validate(data, str(path))
         return SPSTable(**data)
 
@@ -413,3 +415,16 @@ if __name__ == "__main__":
             f"{table_path}: {t.device} / {t.target} ({t.dtype}, {t.quantization}), "
             f"contexts {t.contexts}, tokens {t.tokens[0]}..{t.tokens[-1]}"
         )
+
+
+def checked_table_file(path: Path | None, flag: str = "--sps") -> Path | None:
+    """An SPS table file that loads (read before any model: a bad table costs milliseconds, and is
+    refused even where the modes asked for would not read it)."""
+    from minispark.validate import input_file
+
+    if input_file(path, flag) is not None:
+        try:
+            SPSTable.load(path)
+        except SPSTableError as exc:
+            raise MinisparkError(f"{flag} {exc}") from None
+    return path

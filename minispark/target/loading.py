@@ -98,16 +98,17 @@ class Target:
         layers = [min(1 + i * step, n - 2) for i in range(m)]
         return sorted(set(layers))
 
-    def check_layers(self, layers: Sequence[int]) -> list[int]:
-        """Validate captured layer ids: in range, and never the final layer."""
+    def check_layers(self, layers: Sequence[int], what: str = "--layers") -> list[int]:
+        """Validate captured layer ids: in range, and never the final layer. ``what`` names where they came
+        from in the error (a drafter's ``feature_layers`` are not the user's ``--layers``)."""
         for layer in layers:
             if layer == self.num_layers - 1 or layer == -1:
                 raise MinisparkError(
-                    f"--layers: layer {layer} is the final decoder layer of {self.name}; its hidden state "
+                    f"{what}: layer {layer} is the final decoder layer of {self.name}; its hidden state "
                     "is post-norm in transformers' outputs and inconsistent with hooked features"
                 )
             if not 0 <= layer < self.num_layers:
-                raise MinisparkError(f"--layers: layer {layer} out of range for {self.name} "
+                raise MinisparkError(f"{what}: layer {layer} out of range for {self.name} "
                                      f"({self.num_layers} layers)")
         return list(layers)
 
@@ -301,13 +302,18 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
             load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit,
             bnb_4bit_compute_dtype=torch_dtype, bnb_4bit_quant_type="nf4")
         kwargs["device_map"] = {"": torch_device.index or 0} if torch_device.type == "cuda" else {"": "cpu"}
+    try:  # before the weights: a missing or damaged tokenizer is one line, and costs no model load
+        tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
+        processor = AutoProcessor.from_pretrained(ref, trust_remote_code=trust_remote_code) \
+            if model_type in VLM_TYPES else None
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise MinisparkError(f"--target {source}: cannot load its tokenizer ({first}); an incomplete download "
+                             "or copy?") from None
     model_cls = AutoModelForImageTextToText if model_type in VLM_TYPES else AutoModelForCausalLM
     model = _load_weights(model_cls, ref, source, location, kwargs)
     if "device_map" not in kwargs:
         model = model.to(torch_device)
-    tokenizer = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
-    processor = AutoProcessor.from_pretrained(ref, trust_remote_code=trust_remote_code) \
-        if model_type in VLM_TYPES else None
     if location is None:
         location = _hub_snapshot_dir(model)
     used = apply_runtime(model, runtime)  # before Target reads its lm_head module

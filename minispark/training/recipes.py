@@ -293,6 +293,8 @@ def recipe_path(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
+    if path.is_dir():
+        raise MinisparkError(f"--recipe {name_or_path}: is a directory; give a recipe TOML file or a shipped name")
     shipped = RECIPE_DIR / f"{name_or_path}.toml"
     if shipped.is_file():
         return shipped
@@ -311,9 +313,15 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
         data = tomllib.loads(path.read_text())
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MinisparkError(f"{path}: unreadable recipe ({exc})") from None
+    except UnicodeDecodeError:
+        raise MinisparkError(f"{path}: unreadable recipe (not UTF-8 text; a recipe is TOML)") from None
     flat: dict[str, Any] = {}
     for section, table in data.items():
-        if section not in SECTIONS or not isinstance(table, dict):
+        if not isinstance(table, dict):  # `steps = 3` above every [section]: a key, not a section
+            home = next((name for name, keys in SECTIONS.items() if section in keys), None)
+            where = f"; put it under [{home}]" if home else f" (sections: {', '.join(SECTIONS)})"
+            raise MinisparkError(f"{path}: {section} = {table!r} is outside every section{where}")
+        if section not in SECTIONS:
             raise MinisparkError(f"{path}: unknown section [{section}] (sections: {', '.join(SECTIONS)})")
         for key, value in table.items():
             if key not in SECTIONS[section]:

@@ -88,6 +88,7 @@ class StaticSteps:
             logits = self._prefill(**inputs)
         kept = {key: self.outputs[key].clone() for key in wanted}
         self.outputs.clear()
+        self.wanted = frozenset()  # forwards outside a session (HF generate in bench) keep nothing
         return logits.clone(), kept
 
     def _prefill(self, cache: Any, **inputs: Any) -> torch.Tensor:

@@ -18,7 +18,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, first_line
 
 DTYPES = ("fp32", "bf16", "fp16")
 MODES = ("fixed", "threshold", "schedule")
@@ -131,7 +131,7 @@ def listen_address(host: str, port: int) -> None:
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
-        raise MinisparkError(f"--host {host}: not an address of this machine ({_first_line(exc)})") from None
+        raise MinisparkError(f"--host {host}: not an address of this machine ({first_line(exc)})") from None
     family, kind, proto, _, address = infos[0]
     try:
         with socket.socket(family, kind, proto) as probe:
@@ -285,7 +285,7 @@ def safetensors_headers(directory: Path, flag: str) -> None:
             with safe_open(str(file), framework="pt"):
                 pass
         except (SafetensorError, OSError) as exc:
-            raise MinisparkError(f"{flag} {file}: unreadable safetensors ({_first_line(exc)}); a truncated or "
+            raise MinisparkError(f"{flag} {file}: unreadable safetensors ({first_line(exc)}); a truncated or "
                                  "interrupted copy? copy it again") from None
 
 
@@ -309,7 +309,7 @@ def image(path: Path, flag: str = "--image") -> Path:
     except UnidentifiedImageError:
         raise MinisparkError(f"{flag} {path}: not an image file PIL can read") from None
     except (OSError, SyntaxError, ValueError) as exc:
-        raise MinisparkError(f"{flag} {path}: corrupt or truncated image ({_first_line(exc)})") from None
+        raise MinisparkError(f"{flag} {path}: corrupt or truncated image ({first_line(exc)})") from None
     return path
 
 
@@ -366,11 +366,6 @@ def allow_pickle_weights() -> bool:
 
 def _fmt(value: float | None, default: str) -> str:
     return default if value is None else f"{value:g}"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def not_shipped(path: Path, flag: str, advice: str) -> None:

@@ -27,7 +27,7 @@ from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.model.drafter_dir import (CALIBRATION_FILE, CONFIG_FILE, DEEPSPEC, DRAFTER_FILES, WEIGHTS_FILE,
                                          DrafterDir, read_drafter_dir)
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, first_line
 from minispark.identity import same_target
 from minispark.target.sampling import SamplingConfig
 
@@ -100,7 +100,7 @@ def read_weights(path: str | Path, device: torch.device | str,
                 weights[key] = (tensor.to(dtype) if tensor.is_floating_point() else tensor).to(device)
         return weights
     except (SafetensorError, OSError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        reason = first_line(exc)
         raise MinisparkError(f"{file}: unreadable safetensors ({reason}); a truncated or interrupted copy?") from None
 
 

@@ -26,7 +26,7 @@ from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, first_line
 from minispark.identity import torch_dtype
 from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, target_location,
                                 target_weights)
@@ -286,7 +286,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     try:
         config = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise MinisparkError(f"--target {source}: cannot load a model config ({first})") from None
     model_type = config.model_type
     if model_type not in VLM_TYPES | TEXT_TYPES and not trust_remote_code:
@@ -307,7 +307,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         processor = AutoProcessor.from_pretrained(ref, trust_remote_code=trust_remote_code) \
             if model_type in VLM_TYPES else None
     except (OSError, ValueError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise MinisparkError(f"--target {source}: cannot load its tokenizer ({first}); an incomplete download "
                              "or copy?") from None
     model_cls = AutoModelForImageTextToText if model_type in VLM_TYPES else AutoModelForCausalLM
@@ -339,7 +339,7 @@ def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path |
                              f"{f' ({blocked.group(1)})' if blocked else ''}, which torch's weights-only loader "
                              "blocks; nothing ran. Use safetensors weights from a source you trust") from None
     except (OSError, SafetensorError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         raise MinisparkError(f"--target {source}: cannot load the weights ({first})") from None
     absent = sorted(info.get("missing_keys") or ()) + sorted(str(k[0]) if isinstance(k, tuple) else str(k)
                                                              for k in info.get("mismatched_keys") or ())

@@ -77,8 +77,8 @@ class TargetSession:
         from transformers import DynamicCache
 
         self.target = target
-        # compiled: a pooled static cache, features read from the step's outputs (no hooks: adding one
-        # would recompile the step); eager stays transformers as transformers runs (the baseline)
+        # compiled: a pooled static cache, features from the hooks StaticSteps installed once (a hook added
+        # per session would recompile the step); eager stays transformers as transformers runs (the baseline)
         self.static: StaticSteps | None = target.static_steps
         if self.static is not None:
             self.cache = self.static.acquire()

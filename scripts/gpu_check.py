@@ -5,7 +5,8 @@ vocab 151,936, its vision tower), loaded 4-bit through bitsandbytes on CUDA; the
 ``--scale tiny`` — and measures:
 
 (a) the ``rtx3050`` recipe's training peak on a synthetic batch of the estimator's worst-case shape
-    (``--scale tiny``: the ``tiny`` recipe), beside ``train --dry-run``'s prediction;
+    (``--scale tiny``: the ``tiny`` recipe), and a held-out evaluation's, beside ``train --dry-run``'s
+    predictions; (a′) the host RAM of training from a cache (frozen tensors read, drafter built and moved);
 (b) the serving peak of one ``generate`` with a ~1-megapixel image and a DSpark drafter of the recipe's
     shape sharing the target's embedding and lm_head (checked: same storage);
 (c) a small SPS table (``minispark profile``'s measurement) and one generation's propose / verify time split;
@@ -106,21 +107,58 @@ class Peak:
 
 def training_peak(scale: str, device: torch.device) -> dict[str, float]:
     """(a): three training steps of the recipe on a synthetic worst-case batch, and the prediction."""
-    from minispark.training.memory import BatchShape, estimate_memory
-    from minispark.training.memory_measure import build_synthetic
+    from minispark.training.memory import BatchShape, estimate_memory, heldout_shape
+    from minispark.training.memory_measure import build_synthetic, synthetic_heldout
     from minispark.training.recipes import load_recipe
-    from minispark.training.trainer import train_step
+    from minispark.training.trainer import autocast, train_step
 
     overrides = [f"device={device.type}"] + ([] if device.type == "cuda" else ["dtype=fp32", "optimizer=adamw"])
     config = load_recipe("rtx3050" if scale == "3b" else "tiny", overrides + ["compile=false"])
     shape = BatchShape.from_config(config)
+    config = replace(config, heldout_cache="synthetic")  # the estimate then has its held-out phase
     with Peak(device) as peak:
         model, optimizer, scheduler, batch = build_synthetic(config, shape)
         for step in range(3):
             generator = torch.Generator(device.type).manual_seed(step)
             train_step(model, optimizer, scheduler, batch, config, generator)
+    with Peak(device) as heldout:  # the evaluation the trainer runs every eval_every steps
+        synthetic_heldout(config, model, heldout_shape(config)).score(model, autocast(config))
     del model, optimizer, scheduler, batch
-    return {"measured_gb": peak.bytes / GB, "predicted_gb": estimate_memory(config, shape).predicted_peak / GB}
+    estimate = estimate_memory(config, shape)
+    return {"measured_gb": peak.bytes / GB, "predicted_gb": estimate.predicted_peak / GB,
+            "heldout_gb": heldout.bytes / GB, "heldout_predicted_gb": estimate.phases["held-out proxy"] / GB}
+
+
+def _proc_kib(key: str) -> int:
+    with open("/proc/self/status") as handle:
+        return next(int(line.split()[1]) * 1024 for line in handle if line.startswith(key + ":"))
+
+
+def training_host_peak(target_dir: Path, scale: str, device: torch.device) -> dict[str, float]:
+    """(a′) host RAM of training from a cache: the target's frozen tensors read from its safetensors, the
+    drafter built on the host and moved to ``device`` (Linux: RSS peak since a reset of the kernel's
+    counter, and its growth over the RSS before, which holds the loaded libraries)."""
+    from minispark.training.memory import estimate_memory
+    from minispark.training.recipes import draft_config, load_recipe, target_dims
+    from minispark.training.target_tensors import load_frozen_parts
+    from minispark.training.trainer import build_model
+
+    overrides = [f"device={device.type}", "compile=false"] + ([] if device.type == "cuda" else ["dtype=fp32"])
+    config = load_recipe("rtx3050" if scale == "3b" else "tiny", overrides)
+    gc.collect()
+    with open("/proc/self/clear_refs", "w") as handle:
+        handle.write("5")  # VmHWM := the current RSS
+    before = _proc_kib("VmRSS")
+    target = load_frozen_parts(str(target_dir))
+    draft = draft_config(config, target_dims(target), mask_token_id=0,
+                         dtype="bfloat16" if config.compute_dtype == "bf16" else "float32")
+    model = build_model(draft, target.model.get_input_embeddings().weight.detach(), target.lm_head.weight.detach(),
+                        config)
+    peak = _proc_kib("VmHWM")
+    del model, target
+    predicted = estimate_memory(config, draft=draft).host_peak
+    return {"rss_peak_gb": peak / GB, "growth_gb": (peak - before) / GB, "rss_before_gb": before / GB,
+            "predicted_gb": None if predicted is None else predicted / GB}
 
 
 def serving_peak(target_dir: Path, scale: str, device: torch.device, work: Path, sps_dir: Path) -> dict[str, Any]:
@@ -209,7 +247,11 @@ def over_limit(report: dict[str, Any], limit_gb: float = LIMIT_GB) -> list[str]:
 
 def render(report: dict[str, Any]) -> str:
     t, s = report["training"], report["serving"]
+    h = report["training_host"]
+    host_predicted = "" if h["predicted_gb"] is None else f" (predicted {h['predicted_gb']:.3f})"
     rows = [("training peak (measured / predicted)", f"{t['measured_gb']:.3f} / {t['predicted_gb']:.3f} GB"),
+            ("held-out evaluation (measured / pred.)", f"{t['heldout_gb']:.3f} / {t['heldout_predicted_gb']:.3f} GB"),
+            ("training host RAM (peak / growth)", f"{h['rss_peak_gb']:.3f} / {h['growth_gb']:.3f} GB{host_predicted}"),
             ("target load", f"{s['load_gb']:.3f} GB{' (4-bit)' if s['quantized'] else ''}"),
             ("serving peak, 1 MP image + drafter", f"{s['serving_gb']:.3f} GB"),
             ("drafter shares embedding + lm_head", str(s["drafter_shares_embedding_and_lm_head"])),
@@ -244,6 +286,7 @@ def main(argv: list[str] | None = None) -> int:
             "scale": args.scale, "device": device.type, "date": time.strftime("%Y-%m-%d"),
             "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
             "torch": torch.__version__, "training": training_peak(args.scale, device),
+            "training_host": training_host_peak(target_dir, args.scale, device),
             "serving": serving_peak(target_dir, args.scale, device, work, args.out / "sps"),
             "runtimes": runtime_steps(target_dir, device)}
     report["seconds"] = time.perf_counter() - started

@@ -370,3 +370,28 @@ DRAWS = 2500
 
 def recipe(*overrides: str):
     return load_recipe("tiny", list(overrides))
+
+
+def build_scaled_vl(out: Path, *, hidden: int = 256, vocab: int = 18_944, layers: int = 36) -> Path:
+    """A random Qwen2.5-VL target directory in bf16 with Qwen2.5-VL-3B's layout (36 layers, tied embedding,
+    intermediate 5.375 × hidden) at a smaller width and vocabulary: the host-memory tests read it as the
+    3B checkpoint would be read."""
+    from transformers import AutoConfig, AutoModelForImageTextToText
+
+    from minispark.tiny_models import build_tiny
+
+    build_tiny("qwen2_5_vl", out)
+    config = AutoConfig.from_pretrained(out)
+    text = config.text_config
+    text.hidden_size, text.intermediate_size, text.num_hidden_layers = hidden, hidden * 43 // 8, layers
+    text.num_attention_heads, text.num_key_value_heads, text.head_dim = 4, 2, hidden // 4
+    text.vocab_size, text.layer_types = vocab, ["full_attention"] * layers
+    config.vision_config.out_hidden_size = hidden
+    config.tie_word_embeddings = text.tie_word_embeddings = True
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = AutoModelForImageTextToText.from_config(config, dtype=torch.bfloat16)
+    for stale in out.glob("*.safetensors"):
+        stale.unlink()
+    model.save_pretrained(out)
+    return out

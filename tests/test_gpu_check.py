@@ -29,6 +29,7 @@ def test_runs_at_tiny_scale_on_a_cpu(gpu_check, tmp_path, monkeypatch):
     report = json.loads((tmp_path / "gpu_check.json").read_text())
     assert report["serving"]["drafter_shares_embedding_and_lm_head"] is True
     assert report["serving"]["new_tokens"] > 0 and report["training"]["predicted_gb"] > 0
+    assert 0 < report["training"]["heldout_predicted_gb"] and report["training_host"]["rss_peak_gb"] > 0
     assert Path(report["serving"]["sps_table"]).is_file()
     assert "serving peak" in (tmp_path / "gpu_check.txt").read_text()
     runtimes = report["runtimes"]  # on a CPU: eager vs packed (same numbers: same greedy tokens)

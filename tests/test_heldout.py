@@ -107,7 +107,7 @@ def test_greedy_proxy_equals_an_anchor_by_anchor_reference(run):
     head = target.lm_head.weight.detach()
     model = load_draft_model(report.drafter, target.model.get_input_embeddings().weight.detach(), head, "cpu")
     reader = CacheReader(root / "held")
-    score = HeldoutProxy(reader, 4, max_anchors=12, full_lm_head=head).score(model)
+    score = HeldoutProxy.from_reader(reader, 4, max_anchors=12, full_lm_head=head).score(model)
     taus = []
     with torch.no_grad():
         for i in sorted({int(round(x)) for x in torch.linspace(0, len(reader) - 1, 12).tolist()}):

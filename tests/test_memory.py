@@ -1,6 +1,9 @@
 """The memory estimator: predicted peak within 20 % of the peak RSS growth measured in a fresh
-process running real training steps (CPU), parameter counts equal a real model's, the rtx3050
-recipe fits in 5.5 GB, and the knobs move the components they should.
+process running real training steps (CPU), the held-out evaluation's peak inside the training one
+(measured and predicted), the host RAM of reading a shape-scaled Qwen2.5-VL checkpoint and building its
+drafter as predicted (and far below the checkpoint's size), parameter counts equal a real model's, the
+rtx3050 recipe fits in 5.5 GB on the device and 4 GB on the host, and the knobs move the components they
+should.
 
     .venv/bin/python -m pytest -q tests/test_memory.py
 """
@@ -13,7 +16,7 @@ import pytest
 import torch
 
 from minispark.training.memory import BatchShape, estimate_memory
-from minispark.training.memory_measure import measure_cpu
+from minispark.training.memory_measure import measure_cpu, measure_cpu_heldout, measure_cpu_host
 from minispark.training.recipes import draft_config, load_recipe, recipe_dims
 from minispark.training.trainer import build_model
 
@@ -31,6 +34,44 @@ def test_prediction_matches_measured_peak(config):
     measured = measure_cpu(config, steps=3)
     ratio = measured / predicted
     assert abs(ratio - 1) <= 0.20, f"measured {measured / 1e6:.1f} MB, predicted {predicted / 1e6:.1f} MB"
+
+
+@pytest.mark.parametrize("config", [SMALL, replace(SMALL, draft_vocab=1024)], ids=["full-vocab", "draft-vocab"])
+def test_heldout_evaluation_stays_inside_the_training_peak(config):
+    config = replace(config, heldout_cache="synthetic")
+    train, heldout = measure_cpu_heldout(config)
+    predicted = estimate_memory(config).phases
+    assert heldout < train, f"held-out {heldout / 1e6:.1f} MB, training {train / 1e6:.1f} MB"
+    assert predicted["held-out proxy"] < max(predicted["loss chunks"], predicted["backbone backward"])
+    assert abs(heldout / predicted["held-out proxy"] - 1) <= 0.20, (
+        f"measured {heldout / 1e6:.1f} MB, predicted {predicted['held-out proxy'] / 1e6:.1f} MB")
+
+
+def test_host_ram_of_a_scaled_vl_checkpoint_is_its_frozen_tensors_and_the_drafter(tmp_path):
+    from helpers import build_scaled_vl
+
+    from minispark.training.memory import host_bytes
+
+    target = build_scaled_vl(tmp_path / "target")
+    # rtx3050's drafter at the scaled width: bf16 compute, tied embedding, built on the CPU before it moves
+    config = replace(load_recipe("rtx3050"), hidden_size=256, vocab_size=18_944, num_heads=4, num_kv_heads=2,
+                     head_dim=64, intermediate_size=688, markov_rank=64, feature_layers=[1, 9, 17, 25, 33],
+                     compile=False, optimizer="adamw")
+    measured = measure_cpu_host(config, target)
+    breakdown = estimate_memory(replace(config, device="cuda"))
+    predicted = breakdown.host["target tensors"] + breakdown.host["drafter build"]
+    checkpoint = sum(f.stat().st_size for f in target.glob("*.safetensors"))
+    assert abs(measured / predicted - 1) <= 0.25, f"measured {measured / 1e6:.1f} MB, predicted {predicted / 1e6:.1f} MB"
+    assert measured < checkpoint / 2  # the decoder layers and the vision tower are never read
+    assert host_bytes is not None
+
+
+def test_rtx3050_host_ram_fits_in_4_gb():
+    breakdown = estimate_memory(replace(load_recipe("rtx3050"), heldout_cache="held"))
+    assert breakdown.host_peak <= 4e9
+    assert set(breakdown.host) == {"target tensors", "drafter build", "data", "held-out slice", "libraries"}
+    assert breakdown.phases["held-out proxy"] < breakdown.predicted_peak <= 5.5e9
+    assert "host RAM" in breakdown.describe()
 
 
 def test_parameter_counts_match_a_real_model():

@@ -266,7 +266,7 @@ class DraftModel(nn.Module):
     @classmethod
     def from_target(
         cls, config: DraftConfig, embed_weight: torch.Tensor, lm_head_weight: torch.Tensor,
-        vocab_ids: torch.Tensor | None = None,
+        vocab_ids: torch.Tensor | None = None, frozen_dtype: torch.dtype | None = None,
     ) -> "DraftModel":
         """A fresh draft model with the target's embedding and lm_head (its ``vocab_ids`` rows, with a
         draft vocabulary), frozen.
@@ -276,7 +276,9 @@ class DraftModel(nn.Module):
         tied embedding and lm_head stays tied), so serving a drafter costs no second V×d embedding or
         lm_head. Otherwise (another dtype) it is converted once, a tied pair still once. A draft vocabulary
         keeps its own (N, d) lm_head rows, a copy of N rows only. The placeholders are built on the meta
-        device, so no random V×d tensors are allocated first either.
+        device, so no random V×d tensors are allocated first either. ``frozen_dtype`` (default: the config's)
+        gives the frozen tensors a dtype of their own: training keeps fp32 trainable weights beside bf16
+        frozen ones, with no fp32 V×d copy made on the way.
         """
         expected = (config.vocab_size, config.hidden_size)
         for name, weight in (("embedding", embed_weight), ("lm_head", lm_head_weight)):
@@ -285,13 +287,14 @@ class DraftModel(nn.Module):
         if bool(config.draft_vocab) != (vocab_ids is not None):
             raise ValueError(f"draft_vocab {config.draft_vocab} needs vocab_ids exactly when it is > 0")
         dtype, device = config.torch_dtype, embed_weight.device
+        frozen_dtype = frozen_dtype or dtype
         model = cls(config, frozen_device="meta")
         converted: dict[tuple, torch.Tensor] = {}  # a target tensor → its frozen form (once if tied)
 
         def frozen(weight: torch.Tensor) -> nn.Parameter:
             key = (weight.data_ptr(), tuple(weight.shape), weight.stride())
             if key not in converted:
-                converted[key] = weight.detach().to(device=device, dtype=dtype)  # the same tensor if it fits
+                converted[key] = weight.detach().to(device=device, dtype=frozen_dtype)  # the same tensor if it fits
             return nn.Parameter(converted[key], requires_grad=False)
 
         model.embed_tokens.weight = frozen(embed_weight)
@@ -299,9 +302,14 @@ class DraftModel(nn.Module):
             model.lm_head.weight = frozen(lm_head_weight)
         else:  # (N, d) rows of the draft vocabulary, gathered straight into the compute dtype
             model.lm_head.weight = nn.Parameter(
-                lm_head_weight.detach()[vocab_ids.to(lm_head_weight.device, torch.long)].to(device=device, dtype=dtype),
+                lm_head_weight.detach()[vocab_ids.to(lm_head_weight.device, torch.long)].to(device=device,
+                                                                                          dtype=frozen_dtype),
                 requires_grad=False)
-        model.to(device=device, dtype=dtype)  # the rest (small); the frozen tensors already fit, so stay shared
+        for child in model.children():  # the rest (small); the frozen tensors already fit, so stay shared
+            if child is not model.embed_tokens and child is not model.lm_head:
+                child.to(device=device, dtype=dtype)
+        for name, buffer in list(model.named_buffers(recurse=False)):
+            setattr(model, name, buffer.to(device))
         if vocab_ids is not None:
             model.set_vocab(vocab_ids)
         return model

@@ -37,6 +37,16 @@ from minispark.model.draft_model import DraftModel
 from minispark.training.losses import prefix_mask
 
 
+#: A held-out batch packs this many loss chunks (``chunk_anchors``) of anchors: its backbone forward runs
+#: once per batch, its vocabulary-sized work a chunk at a time.
+CHUNKS_PER_BATCH = 8
+
+
+def heldout_batch_anchors(config) -> int:
+    """Anchors per held-out batch of a :class:`~minispark.training.recipes.TrainConfig`."""
+    return config.chunk_anchors * CHUNKS_PER_BATCH
+
+
 @dataclass
 class HeldoutScore:
     """τ proxy and per-position acceptance on the held-out slice, plus its size."""
@@ -54,20 +64,29 @@ class HeldoutScore:
 
 
 class HeldoutProxy:
-    """A fixed slice of ``max_anchors`` held-out anchors, batched once, scored on demand."""
+    """A fixed slice of ``max_anchors`` held-out anchors, batched once, scored on demand.
 
-    def __init__(self, reader: CacheReader, gamma: int, max_anchors: int = 512, batch_anchors: int = 64,
-                 device: str | torch.device = "cpu", full_lm_head: torch.Tensor | None = None) -> None:
+    It stays inside the training step's memory: the batches live on the CPU and go to ``device`` one at a
+    time, the vocabulary-sized work runs ``vocab_chunk`` anchors at a time (the loss's chunk), and the
+    target's whole lm_head is used (moved once per evaluation) only by a drafter with a draft vocabulary —
+    otherwise the drafter's frozen lm_head *is* the target's.
+    """
+
+    def __init__(self, batches: list[Batch], gamma: int, device: str | torch.device = "cpu",
+                 full_lm_head: torch.Tensor | None = None, vocab_chunk: int = 8) -> None:
         # The target's whole lm_head (V, d): p_t over every token, so a drafter with a draft
         # vocabulary is charged for the target mass it cannot propose.
-        self.full_lm_head = full_lm_head
+        self.batches, self.full_lm_head = batches, full_lm_head
+        self.gamma, self.device, self.vocab_chunk = gamma, torch.device(device), vocab_chunk
 
-
+    @classmethod
+    def from_reader(cls, reader: CacheReader, gamma: int, max_anchors: int = 512, batch_anchors: int = 64,
+                    **kwargs) -> "HeldoutProxy":
+        """``max_anchors`` anchors spread evenly over ``reader``, packed ``batch_anchors`` at a time."""
         picks = np.unique(np.linspace(0, len(reader) - 1, num=min(len(reader), max_anchors)).round().astype(int))
         anchors = [reader[int(i)] for i in picks]
-        self.batches = [make_batch(anchors[i:i + batch_anchors], gamma).to(device)
-                        for i in range(0, len(anchors), batch_anchors)]
-        self.gamma = gamma
+        return cls([make_batch(anchors[i:i + batch_anchors], gamma) for i in range(0, len(anchors), batch_anchors)],
+                   gamma, **kwargs)
 
     @torch.no_grad()
     def score(self, model: DraftModel, autocast: contextlib.AbstractContextManager | None = None) -> HeldoutScore:
@@ -77,8 +96,11 @@ class HeldoutProxy:
         greedy_sum = torch.zeros(self.gamma, dtype=torch.float64)
         counts = torch.zeros(self.gamma, dtype=torch.float64)
         tau_sum, greedy_tau_sum, blocks = 0.0, 0.0, 0
+        head = None
+        if model.config.draft_vocab and self.full_lm_head is not None:
+            head = self.full_lm_head.to(self.device, model.lm_head.weight.dtype)
         for batch in self.batches:
-            accept, match, mask = block_acceptance(model, batch, self.full_lm_head, autocast)
+            accept, match, mask = block_acceptance(model, batch.to(self.device), head, autocast, self.vocab_chunk)
             live = mask[:, 0]
             accept, match, mask = accept[live], match[live], mask[live].double()
             acc_sum += (accept * mask).sum(0)
@@ -95,35 +117,47 @@ class HeldoutProxy:
 
 @torch.no_grad()
 def block_acceptance(model: DraftModel, batch: Batch, full_lm_head: torch.Tensor | None = None,
-                     autocast: contextlib.AbstractContextManager | None = None
+                     autocast: contextlib.AbstractContextManager | None = None, vocab_chunk: int = 0,
                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per block position of every (row, anchor) slot of ``batch``, flattened to (R·A, γ) on the CPU:
     the T = 1 acceptance 1 − ½‖p_d − p_t‖₁ (float64), the T = 0 argmax match (float64) and the prefix
-    mask of labels present (bool; padding slots are all False). With ``full_lm_head`` (V, d), p_t
-    covers the whole vocabulary and a draft vocabulary is charged for the mass it cannot propose."""
+    mask of labels present (bool; padding slots are all False). With ``full_lm_head`` (V, d) and a draft
+    vocabulary, p_t covers the whole vocabulary and the drafter is charged for the mass it cannot propose
+    (without one, the drafter's lm_head is the target's). ``vocab_chunk`` > 0 bounds the vocabulary-sized
+    tensors to that many blocks at a time."""
     gamma = batch.valid.shape[-1]
     with autocast or contextlib.nullcontext():
         fwd = model.forward_train(batch.features, batch.context_positions, batch.block_tokens,
                                   batch.anchor_positions, batch.context_valid)
-        logits = model.head_logits(fwd.hidden, fwd.prev_tokens)  # (R, A, γ, V)
-    p_d = logits.float().softmax(-1)  # (R, A, γ, N)
+    hidden, prev = fwd.hidden.flatten(0, 1), fwd.prev_tokens.flatten(0, 1)  # (R·A, γ, d), (R·A, γ)
+    target_hidden = batch.target_hidden.flatten(0, 1)  # (R·A, γ, d)
+    step = vocab_chunk or hidden.shape[0]
+    parts = [_chunk_acceptance(model, hidden[i:i + step], prev[i:i + step], target_hidden[i:i + step],
+                               full_lm_head if model.config.draft_vocab else None, autocast)
+             for i in range(0, hidden.shape[0], step)]
+    accept = torch.cat([a for a, _ in parts]) if parts else torch.zeros(0, gamma, dtype=torch.float64)
+    match = torch.cat([m for _, m in parts]) if parts else torch.zeros(0, gamma, dtype=torch.float64)
+    return accept, match, prefix_mask(batch.valid).reshape(-1, gamma).cpu()
+
+
+def _chunk_acceptance(model: DraftModel, hidden: torch.Tensor, prev: torch.Tensor, target_hidden: torch.Tensor,
+                      full_lm_head: torch.Tensor | None, autocast: contextlib.AbstractContextManager | None,
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(acceptance, argmax match) (c, γ) float64 on the CPU of c blocks' hidden states (c, γ, d)."""
+    with autocast or contextlib.nullcontext():
+        p_d = model.head_logits(hidden, prev).float().softmax(-1)  # (c, γ, N)
     if full_lm_head is None:
-        p_t = model.lm_head(batch.target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)
+        p_t = model.lm_head(target_hidden.to(model.lm_head.weight.dtype)).float().softmax(-1)  # (c, γ, V)
         l1 = (p_d - p_t).abs().sum(-1)
     else:
-        weight = full_lm_head.to(batch.target_hidden.device)
-        p_t = (batch.target_hidden.to(weight.dtype) @ weight.T).float().softmax(-1)  # (R, A, γ, V)
-        if model.config.draft_vocab:
-            inside = p_t[..., model.vocab_ids]  # (R, A, γ, N)
-            l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
-        else:
-            l1 = (p_d - p_t).abs().sum(-1)
-    draft_top = p_d.argmax(-1)  # (R, A, γ) in draft-vocabulary ids when there is one
+        p_t = (target_hidden.to(full_lm_head.dtype) @ full_lm_head.T).float().softmax(-1)  # (c, γ, V)
+        inside = p_t[..., model.vocab_ids]  # (c, γ, N)
+        l1 = (p_d - inside).abs().sum(-1) + (1.0 - inside.sum(-1))  # + the mass p_d cannot cover
+    draft_top = p_d.argmax(-1)  # (c, γ) in draft-vocabulary ids when there is one
     if model.config.draft_vocab:
         draft_top = model.vocab_ids[draft_top]
-    match = (draft_top == p_t.argmax(-1)).reshape(-1, gamma).double().cpu()  # (R·A, γ)
-    accept = (1.0 - 0.5 * l1).reshape(-1, gamma).double().cpu()  # (R·A, γ)
-    return accept, match, prefix_mask(batch.valid).reshape(-1, gamma).cpu()
+    match = (draft_top == p_t.argmax(-1)).double().cpu()
+    return (1.0 - 0.5 * l1).double().cpu(), match
 
 
 def main(argv: list[str]) -> None:
@@ -155,7 +189,7 @@ def main(argv: list[str]) -> None:
         if key not in proxies:
             reader = cache if cache is not None else open_reader(held, target, list(c.feature_layers), c.window,
                                                                  c.block_size)
-            proxies[key] = HeldoutProxy(reader, c.block_size, full_lm_head=head)
+            proxies[key] = HeldoutProxy.from_reader(reader, c.block_size, full_lm_head=head)
         print(json.dumps({"drafter": path} | proxies[key].score(model).to_json()), flush=True)
 
 

@@ -35,12 +35,17 @@ import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
 
 from minispark.model.draft_model import DraftConfig, DraftModel
+from minispark.training.heldout import heldout_batch_anchors
 from minispark.training.losses import LIVE_VOCAB_TENSORS
 from minispark.training.recipes import TrainConfig, draft_config, load_recipe, recipe_dims
 
 GB = 1e9
 CACHE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
 BNB_BLOCK, BNB_MIN_8BIT = 256, 4096  # bitsandbytes blockwise 8-bit state: block size, smallest 8-bit tensor
+CHECKPOINT_BYTES = 2  # hub checkpoints store their weights in bf16
+# Host RSS of torch with the CUDA runtime, cuBLAS and the caching allocator loaded: an allowance until the GPU
+# check (``scripts/gpu_check.py``, which measures training's host peak) has run on a card.
+HOST_LIBRARIES = int(1.5e9)
 
 
 @dataclass(frozen=True)
@@ -84,15 +89,25 @@ class MemoryBreakdown:
     optimizer_name: str
     trainable_params: int
     frozen_params: int
+    # With a held-out cache: its slice when it lives on the training device (a CPU) all along, and what an
+    # evaluation adds to the static bytes (gradients are freed by then).
+    heldout_slice: int = 0
+    heldout: int | None = None
+    host: dict[str, int] | None = None  # training on a GPU: host RAM by component (see ``host_bytes``)
+
+    @property
+    def host_peak(self) -> int | None:
+        return None if self.host is None else sum(self.host.values())
 
     @property
     def static(self) -> int:
-        return self.trainable_weights + self.frozen_weights + self.optimizer + self.cache_batch
+        return self.trainable_weights + self.frozen_weights + self.optimizer + self.cache_batch + self.heldout_slice
 
     @property
     def phases(self) -> dict[str, int]:
-        return {"loss chunks": self.static + self.activations + self.head_gradients + self.logits_chunk,
-                "backbone backward": self.static + self.activations + self.gradients}
+        phases = {"loss chunks": self.static + self.activations + self.head_gradients + self.logits_chunk,
+                  "backbone backward": self.static + self.activations + self.gradients}
+        return phases if self.heldout is None else phases | {"held-out proxy": self.static + self.heldout}
 
     @property
     def peak_phase(self) -> str:
@@ -109,10 +124,13 @@ class MemoryBreakdown:
 
     def to_json(self) -> dict[str, Any]:
         return {"predicted_peak_gb": round(self.predicted_peak / GB, 4), "peak_phase": self.peak_phase,
+                "phases_gb": {k: round(v / GB, 4) for k, v in self.phases.items()},
                 "components_gb": {k: round(v / GB, 4) for k, v in self.components().items()},
                 "trainable_params": self.trainable_params, "frozen_params": self.frozen_params,
                 "batch": asdict(self.shape), "device": self.device, "dtype": self.dtype,
-                "optimizer": self.optimizer_name}
+                "optimizer": self.optimizer_name,
+                "host_gb": None if self.host is None else {k: round(v / GB, 4) for k, v in self.host.items()},
+                "host_peak_gb": None if self.host is None else round(self.host_peak / GB, 4)}
 
     def describe(self) -> str:
         s = self.shape
@@ -124,9 +142,15 @@ class MemoryBreakdown:
                  "logits_chunk": "chunk·γ·V logits working set"}
         for key, value in self.components().items():
             lines.append(f"  {key.replace('_', ' '):<18} {value / GB:8.3f} GB  {notes.get(key, '')}".rstrip())
+        phases = ", ".join(f"{name} {value / GB:.3f}" for name, value in self.phases.items())
+        lines.append(f"  {'phases':<18} {phases} GB")
         runtime = "the CUDA context" if self.device == "cuda" else "the ~0.5 GB of loaded torch libraries"
         lines.append(f"  {'predicted peak':<18} {self.predicted_peak / GB:8.3f} GB  (during {self.peak_phase}; "
                      f"excludes {runtime})")
+        if self.host is not None:
+            parts = ", ".join(f"{name} {value / GB:.3f}" for name, value in self.host.items())
+            lines.append(f"  {'host RAM':<18} {self.host_peak / GB:8.3f} GB  ({parts}; the libraries' share is an "
+                         "allowance, not measured here)")
         return "\n".join(lines)
 
 
@@ -162,13 +186,72 @@ def estimate_memory(config: TrainConfig, shape: BatchShape | None = None,
     largest_head = max((p.numel() for p in heads), default=0)
     logits = LIVE_VOCAB_TENSORS * chunk_rows * vocab * 4 + largest_head * 4 + (2 * head_linear if bf16 else 0)
     logits += shape.rows * shape.anchors * gamma * d * 4 * 2  # hidden and its gradient, flattened
+    slice_bytes, heldout = heldout_bytes(config, model, draft, bf16) if config.heldout_cache else (0, None)
+    host = host_bytes(config, draft, n_train, bf16) if config.resolved_device != "cpu" else None
     return MemoryBreakdown(
+        heldout_slice=slice_bytes, heldout=heldout, host=host,
         trainable_weights=4 * n_train, frozen_weights=(2 if bf16 else 4) * n_frozen, gradients=4 * n_train,
         optimizer=_optimizer_bytes([p for _, p in trainable], config.optimizer_name),
         activations=activation_bytes(model, draft, shape, config.cache_dtype, bf16, config.grad_checkpointing),
         logits_chunk=logits, cache_batch=batch_bytes(draft, shape, config.cache_dtype), head_gradients=4 * n_heads,
         shape=shape, device=config.resolved_device, dtype=config.compute_dtype, optimizer_name=config.optimizer_name,
         trainable_params=n_train, frozen_params=n_frozen)
+
+
+def host_bytes(config: TrainConfig, draft: DraftConfig, trainable_params: int, bf16: bool) -> dict[str, int]:
+    """Host RAM of training from a cache on a GPU, by component, all counted as alive at once (an upper
+    bound: the drafter's CPU build is freed when it moves to the device):
+
+    * target tensors: the embedding (and an untied lm_head) read in the checkpoint's dtype
+      (``target_tensors.load_frozen_parts``: no other target weight is read), held all run;
+    * drafter build: fp32 trainable weights initialised on the CPU, plus the frozen tensors' conversion when
+      the compute dtype is not the checkpoint's, plus a draft vocabulary's lm_head rows;
+    * data: the batch being packed and the one on its way to the device;
+    * held-out slice: with a held-out cache, every held-out batch (they go to the device one at a time);
+    * libraries: torch and the CUDA runtime's host side (``HOST_LIBRARIES``, an allowance).
+    """
+    vocab, d = draft.vocab_size, draft.hidden_size
+    copies = 1 if config.tie_embeddings else 2
+    frozen_item = 2 if bf16 else 4
+    converted = 0 if frozen_item == CHECKPOINT_BYTES else copies * vocab * d * frozen_item
+    parts = {"target tensors": copies * vocab * d * CHECKPOINT_BYTES,
+             "drafter build": 4 * trainable_params + converted + draft.draft_vocab * d * frozen_item,
+             "data": 2 * batch_bytes(draft, BatchShape.from_config(config), config.cache_dtype)}
+    if config.heldout_cache:
+        parts["held-out slice"] = heldout_batches(config) * batch_bytes(draft, heldout_shape(config),
+                                                                        config.cache_dtype)
+    return parts | {"libraries": HOST_LIBRARIES}
+
+
+def heldout_shape(config: TrainConfig) -> BatchShape:
+    """Padded shape of a held-out batch (``heldout.heldout_batch_anchors`` anchors, packed as training's)."""
+    return BatchShape.from_config(replace(config, batch_anchors=heldout_batch_anchors(config)))
+
+
+def heldout_bytes(config: TrainConfig, model: DraftModel, draft: DraftConfig, bf16: bool) -> tuple[int, int]:
+    """(the held-out slice's bytes resident on the training device, what an evaluation adds to the static
+    ones) for ``heldout.HeldoutProxy``: the slice lives on the CPU (so is resident there when training on a
+    CPU) and goes to the device a batch at a time; an evaluation adds that batch (on a GPU), the backbone's
+    no-grad forward (bounded by the checkpointed activations: layer inputs and one layer), the target's
+    whole lm_head on the device for a draft vocabulary, and one vocabulary chunk."""
+    shape = heldout_shape(config)
+    forward = activation_bytes(model, draft, shape, config.cache_dtype, bf16, checkpointing=True)
+    gamma, vocab, out = draft.block_size, draft.vocab_size, draft.output_size
+    frozen_item = 2 if bf16 else 4
+    full_head = vocab * draft.hidden_size * frozen_item if draft.draft_vocab and config.resolved_device != "cpu" else 0
+    rows = config.chunk_anchors * gamma
+    # logits (compute dtype) and p_d over the drafter's outputs; target logits and p_t over the vocabulary;
+    # p_d − p_t and its abs (or, with a draft vocabulary, p_t's rows inside it and their difference)
+    chunk = rows * (out * (frozen_item + 4 + 8) + vocab * (frozen_item + 4))
+    batch = batch_bytes(draft, shape, config.cache_dtype)
+    if config.resolved_device == "cpu":
+        return heldout_batches(config) * batch, forward + full_head + chunk
+    return 0, batch + forward + full_head + chunk
+
+
+def heldout_batches(config: TrainConfig) -> int:
+    """How many batches the held-out slice (``eval_anchors``) packs into."""
+    return math.ceil(config.eval_anchors / heldout_batch_anchors(config))
 
 
 def _optimizer_bytes(params: list[torch.Tensor], name: str) -> int:

@@ -64,8 +64,8 @@ def read_frozen_tensors(location: Path, vocab_size: int, hidden_size: int) -> tu
 
 
 def load_frozen_parts(source: str | None) -> Target:
-    """A :class:`Target` for training from a cache: real tokenizer, identity, embedding and lm_head (fp32,
-    on the CPU), every other weight on the meta device."""
+    """A :class:`Target` for training from a cache: real tokenizer, identity, embedding and lm_head (the
+    checkpoint's dtype, on the CPU), every other weight on the meta device."""
     from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor,
                               AutoTokenizer, GenerationConfig)
 
@@ -78,10 +78,11 @@ def load_frozen_parts(source: str | None) -> Target:
         model = auto.from_config(config, dtype=torch.float32)
     text = config.get_text_config()
     embed, head = read_frozen_tensors(location, text.vocab_size, text.hidden_size)
-    embedding = torch.nn.Parameter(embed.float(), requires_grad=False)
+    # In the checkpoint's dtype: the drafter converts once into its own (bf16 stays shared, not copied via fp32).
+    embedding = torch.nn.Parameter(embed, requires_grad=False)
     model.get_input_embeddings().weight = embedding
     tied = head is None or bool(getattr(config, "tie_word_embeddings", False))
-    model.get_output_embeddings().weight = embedding if tied else torch.nn.Parameter(head.float(), requires_grad=False)
+    model.get_output_embeddings().weight = embedding if tied else torch.nn.Parameter(head, requires_grad=False)
     try:
         model.generation_config = GenerationConfig.from_pretrained(str(location))  # its EOS ids
     except OSError:

@@ -34,7 +34,7 @@ from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
 from minispark.errors import MinisparkError
-from minispark.training.heldout import HeldoutProxy, HeldoutScore
+from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
 from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
 from minispark.training.onpolicy import Replay, load_or_replay
@@ -58,12 +58,12 @@ def build_model(draft: DraftConfig, embed: torch.Tensor, lm_head: torch.Tensor, 
     the compute dtype and shared when the target ties them (and the drafter scores the whole
     vocabulary); then gradient checkpointing / compile."""
     torch.manual_seed(config.seed)
-    model = DraftModel.from_target(replace(draft, dtype="float32"), embed.cpu(), lm_head.cpu(), vocab_ids)
+    frozen = torch.bfloat16 if config.compute_dtype == "bf16" else torch.float32
+    # Frozen tensors straight into their dtype: a bf16 checkpoint's embedding is shared, not copied via fp32.
+    model = DraftModel.from_target(replace(draft, dtype="float32"), embed.cpu(), lm_head.cpu(), vocab_ids,
+                                   frozen_dtype=frozen)
     if not draft.draft_vocab and (embed.data_ptr() == lm_head.data_ptr() or torch.equal(embed, lm_head)):
         model.lm_head.weight = model.embed_tokens.weight  # one frozen copy, as in the target
-    frozen = torch.bfloat16 if config.compute_dtype == "bf16" else torch.float32
-    model.embed_tokens.to(frozen)
-    model.lm_head.to(frozen)
     model = model.to(config.resolved_device)
     if config.grad_checkpointing:
         for layer in model.layers:  # instance attribute: state_dict keys stay unchanged
@@ -205,8 +205,10 @@ class Trainer:
                                      "held-out one with `minispark cache --split heldout`")
             held.require(target=reader.config["target"], layers=reader.layers, block=config.block_size,
                          window=reader.window)
-            self.heldout = HeldoutProxy(held, config.block_size, config.eval_anchors, config.chunk_anchors * 8,
-                                        config.resolved_device, full_lm_head=target.lm_head.weight.detach())
+            self.heldout = HeldoutProxy.from_reader(
+                held, config.block_size, config.eval_anchors, heldout_batch_anchors(config),
+                device=config.resolved_device, full_lm_head=target.lm_head.weight.detach(),
+                vocab_chunk=config.chunk_anchors)
             best = self.out / BEST_DIR / HELDOUT_FILE
             self.best = json.loads(best.read_text()) if best.is_file() else None
 

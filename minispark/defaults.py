@@ -15,6 +15,10 @@ if TYPE_CHECKING:
 
 #: Sampling temperature where none is given (``SamplingConfig``, generate, chat, bench): greedy.
 DEFAULT_TEMPERATURE = 0.0
+#: The highest sampling temperature any command takes (``validate.temperature``): the logits a model
+#: produces span some tens of nats, which T 100 already shrinks to under one (near-uniform draws);
+#: a larger value (1e308) is a typo, not a setting.
+MAX_TEMPERATURE = 100.0
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 #: The project's prompt files: the training corpora and the held-out split.
@@ -84,11 +88,16 @@ def user_dir() -> Path:
 
 
 def image_max_pixels() -> int:
-    """The pixel budget asked for by ``minispark --max-pixels`` or its variable, else ``IMAGE_MAX_PIXELS``."""
+    """The pixel budget asked for by ``minispark --max-pixels`` or its variable, else ``IMAGE_MAX_PIXELS``.
+    Every target load reads it (``load_target``, the CLI's target checks), not only a vision target's first
+    image, so a bad value is one line on any target, before anything loads."""
+    from minispark.errors import MinisparkError
+    from minispark.validate import MAX_INT
+
     value = os.environ.get(IMAGE_MAX_PIXELS_ENV) or str(IMAGE_MAX_PIXELS)
-    if not value.isdigit() or int(value) < IMAGE_MIN_PIXELS:
-        raise ValueError(f"--max-pixels / ${IMAGE_MAX_PIXELS_ENV}: {value!r} is not a whole number of pixels "
-                         f">= {IMAGE_MIN_PIXELS}")
+    if not (value.isascii() and value.isdigit()) or not IMAGE_MIN_PIXELS <= int(value) <= MAX_INT:
+        raise MinisparkError(f"--max-pixels / ${IMAGE_MAX_PIXELS_ENV}: {value!r} is not a whole number of pixels "
+                             f"in [{IMAGE_MIN_PIXELS}, {MAX_INT}]")
     return int(value)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from minispark import validate
 from minispark.atomic import write_text_atomic
 from minispark.defaults import HELDOUT_FILE
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
@@ -34,6 +35,8 @@ DEMO_CATEGORIES = ("chat", "code")
 STAGES = ("cache", "train", "calibrate", "profile", "bench", "chat")
 #: Stages whose directory cannot be redone in place with other settings.
 RESUMING_STAGES = ("cache", "train")
+#: What the pipeline writes into its ``--out``: the cache, the training run, the stage markers, the SPS table.
+PIPELINE_WRITES = ("cache", "draft", "stages", "sps_tables")
 LogFn = Callable[[str], None]
 
 
@@ -391,10 +394,17 @@ def _chat_stage(run: _Pipeline, sps: Path, prompt: str) -> dict:
             "tau": turn.stats.tau}
 
 
+def check_out(out: Path, flag: str = "--out") -> Path:
+    """``out`` is a directory the pipeline may write into: new, empty, or an earlier pipeline's (only
+    ``PIPELINE_WRITES``; each stage checks its own subdirectory). A directory of someone else's files is
+    refused before anything loads, rather than filled beside them."""
+    return validate.resumable_dir(out, flag, PIPELINE_WRITES)
+
+
 def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
                  progress: bool = True, log: LogFn = print) -> PipelineResult:
     """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
-    out, sizes = Path(out), sizes or PipelineSizes()
+    out, sizes = check_out(Path(out)), sizes or PipelineSizes()
     recipe, resized = pipeline_recipe(sizes.recipe, sizes.train_overrides, target)
     run = _Pipeline(out, sizes, recipe, resized, target, progress, log)
     stages = _Stages(out, log)

@@ -10,6 +10,7 @@ the flag.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -65,8 +66,16 @@ def seed(value: int | None, flag: str = "--seed") -> int | None:
     return integer(value, flag, 0, MAX_SEED)
 
 
-def sampling(temperature: float, top_p: float, top_k: int) -> None:
-    number(temperature, "--temperature", 0.0)
+def temperature(value: float, flag: str = "--temperature") -> float:
+    """A sampling temperature in [0, ``defaults.MAX_TEMPERATURE``] (0: greedy)."""
+    from minispark.defaults import MAX_TEMPERATURE
+
+    return number(value, flag, 0.0, MAX_TEMPERATURE)
+
+
+def sampling(temp: float, top_p: float, top_k: int) -> None:
+    """A temperature, top-p and top-k (``SamplingConfig`` checks itself with this: the one home of the ranges)."""
+    temperature(temp)
     number(top_p, "--top-p", 0.0, 1.0, low_open=True)
     integer(top_k, "--top-k", 0)
 
@@ -147,6 +156,14 @@ def prompt(text: str | None, flag: str = "--prompt") -> str | None:
     return text
 
 
+def system_message(text: str | None, flag: str = "--system") -> str | None:
+    """Refuse an empty or blank system message, as ``prompt`` refuses an empty prompt: it would silently
+    mean "none", which many chat templates fill with a default system message of their own."""
+    if text is not None and not text.strip():
+        raise MinisparkError(f"{flag}: empty (omit it for the chat template's default system message, if any)")
+    return text
+
+
 def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
     """Refuse an empty stop string: it matches at every position, so the answer would end after one token."""
     for stop in stops:
@@ -215,6 +232,23 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
             raise MinisparkError(f"{flag} {path}: is the {name} file; write it elsewhere")
         if source.is_dir() and source.resolve() in out.parents:
             raise MinisparkError(f"{flag} {path}: is inside the {name} directory {source}; write it elsewhere")
+    return path
+
+
+def resumable_dir(path: Path, flag: str, writes: Sequence[str]) -> Path:
+    """An output directory a command fills in place and resumes (``cache``, ``answers``, ``demo --train``):
+    new, empty, or holding only entries named as that command names what it writes there (``writes``: glob
+    patterns of top-level names, its temporary files included). Anything else is someone's data, which the
+    command would write beside, so it is refused before anything loads; the command's own resume checks
+    then decide whether what is named like its output is (a manifest's format, a shard's hashes)."""
+    output_dir(path, flag)
+    if not path.is_dir():
+        return path
+    for entry in sorted(path.iterdir()):
+        if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in writes):
+            name = entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "")
+            raise MinisparkError(f"{flag} {path}: holds {name}, which minispark did not write; minispark writes only "
+                                 "into a new or empty directory, or one it wrote itself: choose another directory")
     return path
 
 

@@ -349,6 +349,20 @@ CASES = [
     ("serve-port-huge", ["serve", "--port", "99999"], "--port"),
     ("serve-host-not-here", ["serve", "--host", "192.0.2.1"], "cannot listen there"),  # TEST-NET: no such interface
     ("serve-api-key-empty", ["serve", "--api-key", ""], "--api-key"),
+    # round 4 (issue 22, remaining awkward behaviours)
+    ("cache-out-foreign", ["cache", "--out", "{userdir}"], "holds notes.txt, which minispark did not write"),
+    ("answers-out-foreign", ["answers", "--out", "{userdir}"], "holds notes.txt, which minispark did not write"),
+    ("demo-train-out-foreign", ["demo", "--train", "--out", "{userdir}"], "holds notes.txt, which minispark did not"),
+    ("cache-mix-out-foreign", ["cache-mix", "{emptydir}", "--out", "{userdir}"], "holds notes.txt, which minispark"),
+    ("chat-empty-system", ["chat", "--system", ""], "--system: empty"),
+    ("chat-blank-system", ["chat", "--system", "  "], "--system: empty"),
+    ("gen-temperature-huge", ["generate", "--temperature", "1e308"], "--temperature must be a finite number in [0, 100]"),
+    ("chat-temperature-huge", ["chat", "--temperature", "1e308"], "--temperature"),
+    ("bench-temperature-huge", ["bench", "--temperature", "101"], "--temperature"),
+    ("cache-temperature-huge", ["cache", "--temperature", "1e308"], "--temperature"),
+    ("answers-temperature-huge", ["answers", "--out", "{out}", "--temperature", "1e308"], "--temperature"),
+    ("cal-temperature-huge", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}",
+                              "--temperature", "1e308"], "--temperature"),
 ]
 
 
@@ -898,3 +912,192 @@ def test_serve_refuses_a_port_in_use_before_loading(monkeypatch) -> None:
         port = taken.getsockname()[1]
         error = one_line_error(CliRunner().invoke(app, ["serve", "--port", str(port)]))
     assert f"--port {port}: cannot listen there" in error
+
+
+# ---- round 4: output directories, skipped prompts, $MINISPARK_MAX_PIXELS, --system, temperature ----------------
+
+def _someones_files(where: Path) -> Path:
+    """A directory of a user's files (nothing minispark wrote): what no --out may be filled beside."""
+    (where / "sub").mkdir(parents=True)
+    (where / "notes.txt").write_text("my notes\n")
+    (where / "sub" / "data.bin").write_bytes(b"\x00\x01")
+    return where
+
+
+@pytest.mark.parametrize("command", ["cache", "answers", "demo --train", "cache-mix"])
+def test_an_out_of_someone_elses_files_is_refused_before_loading(tmp_path, monkeypatch, command: str) -> None:
+    """cache, answers, demo --train (and cache-mix) write into --out in place: a non-empty directory
+    minispark did not write is refused, naming the flag, the directory and a file in it; nothing changes."""
+    import minispark.demo
+    from minispark.cli import data, decode
+    from tests.helpers import snapshot
+
+    def load(*args, **kwargs):
+        raise AssertionError("the target loaded before --out was checked")
+
+    for module in (data, decode):
+        monkeypatch.setattr(module, "_load", load)
+    monkeypatch.setattr(minispark.demo, "load_target", load)
+    out = _someones_files(tmp_path / "mine")
+    (tmp_path / "part").mkdir()
+    before = snapshot(out)
+    argv = {"cache": ["cache"], "answers": ["answers"], "demo --train": ["demo", "--train"],
+            "cache-mix": ["cache-mix", str(tmp_path / "part")]}[command]
+    error = one_line_error(CliRunner().invoke(app, argv + ["--out", str(out)]))
+    assert f"--out {out}: holds notes.txt, which minispark did not write" in error, error
+    assert snapshot(out) == before
+
+
+@pytest.mark.parametrize("command, manifest", [("cache", "manifest.json"), ("answers", "answers.json")])
+def test_a_manifest_another_tool_wrote_is_refused_before_loading(tmp_path, monkeypatch, command: str,
+                                                                manifest: str) -> None:
+    from minispark.cli import data
+    from tests.helpers import snapshot
+
+    monkeypatch.setattr(data, "_load", lambda *args, **kwargs: pytest.fail("loaded before --out was checked"))
+    out = tmp_path / "app"
+    out.mkdir()
+    (out / manifest).write_text(json.dumps({"name": "my web app", "icons": []}))  # named like ours, not ours
+    before = snapshot(out)
+    error = one_line_error(CliRunner().invoke(app, [command, "--out", str(out)]))
+    assert f"{out / manifest}: not a minispark-{command} manifest" in error, error
+    assert snapshot(out) == before
+
+
+def test_the_library_refuses_someone_elses_out_too(tiny_dir, tmp_path) -> None:
+    """The rule lives in the library (build_cache, build_answers, mix_caches, run_pipeline), not in the CLI."""
+    from minispark.data.answers import AnswerConfig, build_answers
+    from minispark.data.cache import CacheConfig, build_cache
+    from minispark.data.cache_mix import MixPart, mix_caches
+    from minispark.demo import run_pipeline
+    from minispark.errors import MinisparkError
+    from tests.helpers import snapshot
+
+    out = _someones_files(tmp_path / "mine")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    before = snapshot(out)
+    for build in (lambda: build_cache(CacheConfig(prompts=prompts, out=out, target=str(tiny_dir("llama")))),
+                  lambda: build_answers(AnswerConfig(prompts=prompts, out=out, target=str(tiny_dir("llama")))),
+                  lambda: mix_caches(out, [MixPart(tmp_path)]),
+                  lambda: run_pipeline(out)):
+        with pytest.raises(MinisparkError, match=re.escape(f"--out {out}: holds notes.txt")):
+            build()
+    assert snapshot(out) == before
+
+
+def test_what_minispark_wrote_is_still_resumed(tiny_dir, tmp_path) -> None:
+    """A cache or answer set the command wrote (with a write a kill cut short) resumes; once a user's
+    file is put beside its shards, it is refused and nothing there changes."""
+    from tests.helpers import snapshot
+
+    target = str(tiny_dir("llama"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n" + json.dumps({"prompt": "Tell me a story."}) + "\n")
+    flags = {"cache": ["--layers", "1,2", "--window", "4", "--block", "2", "--force"], "answers": []}
+    runner = CliRunner()
+    for command, tmp in (("cache", ".shard-00001.safetensors.k1ll3d.tmp"),
+                         ("answers", ".answers-00001.safetensors.k1ll3d.tmp")):
+        out = tmp_path / command
+        argv = [command, "--target", target, "--prompts", str(prompts), "--out", str(out), "--num-samples", "1",
+                "--max-new-tokens", "2", "--samples-per-shard", "1", "--json", *flags[command]]
+        first = runner.invoke(app, argv)
+        assert first.exit_code == 0, first.output
+        (out / tmp).write_bytes(b"half a shard")  # the next run's write, cut short by a kill
+        argv[argv.index("--num-samples") + 1] = "2"  # grow it: shard 0 is kept, shard 1 written
+        grown = runner.invoke(app, argv)
+        assert grown.exit_code == 0, grown.output
+        report = json.loads(grown.stdout)
+        assert report["resumed_shards"] == 1 and report["shards"] == 2 and not (out / tmp).exists()
+        (out / "notes.txt").write_text("my notes\n")
+        before = snapshot(out)
+        error = one_line_error(runner.invoke(app, argv))
+        assert f"--out {out}: holds notes.txt, which minispark did not write" in error
+        assert snapshot(out) == before
+
+
+def test_demo_train_goes_on_in_a_directory_it_wrote(tmp_path, monkeypatch) -> None:
+    import minispark.demo
+
+    out = tmp_path / "demo"
+    for name in minispark.demo.PIPELINE_WRITES:
+        (out / name).mkdir(parents=True)
+    (out / "stages" / "cache.json").write_text("{}\n")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minispark.demo, "run_pipeline", interrupted)
+    assert CliRunner().invoke(app, ["demo", "--train", "--out", str(out)]).exit_code == 130  # past the check
+    assert minispark.demo.check_out(out) == out
+
+
+def test_bench_and_calibrate_say_which_prompts_they_leave_out(tiny_dir, tmp_path) -> None:
+    """Image prompts on a text-only target, and a --num-prompts past what there is, each get one notice."""
+    import warnings
+
+    from minispark.data.prompts import load_prompt_inputs
+    from minispark.measuring.bench import BENCH_PROMPTS, builtin_prompts, file_prompts
+    from minispark.target.loading import load_target
+
+    make_test_image(tmp_path / "cat.png")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps(line) + "\n" for line in (
+        {"prompt": "Hi there"}, {"prompt": "What is this?", "images": ["cat.png"]}, {"prompt": "Tell me a story."})))
+    result = CliRunner().invoke(app, ["bench", "--target", str(tiny_dir("llama")), "--drafter", "none", "--modes",
+                                      "target", "--prompts", str(prompts), "--num-prompts", "5", "--max-new-tokens",
+                                      "2"])
+    assert result.exit_code == 0, result.output
+    notices = [line for line in result.stderr.splitlines() if line.startswith("notice: ")]
+    assert f"notice: --prompts {prompts}: skipping 1 image prompt: target " in result.stderr, notices
+    assert "is text-only" in result.stderr
+    assert f"notice: --num-prompts 5: {prompts} has only 2 usable prompts; using the 2 it has" in result.stderr
+
+    target = load_target(str(tiny_dir("llama")))
+    with pytest.warns(UserWarning, match=r"skipping 1 image prompt: target .* is text-only"):
+        assert len(load_prompt_inputs(target, prompts, 16)) == 2  # calibrate's prompts
+    with pytest.warns(UserWarning, match=rf"--num-prompts 9: the built-in set has only {len(BENCH_PROMPTS)} usable"):
+        assert len(builtin_prompts(target, 9)) == len(BENCH_PROMPTS)
+    text_only = tmp_path / "text.jsonl"
+    text_only.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing left out, nothing asked past: silent
+        file_prompts(target, text_only)
+        builtin_prompts(target, 2)
+
+
+@pytest.mark.parametrize("value", ["abc", "100", "99999999999", "１２３４５"])
+def test_a_bad_max_pixels_variable_is_one_line_on_a_text_target(tiny_dir, tmp_path, monkeypatch, value: str) -> None:
+    """$MINISPARK_MAX_PIXELS is checked wherever a target loads, not only once a vision target encodes an image."""
+    from minispark.defaults import IMAGE_MAX_PIXELS_ENV
+    from minispark.errors import MinisparkError
+    from minispark.target.loading import load_target
+
+    monkeypatch.setenv(IMAGE_MAX_PIXELS_ENV, value)
+    target = str(tiny_dir("llama"))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    for argv in (["generate", "--drafter", "none"], ["chat", "--drafter", "none"], ["bench", "--drafter", "none"],
+                 ["cache", "--prompts", str(prompts), "--out", str(tmp_path / "c")],
+                 ["answers", "--prompts", str(prompts), "--out", str(tmp_path / "a")],
+                 ["profile", "--out", str(tmp_path / "t")], ["serve", "--port", "0"], ["demo"]):
+        error = one_line_error(CliRunner().invoke(app, argv + ["--target", target]))
+        assert f"--max-pixels / ${IMAGE_MAX_PIXELS_ENV}: {value!r} is not a whole number of pixels" in error, error
+    with pytest.raises(MinisparkError, match=re.escape(f"${IMAGE_MAX_PIXELS_ENV}: {value!r}")):
+        load_target(target)
+
+
+def test_temperature_is_bounded_in_one_place() -> None:
+    from minispark.defaults import MAX_TEMPERATURE
+    from minispark.errors import MinisparkError
+    from minispark.target.sampling import SamplingConfig
+
+    assert SamplingConfig(MAX_TEMPERATURE).temperature == MAX_TEMPERATURE
+    for bad in (1e308, MAX_TEMPERATURE * 1.01, -0.0001):
+        with pytest.raises(MinisparkError, match=r"--temperature must be a finite number in \[0, 100\]"):
+            SamplingConfig(bad)
+
+
+def test_chat_help_says_an_empty_system_message_is_refused() -> None:
+    help_text = " ".join(CliRunner().invoke(app, ["chat", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert "an empty one is refused" in help_text

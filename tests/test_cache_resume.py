@@ -239,6 +239,11 @@ def test_files_the_cache_did_not_write_are_never_deleted(llama, prompt_file, tmp
     (out / "t.tmp").write_text("x")
     (out / shard_name(0)).write_text("not a shard")
     before = files(out)
+    with pytest.raises(MinisparkError, match=rf"--out {out}: holds t.tmp, which minispark did not write"):
+        build_cache(make_config(prompt_file, out, num_samples=2), target=llama)
+    assert files(out) == before
+    (out / "t.tmp").unlink()  # left: a file named like a shard, which is not one
+    before = files(out)
     with pytest.raises(CacheMismatchError, match=rf"{out / shard_name(0)}: exists but is not a shard of this cache"):
         build_cache(make_config(prompt_file, out, num_samples=2), target=llama)
     assert files(out) == before

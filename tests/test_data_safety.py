@@ -45,7 +45,8 @@ def run(*args: str):
     return CliRunner().invoke(app, [str(a) for a in args])
 
 
-def test_cache_keeps_user_files_in_out(tiny_dir, prompts: Path, tmp_path: Path) -> None:
+def test_cache_refuses_an_out_of_user_files(tiny_dir, prompts: Path, tmp_path: Path) -> None:
+    """A directory of someone's files is never filled with shards beside them (issue 22): refused, untouched."""
     out = tmp_path / "u"
     (out / "sub").mkdir(parents=True)
     (out / "t.tmp").write_text("mine\n")
@@ -53,8 +54,8 @@ def test_cache_keeps_user_files_in_out(tiny_dir, prompts: Path, tmp_path: Path) 
     (out / "sub" / "data.bin").write_bytes(b"\x00\x01")
     before = snapshot(out)
     result = run("cache", "--target", tiny_dir("llama"), "--prompts", prompts, "--out", out, *CACHE_FLAGS)
-    assert result.exit_code == 0, result.output
-    assert {k: v for k, v in snapshot(out).items() if k in before} == before
+    assert result.exit_code == 2 and f"--out {out}: holds notes.txt, which minispark did not write" in result.stderr
+    assert snapshot(out) == before
 
 
 @pytest.mark.parametrize("plant", ["file", "symlink"])

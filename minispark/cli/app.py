@@ -204,7 +204,8 @@ def _print_json(data: dict) -> None:
 
 TargetOpt = typer.Option(None, "--target", help="Hub id, local directory, or omit for the embedded SmolLM2.")
 #: The sampling temperature of the decoding commands (greedy by default, as ``SamplingConfig``).
-TemperatureOpt = typer.Option(defaults.DEFAULT_TEMPERATURE, "--temperature", help="0 = greedy.")
+TemperatureOpt = typer.Option(defaults.DEFAULT_TEMPERATURE, "--temperature",
+                              help=f"In [0, {defaults.MAX_TEMPERATURE:g}]; 0 = greedy.")
 #: The drafter of the decoding commands (generate, chat, serve); a drafter directory also names the target.
 DrafterOpt = typer.Option(None, "--drafter", help="none | lookup | hybrid | hybrid:DIR | a drafter directory "
                           "(default: the drafter shipped for the target, else lookup); hybrid: per round the "
@@ -270,9 +271,11 @@ def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[
 
 def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Optional[str],
                         load_in_4bit: bool = False, load_in_8bit: bool = False) -> None:
-    """The target flags every loading command shares, checked before anything is loaded."""
+    """The target flags every loading command shares, checked before anything is loaded (with
+    $MINISPARK_MAX_PIXELS, which only a vision target reads later: a bad value is one line on any target)."""
     validate.choice(dtype, "--dtype", validate.DTYPES)
     validate.device(device)
+    defaults.image_max_pixels()
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     if target not in EMBEDDED_SPELLINGS:

@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import typer
 
 from minispark import validate
-from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt, TargetOpt, _check_prompts,
@@ -21,17 +21,20 @@ from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt
 
 
 RegenMaxNewOpt = typer.Option(REGEN_MAX_NEW_TOKENS, "--max-new-tokens", help="Tokens per regenerated answer at most.")
-RegenTemperatureOpt = typer.Option(REGEN_TEMPERATURE, "--temperature", help="Sampling temperature of the regenerated answers.")
+RegenTemperatureOpt = typer.Option(REGEN_TEMPERATURE, "--temperature", help="Sampling temperature of the "
+                                   f"regenerated answers, in [0, {MAX_TEMPERATURE:g}].")
 RegenTopPOpt = typer.Option(REGEN_TOP_P, "--top-p", help="Nucleus sampling mass in (0, 1].")
 RegenTopKOpt = typer.Option(REGEN_TOP_K, "--top-k", help="Sample from the k most likely tokens; 0 = off.")
 
 
 def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, seed: int, target: Optional[str],
-                        dtype: Optional[str], device: Optional[str], load_in_4bit: bool, load_in_8bit: bool) -> None:
-    """The flags cache and answers share, checked before the target loads."""
+                        dtype: Optional[str], device: Optional[str], load_in_4bit: bool, load_in_8bit: bool,
+                        check_out: Callable[[Path], Path]) -> None:
+    """The flags cache and answers share, checked before the target loads; ``check_out`` is the command's own
+    --out rule (new, empty, or a directory it wrote)."""
     _check_prompts(prompts)
-    validate.output_dir(out)
-    validate.number(temperature, "--temperature", 0.0)
+    check_out(out)
+    validate.temperature(temperature)
     validate.seed(seed)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
 
@@ -41,7 +44,8 @@ def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, 
 def cache(
     target: Optional[str] = TargetOpt,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
-    out: Path = typer.Option(Path("runs/cache"), "--out", help="Cache directory (resumes if it exists)."),
+    out: Path = typer.Option(Path("runs/cache"), "--out", help="Cache directory: new, empty, or a cache this "
+                             "command wrote (resumed)."),
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Samples to cache (default: one per "
                                               "prompt; more cycles through the prompts with new seeds)."),
     max_new_tokens: int = RegenMaxNewOpt,
@@ -73,11 +77,11 @@ def cache(
     """Regenerate answers with the target and cache its features for sampled anchor windows only."""
     from dataclasses import replace
 
-    from minispark.data.cache import CacheConfig, build_cache, estimate_cache
+    from minispark.data.cache import CacheConfig, build_cache, check_out, estimate_cache
     from minispark.data.cache_config import default_prompts
     from minispark.data.regenerate import check_answer_room
 
-    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
+    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit, check_out)
     try:  # every flag checked before the target loads (the default prompt file depends on it)
         config = CacheConfig(
             prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"), out=out,
@@ -106,7 +110,8 @@ def cache(
 def answers(
     target: Optional[str] = TargetOpt,
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (default: the shipped corpus)."),
-    out: Path = typer.Option(Path("runs/answers"), "--out", help="Answer-set directory (resumes and grows if it exists)."),
+    out: Path = typer.Option(Path("runs/answers"), "--out", help="Answer-set directory: new, empty, "
+                             "or a set this command wrote (resumed and grown)."),
     num_samples: Optional[int] = typer.Option(None, "--num-samples", help="Answers in the set (default: one per "
                                               "prompt; more cycles through the prompts with new seeds)."),
     max_new_tokens: int = RegenMaxNewOpt,
@@ -126,11 +131,11 @@ def answers(
     as_json: bool = JsonOpt,
 ) -> None:
     """Regenerate answers with the target and store them as token ids (no features: training computes them)."""
-    from minispark.data.answers import AnswerConfig, build_answers
+    from minispark.data.answers import AnswerConfig, build_answers, check_out
     from minispark.data.cache_config import default_prompts
     from minispark.data.regenerate import check_answer_room
 
-    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit)
+    _check_regeneration(prompts, out, temperature, seed, target, dtype, device, load_in_4bit, load_in_8bit, check_out)
     config = AnswerConfig(prompts=prompts or default_prompts(False, split if split in ("train", "heldout") else "train"),
                           out=out, target=target, num_samples=num_samples, max_new_tokens=max_new_tokens,
                           temperature=temperature, top_p=top_p, top_k=top_k, batch_size=batch_size,

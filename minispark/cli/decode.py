@@ -132,7 +132,8 @@ def chat(
     temperature: float = TemperatureOpt,
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
-    system: Optional[str] = typer.Option(None, "--system", help="System message."),
+    system: Optional[str] = typer.Option(None, "--system", help="System message (default: the chat template's own, "
+                                         "if any; an empty one is refused, as generate refuses an empty --prompt)."),
     stats: bool = typer.Option(True, "--stats/--no-stats", help="A figures line after each answer."),
     max_new_tokens: int = typer.Option(512, "--max-new-tokens", help="Tokens per answer at most."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one)."),
@@ -150,6 +151,7 @@ def chat(
 
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens, stop)
+    validate.system_message(system)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
@@ -224,7 +226,8 @@ def serve(
 def demo(
     train: bool = typer.Option(False, "--train", help="Run the whole pipeline at small scale (cache → train → "
                                "calibrate → profile → bench → chat), reusing finished stages."),
-    out: Path = typer.Option(Path("runs/demo"), "--out", help="Pipeline directory (with --train)."),
+    out: Path = typer.Option(Path("runs/demo"), "--out", help="Pipeline directory (with --train): new, empty, or "
+                             "an earlier --train run's (its finished stages reused)."),
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = typer.Option(None, "--drafter", help="none | lookup | a checkpoint DIR (default: the "
                                                                   "shipped drafter, else lookup; not with --train)."),
@@ -233,7 +236,7 @@ def demo(
 ) -> None:
     """Show the speedup: target-only vs the shipped drafter on held-out prompts (--train: build your own)."""
     from minispark.measuring.bench import render_bench
-    from minispark.demo import PipelineSizes, render_demo, run_demo, run_pipeline
+    from minispark.demo import PipelineSizes, check_out, render_demo, run_demo, run_pipeline
     from minispark.measuring.profiler import rich_progress
 
     validate.integer(num_prompts, "--num-prompts", 1)
@@ -252,7 +255,7 @@ def demo(
         return
     if drafter is not None:
         raise MinisparkError("--drafter: not with --train (the pipeline trains its own)")
-    validate.output_dir(out)
+    check_out(out)  # new, empty, or an earlier pipeline's: never beside someone's files
     _check_target_flags(target, None, None)
     sizes = PipelineSizes(bench_prompts=num_prompts, bench_tokens=max_new_tokens)
     result = run_pipeline(out, sizes, target=target, log=lambda line: err_console.print(line, highlight=False,

@@ -33,7 +33,8 @@ def bench(
                                           "the drafter shipped for the target; none: no drafter); hybrid or "
                                           "hybrid:DIR: that drafter, and the hybrid modes by default."),
     prompts: Optional[Path] = typer.Option(None, "--prompts", help="Prompt JSONL (its last N prompts); default: built-in set."),
-    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a file)."),
+    num_prompts: Optional[int] = typer.Option(None, "--num-prompts", help="Prompts used (default: 6 built-in / 16 from a "
+                                               "file; more than there are: all of them, with a notice)."),
     category: Optional[str] = typer.Option(None, "--category", help="Only the --prompts lines of this category (chat, code, ...)."),
     modes: Optional[str] = typer.Option(None, "--modes", help="Comma-separated, from: target,hf,hf-lookup,lookup,fixed,"
                                         "threshold,schedule,schedule-noskip,schedule-raw,hybrid,hybrid-schedule (target always runs). "
@@ -41,7 +42,8 @@ def bench(
                                         "--drafter (and hybrid,hybrid-schedule with --drafter hybrid)."),
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per answer at most."),
     temperature: float = typer.Option(defaults.DEFAULT_TEMPERATURE, "--temperature",
-                                      help="0 = greedy (parity checked); > 0 = samples."),
+                                      help=f"0 = greedy (parity checked); > 0 = samples "
+                                      f"(at most {defaults.MAX_TEMPERATURE:g})."),
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     gamma: Optional[int] = GammaOpt,
@@ -131,7 +133,7 @@ def _bench_run(loaded: Any, config: Any, drafter: Optional[str], prompts: Option
     from minispark.measuring.bench import build_modes, builtin_prompts, file_prompts, run_bench
     from minispark.measuring.profiler import rich_progress
 
-    chosen = (file_prompts(loaded, prompts, num_prompts or 16, category) if prompts
+    chosen = (file_prompts(loaded, prompts, num_prompts, category) if prompts
               else builtin_prompts(loaded, num_prompts))
     runnable, notices = build_modes(loaded, config, drafter, sps, strict)
     for notice in notices:
@@ -245,7 +247,8 @@ def calibrate(
     num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts rolled out (the file's last N)."),
     target: Optional[str] = TargetOpt,
     gamma: Optional[int] = GammaOpt,
-    temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use."),
+    temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use, in "
+                                     f"[0, {defaults.MAX_TEMPERATURE:g}]."),
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per rollout at most."),
@@ -300,7 +303,7 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     validate.integer(min_rounds, "--min-rounds", 1)
     validate.seed(seed)
     validate.output_file(plot, "--plot")
-    SamplingConfig(validate.number(temperature, "--temperature", 0.0))  # the temperature alone, as a sampling setting
+    SamplingConfig(validate.temperature(temperature))  # the temperature alone, as a sampling setting
 
 
 def _render_calibration(report: dict, plot: Optional[Path], as_json: bool) -> None:

@@ -31,7 +31,7 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from minispark import __version__
+from minispark import __version__, validate
 from minispark.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.cache_format import config_hash, file_sha256, read_format_manifest
 from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
@@ -55,6 +55,22 @@ class AnswerSetError(MinisparkError):
 
 def shard_name(index: int) -> str:
     return f"answers-{index:05d}.safetensors"
+
+
+#: What a build writes into an answer set's directory: the manifest, the shards, and the temporary files of
+#: their atomic writes (``.NAME.*.tmp``) a kill may leave. Anything else there is not an answer set's.
+WRITES = (MANIFEST, "answers-*.safetensors", f".{MANIFEST}.*.tmp", ".answers-*.tmp")
+
+
+def check_out(out: Path, flag: str = "--out") -> Path:
+    """``out`` is a directory an answer build may write into: not a symlink, and new, empty, or an answer
+    set's own (only ``WRITES``, and an answer-set manifest if it has one). A directory of someone else's
+    files is refused, before any target loads, rather than filled with shards beside them."""
+    out = refuse_symlink(out, flag)
+    validate.resumable_dir(out, flag, WRITES)
+    if (out / MANIFEST).is_file():
+        _read_manifest(out)  # an answers.json of another tool: one line naming it
+    return out
 
 
 @dataclass
@@ -153,7 +169,7 @@ def build_answers(config: AnswerConfig, *, target: Target | None = None, log: Ca
     samples = load_prompts(config.prompts)
     if config.split == "train":
         refuse_heldout(config.prompts, samples)
-    out = refuse_symlink(config.out, "--out")
+    out = check_out(config.out)
     if target is None:
         target = load_target(config.target, dtype=config.target_dtype, device=config.device,
                              load_in_4bit=config.load_in_4bit, load_in_8bit=config.load_in_8bit)

@@ -25,9 +25,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, CacheError, CacheMismatchError, PackedSample,
-                                    ShardFile, build_manifest, config_hash, file_sha256, pack_shard, read_manifest,
-                                    shard_name, shard_stats, write_manifest, write_shard)
+from minispark import validate
+from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, WRITES, CacheError, CacheMismatchError,
+                                         PackedSample, ShardFile, build_manifest, config_hash, file_sha256, pack_shard,
+                                         read_manifest, shard_name, shard_stats, write_manifest, write_shard)
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
@@ -136,6 +137,16 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
 
 
 # ---------------------------------------------------------------------- the build
+def check_out(out: Path, flag: str = "--out") -> Path:
+    """``out`` is a directory a cache build may write into: new, empty, or a cache's own (only what a build
+    writes there, ``WRITES``, and a cache manifest if it has one). A directory of someone else's files is
+    refused, before any target loads, rather than filled with shards beside them."""
+    validate.resumable_dir(out, flag, WRITES)
+    if (out / MANIFEST).is_file():
+        read_manifest(out)  # a manifest.json of another tool: one line naming it
+    return out
+
+
 def build_cache(config: CacheConfig, *, target: Target | None = None, progress: bool = False,
                 on_shard: Callable[[int], None] | None = None, log: Callable[[str], None] | None = None) -> CacheReport:
     """Build (or resume) the cache described by ``config``; return the totals.
@@ -145,6 +156,7 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
     """
     log = log or (lambda message: print(message, file=sys.stderr))
     started = time.perf_counter()
+    check_out(config.out)
     samples, target, layers = prepare(config, target)
     if config.batch_size == 0:
         config = replace(config, batch_size=auto_batch_size(config, target, samples))

@@ -65,6 +65,11 @@ def shard_name(index: int) -> str:
     return f"shard-{index:05d}.safetensors"
 
 
+#: What a cache build (or a mix) writes into its directory: the manifest, the shards, and the temporary
+#: files of their atomic writes (``.NAME.*.tmp``) a kill may leave. Anything else there is not a cache's.
+WRITES = (MANIFEST, "shard-*.safetensors", f".{MANIFEST}.*.tmp", ".shard-*.tmp")
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a cache's config; stamped into every shard's header."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()

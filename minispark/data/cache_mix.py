@@ -22,7 +22,8 @@ from typing import Any
 
 import torch
 
-from minispark.data.cache_format import (MANIFEST, CacheError, CacheMismatchError, CacheReader, ShardFile,
+from minispark import validate
+from minispark.data.cache_format import (MANIFEST, WRITES, CacheError, CacheMismatchError, CacheReader, ShardFile,
                                          build_manifest, config_hash, file_sha256, read_manifest, shard_name,
                                          shard_stats, write_manifest, write_shard)
 
@@ -164,7 +165,7 @@ def _take(runs: list[tuple[ShardFile, int, int]], count: int) -> list[dict[str, 
 def mix_caches(out: Path | str, parts: Sequence[MixPart], *, samples_per_shard: int = 128,
                log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Write the mix of ``parts`` to ``out``; returns its manifest. Rerunning resumes or does nothing."""
-    out = Path(out)
+    out = validate.resumable_dir(Path(out), "--out", WRITES)  # a directory of someone's files gets no shards
     if samples_per_shard <= 0:
         raise CacheError(f"--samples-per-shard must be positive, got {samples_per_shard}")
     readers, parts = open_parts(parts)

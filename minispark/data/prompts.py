@@ -25,6 +25,7 @@ import functools
 import hashlib
 import json
 import sys
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -297,11 +298,22 @@ def load_prompt_inputs(target: Target, path: Path | str, limit: int, *, held_out
     ``held_out`` takes them from the end of the file: caches and training read it from the start,
     so the tail is the natural held-out split for a corpus used for both.
     """
-    samples = load_prompts(path)
-    if not target.is_vlm:
-        samples = [s for s in samples if not s.images]
+    samples = usable_samples(target, load_prompts(path), path)
     picked = samples[-limit:] if held_out else samples[:limit]
     return [encode_within_context(target, sample, path) for sample in picked]
+
+
+def usable_samples(target: Target, samples: Sequence[PromptSample], path: Path | str) -> list[PromptSample]:
+    """``samples`` a text-only ``target`` can be given: its image prompts are left out with one warning
+    line (a CLI ``notice:``) saying how many and why, never silently (bench, calibrate)."""
+    if target.is_vlm:
+        return list(samples)
+    kept = [s for s in samples if not s.images]
+    if len(kept) < len(samples):
+        skipped = len(samples) - len(kept)
+        warnings.warn(f"--prompts {path}: skipping {skipped} image prompt{'s' if skipped > 1 else ''}: target "
+                      f"{target.name} is text-only", stacklevel=2)
+    return kept
 
 
 def encode_within_context(target: Target, sample: PromptSample, path: Path | str) -> PromptInputs:

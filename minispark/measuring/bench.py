@@ -30,6 +30,7 @@ import os
 import platform
 import statistics
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -132,23 +133,40 @@ class Run:
 
 
 # ---------------------------------------------------------------------- prompts and modes
+#: Prompts ``bench --prompts FILE`` takes from the file's tail when ``--num-prompts`` is not given.
+FILE_PROMPTS = 16
+
+
 def builtin_prompts(target: Target, limit: int | None = None) -> list[BenchPrompt]:
+    """The first ``limit`` built-in prompts (all of them by default; asking for more says so)."""
+    if limit is not None and limit > len(BENCH_PROMPTS):
+        _fewer_prompts(limit, len(BENCH_PROMPTS), "the built-in set", " (give --prompts FILE for more)")
     return [BenchPrompt(target.encode(prompt=p), p.split("\n")[0][:40])
             for p in BENCH_PROMPTS[: limit or len(BENCH_PROMPTS)]]
 
 
-def file_prompts(target: Target, path: str | Path, limit: int = 16, category: str | None = None) -> list[BenchPrompt]:
-    """The last ``limit`` prompts of a prompt file (the held-out tail, as ``calibrate`` reads it),
-    only those of ``category`` when given (e.g. chat or code of ``examples/prompts/heldout.jsonl``)."""
-    from minispark.data.prompts import encode_within_context, load_prompts
+def file_prompts(target: Target, path: str | Path, limit: int | None = None,
+                 category: str | None = None) -> list[BenchPrompt]:
+    """The last ``limit`` prompts of a prompt file (default ``FILE_PROMPTS``; the held-out tail, as
+    ``calibrate`` reads it), only those of ``category`` when given (e.g. chat or code of
+    ``examples/prompts/heldout.jsonl``). Image prompts a text-only target cannot take, and a ``limit``
+    past what the file has, each get a one-line warning."""
+    from minispark.data.prompts import encode_within_context, load_prompts, usable_samples
 
-    samples = [s for s in load_prompts(path) if (target.is_vlm or not s.images)
-               and (category is None or s.category == category)]
+    samples = usable_samples(target, [s for s in load_prompts(path) if category is None or s.category == category],
+                             path)
+    where = f" of category {category!r}" if category else ""
     if not samples:
-        where = f" of category {category!r}" if category else ""
         raise MinisparkError(f"--prompts {path}: no prompt{where} usable with target {target.name}")
+    if limit is not None and limit > len(samples):
+        _fewer_prompts(limit, len(samples), str(path), where)
     return [BenchPrompt(encode_within_context(target, s, path), s.id or s.category or f"line {s.line}")
-            for s in samples[-limit:]]
+            for s in samples[-(limit or FILE_PROMPTS):]]
+
+
+def _fewer_prompts(asked: int, have: int, source: str, where: str = "") -> None:
+    warnings.warn(f"--num-prompts {asked}: {source} has only {have} usable prompt{'s' if have > 1 else ''}{where}; "
+                  f"using the {have} it has", stacklevel=3)
 
 
 def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable[[], LengthPolicy],

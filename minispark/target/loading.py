@@ -274,6 +274,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)
+    image_max_pixels()  # $MINISPARK_MAX_PIXELS checked on every target, not only once a vision one encodes an image
     if source in (None, "", "embedded", EMBEDDED_NAME):
         name, location = EMBEDDED_NAME, embedded_model_dir()
     else:

@@ -90,9 +90,46 @@ def test_batched_proposal_equals_one_proposal_per_request(target: Target) -> Non
         session.close()
 
 
-@pytest.mark.parametrize("drafter", ["none", "lookup", "dspark"])
+def test_batched_hybrid_proposal_equals_one_proposal_per_request(target: Target) -> None:
+    """Hybrid forks: each request's choice is its own (a lookup match for the repeating prompt, the trained
+    drafter for the others), and the trained drafter's blocks come from one backbone forward, equal to
+    each request's own proposal."""
+    from minispark.serving.batched import fork_drafter, propose_all
+    from minispark.serving.drafters.hybrid import make_hybrid
+    from minispark.serving.engine import DecodeState, prefill, propose
+    from minispark.target.sampling import SamplingConfig, make_generator
+    from minispark.target.session import PromptInputs
+
+    first = make_hybrid(random_dspark(target))
+    chosen = [PROMPTS[0], PROMPTS[1], PROMPTS[2]]
+    drafters = [first] + [fork_drafter(first) for _ in chosen[1:]]
+    prompts = [target.encode(prompt=p) for p in chosen]
+    echo = torch.arange(10, 22).repeat(2)[:-4][None]  # the second request's answer so far repeats itself
+    ids = torch.cat([prompts[1].input_ids, echo], 1)
+    prompts[1] = PromptInputs(ids, torch.arange(ids.shape[1]))
+    sessions = [target.session(first.feature_layers) for _ in prompts]
+    states, reqs = [], []
+    for session, drafter, prompt in zip(sessions, drafters, prompts):
+        prefill(session, drafter, prompt, reuse=False)
+        state = DecodeState(ids=prompt.input_ids[0].cpu().clone(), prompt_length=prompt.length)
+        states.append(state)
+        reqs.append(BatchRequest(prompt, 8, SamplingConfig(), state=state, generator=make_generator(7)))
+    together = propose_all(drafters, reqs, sessions)
+    for r, (drafter, state, session) in enumerate(zip(drafters, states, sessions)):
+        alone = propose(drafter, state, session, SamplingConfig(), make_generator(7))
+        assert together[r].source == alone.source
+        got, want = together[r].proposal(4), alone.proposal(4)
+        assert torch.equal(got.tokens, want.tokens)
+        session.close()
+    assert [block.source for block in together] == ["dspark", "lookup", "dspark"]
+
+
+@pytest.mark.parametrize("drafter", ["none", "lookup", "dspark", "hybrid"])
 def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[list[int]], drafter: str) -> None:
-    draft = {"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter) or random_dspark(target)
+    from minispark.serving.drafters.hybrid import make_hybrid
+
+    draft = ({"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter)
+             or (make_hybrid(random_dspark(target)) if drafter == "hybrid" else random_dspark(target)))
     table = SPSTable.from_inline([1.0 / (1.0 + 0.05 * n) for n in range(16)])  # cheap tokens: long admissions
     decoder = BatchDecoder(target, draft, slots=3, gamma=4, sps_table=table)
     try:

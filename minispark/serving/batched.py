@@ -65,12 +65,32 @@ def fork_drafter(drafter: Drafter) -> Drafter:
 
 def propose_all(drafters: list[Drafter], requests: list["BatchRequest"], sessions: list[TargetSession]) -> list:
     """Step 1 for every request: one backbone forward for all of them when their drafters are DSpark
-    drafters of one model (forks of one drafter), else each request's own ``propose``."""
-    if len(drafters) > 1 and all(type(d) is DSparkDrafter and d.model is drafters[0].model for d in drafters):
-        positions = [int(s.text_positions(s.cache_length, 1)[0]) for s in sessions]
-        return DSparkDrafter.propose_together(drafters, [r.state.ids for r in requests], positions,
-                                              [r.sampling for r in requests], [r.generator for r in requests])
+    drafters of one model (forks of one drafter), and for those of hybrid forks whose round chose the
+    trained drafter (each hybrid's choice is its own, made before and after that forward as alone); else
+    each request's own ``propose``."""
+    if _one_model(drafters):
+        return _dspark_blocks(drafters, requests, sessions)
+    if all(type(d) is HybridDrafter for d in drafters) and _one_model([d.model for d in drafters]):
+        plans = [d.plan(r.state.ids) for d, r in zip(drafters, requests)]
+        need = [i for i, plan in enumerate(plans) if plan.needs_model]
+        blocks = dict(zip(need, _dspark_blocks([drafters[i].model for i in need], [requests[i] for i in need],
+                                               [sessions[i] for i in need])))
+        return [d.complete(plan, blocks.get(i)) for i, (d, plan) in enumerate(zip(drafters, plans))]
     return [propose(d, r.state, s, r.sampling, r.generator) for d, r, s in zip(drafters, requests, sessions)]
+
+
+def _one_model(drafters: list[Drafter]) -> bool:
+    """DSpark drafters sharing one model: forks of one drafter, which one backbone forward can serve."""
+    return len(drafters) > 1 and all(type(d) is DSparkDrafter and d.model is drafters[0].model for d in drafters)
+
+
+def _dspark_blocks(drafters: list[DSparkDrafter], requests: list["BatchRequest"],
+                   sessions: list[TargetSession]) -> list:
+    if len(drafters) <= 1:
+        return [propose(d, r.state, s, r.sampling, r.generator) for d, r, s in zip(drafters, requests, sessions)]
+    positions = [int(s.text_positions(s.cache_length, 1)[0]) for s in sessions]
+    return DSparkDrafter.propose_together(drafters, [r.state.ids for r in requests], positions,
+                                          [r.sampling for r in requests], [r.generator for r in requests])
 
 
 def _batchable(sessions: list[TargetSession]) -> bool:

@@ -88,6 +88,22 @@ class Choice:
     theta: float = 0.0
 
 
+@dataclass(frozen=True)
+class RoundPlan:
+    """:meth:`HybridDrafter.plan`'s result: the pre-draft state, the first choice and the lookup's
+    continuation (≤ γ,). ``needs_model``: the trained drafter's block must be proposed before
+    :meth:`HybridDrafter.complete` (a batched server proposes those of several requests together)."""
+
+    state: PreDraftState
+    choice: Choice
+    continuation: torch.Tensor
+    device: torch.device
+
+    @property
+    def needs_model(self) -> bool:
+        return self.choice.source is Source.DSPARK
+
+
 class AcceptanceEstimate:
     """q_k, the chance draft position k survives given the k−1 before it did: a prior worth
     ``weight`` rounds, then counts (a round tried position k iff it verified k and accepted k−1)."""
@@ -246,22 +262,32 @@ class HybridDrafter(Drafter):
 
     def propose(self, ids: torch.Tensor, anchor_position: int, sampling: SamplingConfig,
                 generator: torch.Generator) -> DraftBlock:
+        plan = self.plan(ids)
+        return self.complete(plan, self.model.propose(ids, anchor_position, sampling, generator)
+                             if plan.needs_model else None)
+
+    def plan(self, ids: torch.Tensor) -> "RoundPlan":
+        """The round's first choice, from the pre-draft state alone (the lookup's match, no forward)."""
         match_length, continuation = self.lookup.match(ids)
         continuation = continuation[: self.gamma]  # (≤ γ,)
         state = PreDraftState(int(ids.numel()), match_length, int(continuation.numel()))
-        choice = self.choice.choose(state)
-        block: DraftBlock | None = None
-        if choice.source is Source.DSPARK and self.has_confidence:
-            block = self.model.propose(ids, anchor_position, sampling, generator)
+        return RoundPlan(state, self.choice.choose(state), continuation, ids.device)
+
+    def complete(self, plan: "RoundPlan", model_block: DraftBlock | None) -> DraftBlock:
+        """The round's block: with ``model_block`` (the trained drafter's, proposed because
+        ``plan.needs_model``, alone or batched with other requests') the choice is made again with its c_1
+        when the drafter has a confidence head; else the plan's choice stands."""
+        state, choice, block = plan.state, plan.choice, model_block
+        if block is not None and self.has_confidence:
             state = replace(state, c1=self._calibrated_c1(block.confidence(1)))  # c_1 only: x_1 is not drawn
             choice = self.choice.choose(state)
         if choice.source is Source.LOOKUP:
-            block = FixedBlock(continuation[: choice.length])
+            block = FixedBlock(plan.continuation[: choice.length])
             block.fixed_length = True
         elif choice.source is Source.PLAIN:
-            block = DraftBlock(0, ids.device)
-        elif block is None:  # a drafter without a confidence head: the choice was final without c_1
-            block = self.model.propose(ids, anchor_position, sampling, generator)
+            block = DraftBlock(0, plan.device)
+        if block is None:
+            raise ValueError("a DSpark round needs the trained drafter's block (plan.needs_model)")
         block.source = choice.source.value
         self._round = (state, choice, block)
         return block

@@ -115,6 +115,8 @@ def draft_precision() -> str:
 #: round, cool-down seconds before one.
 PROFILE_CONTEXTS = (256, 1024, 4096)
 PROFILE_MAX_TOKENS = 16
+#: The largest ``profile --batch-tokens`` size: 32 requests × (γ 7 + 1), past any batch this machine serves.
+PROFILE_MAX_BATCH_TOKENS = 256
 PROFILE_ROUNDS = 10
 PROFILE_WARMUP = 2
 PROFILE_DRIFT_BOUND = 0.10

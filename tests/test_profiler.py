@@ -232,3 +232,18 @@ def test_config_validation():
 def test_device_name_cpu():
     name = identity.device_name("cpu")
     assert re.search(r", \d+ threads?$", name) and "(R)" not in name
+
+
+def test_batch_tokens_are_profiled_and_read_by_the_batched_scheduler(tiny_target):
+    """Sizes past --max-tokens (a batched verify's) are timed like the others; SPS(B) then reads them
+    (interpolating between profiled sizes) instead of extrapolating past the last one."""
+    from minispark.serving.batch_schedule import batch_sps
+
+    table = profile_target(tiny_target, ProfileConfig(contexts=[8], max_tokens=3, batch_tokens=[12, 6, 6],
+                                                      rounds=1, warmup=0))
+    assert table.tokens == [1, 2, 3, 6, 12]
+    sps = batch_sps(table, 12, 8, envelope=False)
+    assert sps(12) == pytest.approx(table.sps(12, 8)) and sps(6) == pytest.approx(table.sps(6, 8))
+    assert sps(9) == pytest.approx(1 / (0.5 * (table.step_seconds(6, 8) + table.step_seconds(12, 8))))
+    with pytest.raises(MinisparkError, match="--batch-tokens: sizes past --max-tokens 3 only"):
+        ProfileConfig(max_tokens=3, batch_tokens=[2])

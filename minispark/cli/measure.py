@@ -169,6 +169,8 @@ def profile(
     contexts: str = typer.Option(",".join(map(str, defaults.PROFILE_CONTEXTS)), "--contexts",
                                  help="KV-cache lengths to profile."),
     max_tokens: int = typer.Option(defaults.PROFILE_MAX_TOKENS, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
+    batch_tokens: str = typer.Option("", "--batch-tokens", help="Sizes past --max-tokens to profile too, for serve's "
+                                     "batched verify of R requests (up to R·(γ+1); e.g. 24,32,48,64)."),
     rounds: int = typer.Option(defaults.PROFILE_ROUNDS, "--rounds", help="Shuffled rounds per context."),
     warmup: int = typer.Option(defaults.PROFILE_WARMUP, "--warmup", help="Untimed passes over every size per context."),
     drift_bound: float = typer.Option(defaults.PROFILE_DRIFT_BOUND, "--drift-bound",
@@ -193,7 +195,7 @@ def profile(
     from minispark.measuring.profiler import format_table, run_profile
 
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
-                             note, allow_busy, out, plot)
+                             note, allow_busy, out, plot, batch_tokens)
     validate.input_dir(drafter, "--drafter")
     validate.output_file(plot, "--plot", {"--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
@@ -205,20 +207,25 @@ def profile(
     if as_json:
         _print_json({"path": str(path), **asdict(table)})
         return
-    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens]), highlight=False,
+    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens] + config.batch_tokens),
+                  highlight=False,
                   markup=False)  # "median [min]" and the target's path as they are
     console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, drift_bound: float, max_remeasure: int,
                     cooldown: float, seed: int, threads: Optional[int], note: str, allow_busy: bool,
-                    out: Optional[Path], plot: Optional[Path]) -> Any:
+                    out: Optional[Path], plot: Optional[Path], batch_tokens: str = "") -> Any:
     """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
     from minispark.measuring.profiler import ProfileConfig
 
     lengths = validate.floats(contexts, "--contexts", low=0.0)
     if any(c != int(c) for c in lengths):
         raise MinisparkError(f"--contexts: expected whole token counts, got {contexts!r}")
+    sizes = validate.floats(batch_tokens, "--batch-tokens", low=1.0) if batch_tokens.strip() else []
+    if any(n != int(n) or n > defaults.PROFILE_MAX_BATCH_TOKENS for n in sizes):
+        raise MinisparkError(f"--batch-tokens: expected whole token counts up to {defaults.PROFILE_MAX_BATCH_TOKENS}, "
+                             f"got {batch_tokens!r}")
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
     validate.number(cooldown, "--cooldown", 0.0, 3600.0)
     validate.integer(threads, "--threads", 1)
@@ -234,7 +241,7 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     validate.seed(seed)
     validate.output_dir(out)
     validate.output_file(plot, "--plot")
-    return ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens,
+    return ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens, batch_tokens=[int(n) for n in sizes],
                          rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
                          cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
 

@@ -73,6 +73,8 @@ class ProfileConfig:
 
     contexts:        KV-cache lengths to profile (those beyond the model's positions are skipped)
     max_tokens:      profile n = 1..max_tokens new tokens per step (≥ γ+1 for the scheduler)
+    batch_tokens:    sizes past max_tokens profiled too (a batched verify's Σ(1 + ℓ_r), up to R·(γ+1)
+                     for R requests in flight); SPS between them is interpolated
     rounds:          kept rounds per context; each times every size once, shuffled
     warmup:          untimed passes over every size per context before the baseline
     reference_tokens: the size timed at each round's start and end to detect drift
@@ -87,6 +89,7 @@ class ProfileConfig:
 
     contexts: list[int] = field(default_factory=lambda: list(defaults.PROFILE_CONTEXTS))
     max_tokens: int = defaults.PROFILE_MAX_TOKENS
+    batch_tokens: list[int] = field(default_factory=list)
     rounds: int = defaults.PROFILE_ROUNDS
     warmup: int = defaults.PROFILE_WARMUP
     reference_tokens: int = 1
@@ -100,9 +103,12 @@ class ProfileConfig:
 
     def __post_init__(self) -> None:
         self.contexts = sorted({int(c) for c in self.contexts})
+        self.batch_tokens = sorted({int(n) for n in self.batch_tokens})
         checks = [
             (bool(self.contexts) and self.contexts[0] >= 0, "--contexts: need lengths >= 0"),
             (self.max_tokens >= 1, "--max-tokens must be >= 1"),
+            (all(n > self.max_tokens for n in self.batch_tokens),
+             f"--batch-tokens: sizes past --max-tokens {self.max_tokens} only (1..{self.max_tokens} are profiled)"),
             (self.rounds >= 1, "--rounds must be >= 1"),
             (self.warmup >= 0, "--warmup must be >= 0"),
             (1 <= self.reference_tokens <= self.max_tokens, "reference_tokens must be in 1..max_tokens"),
@@ -117,7 +123,7 @@ class ProfileConfig:
 
     @property
     def tokens(self) -> list[int]:
-        return list(range(1, self.max_tokens + 1))
+        return list(range(1, self.max_tokens + 1)) + self.batch_tokens
 
 
 # ---------------------------------------------------------------------- device

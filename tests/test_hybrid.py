@@ -252,6 +252,43 @@ def test_greedy_parity_with_always_and_never_matching_lookups(setup, kind: str) 
                 assert sources <= {"lookup", "skipped"} and result.stats.tau > 2.0  # copies the answer
 
 
+class NeverDraft(DraftSkip):
+    """Draft-skip that skips every round it is asked about, and records what it was told."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked, self.observed = 0, 0
+
+    def should_draft(self) -> bool:
+        self.asked += 1
+        return False
+
+    def observe(self, *args) -> None:
+        self.observed += 1
+
+
+@pytest.mark.parametrize("kind", ["right", "never"])
+def test_draft_skip_decides_only_the_trained_drafters_rounds(setup, kind: str) -> None:
+    """A lookup round costs no forward: draft-skip is neither asked nor taught by it (it runs even when
+    every asked round is skipped), while rounds the plan gives the trained drafter are its to skip."""
+    target, drafter_dir = setup
+    gamma, sps = 4, SPSTable.from_inline([1.0, 0.9, 0.85, 0.8, 0.75])
+    inputs = target.encode(prompt="Tell me a story.")
+    want = hf_greedy(target, inputs, 40)
+    hybrid = HybridDrafter(OracleLookup(want, inputs.length, kind, target.vocab_size), make_drafter(drafter_dir, target))
+    hybrid.price_with(sps, gamma)
+    skip = NeverDraft()
+    with target.session(hybrid.feature_layers) as session:
+        result = speculative_generate(session, inputs, hybrid, SamplingConfig(), ScheduledLength(sps, gamma),
+                                      max_new_tokens=40, eos_ids=target.eos_token_ids, skip=skip)
+    assert_parity(target, inputs, result.token_ids, want)
+    sources = result.stats.sources
+    if kind == "right":  # every round copies the answer: none asked, none skipped
+        assert set(sources) == {"lookup"} and skip.asked == skip.observed == 0
+    else:  # every round would be the trained drafter's: each asked, each skipped
+        assert set(sources) == {"skipped"} and skip.asked == skip.observed == len(sources)
+
+
 def test_serving_builds_and_prices_the_hybrid(setup, tiny_trained_drafter) -> None:
     target, drafter_dir = setup
     spec = f"hybrid:{drafter_dir}"

@@ -271,7 +271,8 @@ def speculative_generate(
             reason = "interrupted"
             break
         t_start = _now(device)
-        drafting = skip is None or skip.should_draft()
+        exempt = skip is not None and drafter.skip_exempt(state.ids)  # from committed ids alone
+        drafting = skip is None or exempt or skip.should_draft()
         if drafting:
             block = propose(drafter, state, session, sampling, generator)
             proposal = schedule(block, policy, state)
@@ -284,7 +285,7 @@ def speculative_generate(
         accepted, next_token = accept(proposal, verified, sampling, generator)
         commit(session, drafter, state, proposal, accepted, next_token, verified)
         t_committed = _now(device)
-        if skip is not None:
+        if skip is not None and not exempt:
             skip.observe(drafting, len(proposal), accepted, t_proposed - t_start, t_committed - t_proposed)
         stats.skipped_rounds += not drafting
         stats.sources.append(source)

@@ -60,6 +60,12 @@ class Drafter(ABC):
         """The draft block after ``ids[-1]`` (the anchor). ``ids`` (L,) are all committed tokens;
         ``anchor_position`` is the anchor's 1D text position."""
 
+    def skip_exempt(self, ids: torch.Tensor) -> bool:
+        """Whether draft-skip stays out of this round: the drafter's own choice for it, made from the
+        committed ``ids`` alone (nothing drafted), costs no drafter forward (the hybrid's lookup and
+        plain rounds, already priced by its Θ rule). Such rounds neither ask nor teach draft-skip."""
+        return False
+
     def commit(
         self,
         num_accepted: int,

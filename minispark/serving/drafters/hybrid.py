@@ -28,7 +28,10 @@ little repeats, it is ahead of the lookup. :class:`HybridDrafter` proposes from 
   projects the round's features when it next drafts, as after a draft-skipped round). Otherwise the
   forward runs, c_1 is read (x_1 is not drawn) and the choice is made again with it.
 
-Draft-skip works unchanged: it decides before ``propose`` whether this round drafts at all.
+Draft-skip decides only the rounds the first choice gives the trained drafter (``skip_exempt``): a
+lookup or plain round costs no forward and is already priced by the Θ rule, so it neither asks draft-skip
+nor feeds its estimate of what a trained drafter's round wins; like the choice, that is decided before
+anything is drawn.
 
     minispark generate --drafter hybrid --prompt "Fix the typo in: def add(a, b): retrun a + b" --json
 """
@@ -265,6 +268,11 @@ class HybridDrafter(Drafter):
         plan = self.plan(ids)
         return self.complete(plan, self.model.propose(ids, anchor_position, sampling, generator)
                              if plan.needs_model else None)
+
+    def skip_exempt(self, ids: torch.Tensor) -> bool:
+        # A lookup or plain round costs no forward: draft-skip, which weighs the trained drafter's cost,
+        # decides only the rounds the plan gives the trained drafter.
+        return not self.plan(ids).needs_model
 
     def plan(self, ids: torch.Tensor) -> "RoundPlan":
         """The round's first choice, from the pre-draft state alone (the lookup's match, no forward)."""

@@ -15,6 +15,7 @@ import json
 import platform
 import threading
 import time
+from pathlib import Path
 
 import openai
 import torch
@@ -81,12 +82,14 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=16, help="the first N held-out prompts (the mix)")
     parser.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one)")
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--sps", type=Path, default=None, help="SPS table for schedule mode (default: the one "
+                        "found for this device; `minispark profile --batch-tokens` fills SPS(B) past 16 tokens)")
     parser.add_argument("--json", action="store_true", help="print the JSON report only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target("embedded", device="cpu")
     prompts = [s.prompt for s in load_prompts(HELDOUT_FILE)[: args.prompts] if s.prompt is not None and not s.images]
-    setups = {"target": build_serving(target, "none"), "schedule": build_serving(target, args.drafter, "schedule")}
+    setups = {"target": build_serving(target, "none"), "schedule": build_serving(target, args.drafter, "schedule", sps=args.sps)}
     rows = []
     for clients in (int(c) for c in args.clients.split(",")):
         runs = {mode: load_run(target, setup, clients, clients, args.requests, prompts, args.max_tokens)

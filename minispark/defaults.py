@@ -74,6 +74,9 @@ STATIC_CACHE_TOKENS = 4096
 #: --max-pixels N`` (or its variable, read where images are encoded, here and in subprocesses) changes it.
 IMAGE_MAX_PIXELS = 1280 * 28 * 28
 IMAGE_MAX_PIXELS_ENV = "MINISPARK_MAX_PIXELS"
+#: The largest count or size a flag takes (a C int): a token count, window, budget or batch this large is a
+#: typo (``validate`` refuses past it; torch and numpy would overflow a C long instead of refusing).
+MAX_INT = 2**31 - 1
 #: The smallest budget accepted: qwen-vl-utils' floor of 4 visual tokens (4 × 28²).
 IMAGE_MIN_PIXELS = 4 * 28 * 28
 
@@ -92,7 +95,6 @@ def image_max_pixels() -> int:
     Every target load reads it (``load_target``, the CLI's target checks), not only a vision target's first
     image, so a bad value is one line on any target, before anything loads."""
     from minispark.errors import MinisparkError
-    from minispark.validate import MAX_INT
 
     value = os.environ.get(IMAGE_MAX_PIXELS_ENV) or str(IMAGE_MAX_PIXELS)
     if not (value.isascii() and value.isdigit()) or not IMAGE_MIN_PIXELS <= int(value) <= MAX_INT:

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
+from minispark.defaults import MAX_INT  # flags are refused past it (its home is defaults)
 from minispark.errors import MinisparkError, first_line
 
 DTYPES = ("fp32", "bf16", "fp16")
@@ -30,8 +31,6 @@ MAX_IMAGE_PIXELS = 64_000_000
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
 MAX_SEED = 2**32 - 1
-#: The largest count or size a flag takes (a C int): a token count, window or batch this large is a typo.
-MAX_INT = 2**31 - 1
 
 
 # ---------------------------------------------------------------------- numbers

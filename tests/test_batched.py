@@ -62,24 +62,32 @@ def test_batched_step_equals_one_step_per_request(target: Target) -> None:
         session.close()
 
 
-def test_batched_proposal_equals_one_proposal_per_request(target: Target) -> None:
-    """DSpark forks of one drafter propose in one backbone forward: each request's block has the hidden
-    states, confidences and draws its own proposal has, whatever the others' context lengths."""
-    from minispark.serving.batched import fork_drafter, propose_all
-    from minispark.serving.engine import DecodeState, prefill, propose
-    from minispark.target.sampling import SamplingConfig, make_generator
+def _prefilled(target: Target, drafters: list, prompts: list, sampling) -> tuple[list, list, list]:
+    """(sessions, decode states, batch requests) of ``prompts`` prefilled with their ``drafters``, seed 7."""
+    from minispark.serving.engine import DecodeState, prefill
+    from minispark.target.sampling import make_generator
 
-    first = random_dspark(target)
-    drafters = [first] + [fork_drafter(first) for _ in PROMPTS[:2]]
-    prompts = [target.encode(prompt=p) for p in PROMPTS[:3]]
-    sessions = [target.session(first.feature_layers) for _ in prompts]
+    sessions = [target.session(drafters[0].feature_layers) for _ in prompts]
     states, reqs = [], []
     for session, drafter, prompt in zip(sessions, drafters, prompts):
         prefill(session, drafter, prompt, reuse=False)
         state = DecodeState(ids=prompt.input_ids[0].cpu().clone(), prompt_length=prompt.length)
         states.append(state)
-        reqs.append(BatchRequest(prompt, 8, SamplingConfig(temperature=1.0), state=state,
-                                 generator=make_generator(7)))
+        reqs.append(BatchRequest(prompt, 8, sampling, state=state, generator=make_generator(7)))
+    return sessions, states, reqs
+
+
+def test_batched_proposal_equals_one_proposal_per_request(target: Target) -> None:
+    """DSpark forks of one drafter propose in one backbone forward: each request's block has the hidden
+    states, confidences and draws its own proposal has, whatever the others' context lengths."""
+    from minispark.serving.batched import fork_drafter, propose_all
+    from minispark.serving.engine import propose
+    from minispark.target.sampling import SamplingConfig, make_generator
+
+    first = random_dspark(target)
+    drafters = [first] + [fork_drafter(first) for _ in PROMPTS[:2]]
+    prompts = [target.encode(prompt=p) for p in PROMPTS[:3]]
+    sessions, states, reqs = _prefilled(target, drafters, prompts, SamplingConfig(temperature=1.0))
     together = propose_all(drafters, reqs, sessions)
     for r, (drafter, state, session) in enumerate(zip(drafters, states, sessions)):
         alone = propose(drafter, state, session, SamplingConfig(temperature=1.0), make_generator(7))
@@ -96,7 +104,7 @@ def test_batched_hybrid_proposal_equals_one_proposal_per_request(target: Target)
     each request's own proposal."""
     from minispark.serving.batched import fork_drafter, propose_all
     from minispark.serving.drafters.hybrid import make_hybrid
-    from minispark.serving.engine import DecodeState, prefill, propose
+    from minispark.serving.engine import propose
     from minispark.target.sampling import SamplingConfig, make_generator
     from minispark.target.session import PromptInputs
 
@@ -107,13 +115,7 @@ def test_batched_hybrid_proposal_equals_one_proposal_per_request(target: Target)
     echo = torch.arange(10, 22).repeat(2)[:-4][None]  # the second request's answer so far repeats itself
     ids = torch.cat([prompts[1].input_ids, echo], 1)
     prompts[1] = PromptInputs(ids, torch.arange(ids.shape[1]))
-    sessions = [target.session(first.feature_layers) for _ in prompts]
-    states, reqs = [], []
-    for session, drafter, prompt in zip(sessions, drafters, prompts):
-        prefill(session, drafter, prompt, reuse=False)
-        state = DecodeState(ids=prompt.input_ids[0].cpu().clone(), prompt_length=prompt.length)
-        states.append(state)
-        reqs.append(BatchRequest(prompt, 8, SamplingConfig(), state=state, generator=make_generator(7)))
+    sessions, states, reqs = _prefilled(target, drafters, prompts, SamplingConfig())
     together = propose_all(drafters, reqs, sessions)
     for r, (drafter, state, session) in enumerate(zip(drafters, states, sessions)):
         alone = propose(drafter, state, session, SamplingConfig(), make_generator(7))

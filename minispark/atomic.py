@@ -31,6 +31,7 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep the file from every other user
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
@@ -48,6 +49,14 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     finally:
         os.close(directory)
     return path
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it, so set back at once): the modes an ordinary ``open`` and
+    ``mkdir`` would give, which the temporaries of the atomic writes take instead of 0600 / 0700."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def write_text_atomic(path: str | Path, text: str) -> Path:
@@ -71,6 +80,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
+        tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
         fill(tmp)
         _write_record(tmp, _hashes(tmp), by)
         old = None

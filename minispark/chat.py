@@ -28,6 +28,7 @@ from minispark.serving.engine import GenerationStats
 from minispark.errors import MinisparkError
 from minispark.serving.builder import ServingSetup
 from minispark.serving.sps import SPSTable, SPSTableError
+from minispark.validate import expand_user
 
 COMMANDS = {
     "/image PATH": "attach an image to your next message",
@@ -118,6 +119,10 @@ class ChatREPL:
             except KeyboardInterrupt:
                 self.console.print("\n[dim](Ctrl-D or /quit to exit)[/]")
                 continue
+            except UnicodeDecodeError as exc:  # a pasted Latin-1 "é": the line is lost, the session is not
+                self.error(f"that line is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); type it again in "
+                           "UTF-8")
+                continue
             if not self.handle(line.strip()):
                 return
 
@@ -173,14 +178,19 @@ class ChatREPL:
                 f"{stats.reused_tokens} reused" + (f" · peak {peak_bytes / 2**30:.2f} GiB" if peak_bytes else ""))
 
     def attach(self, path: str) -> None:
+        try:
+            file = expand_user(path, "/image")
+        except MinisparkError as exc:
+            self.error(str(exc))
+            return
         if not self.conversation.target.is_vlm:
             self.error(f"target {self.conversation.target.name} is text-only: it cannot take images")
-        elif not Path(path).expanduser().is_file():
+        elif not file.is_file():
             self.error(f"image not found: {path}")
-        elif (problem := _image_problem(Path(path).expanduser())) is not None:
+        elif (problem := _image_problem(file)) is not None:
             self.error(problem)
         else:
-            self.pending.append(str(Path(path).expanduser()))
+            self.pending.append(str(file))
             self.console.print(f"[dim]attached {escape(path)} (sent with your next message)[/]", highlight=False)
 
     def reset(self) -> None:
@@ -226,7 +236,7 @@ def _save_path(path: str) -> Path:
     directory, a path under a file, or someone's other file."""
     from minispark.validate import output_file
 
-    file = output_file(Path(path).expanduser(), "/save")
+    file = output_file(expand_user(path, "/save"), "/save")
     if file.exists():
         try:
             saved = json.loads(file.read_text())

@@ -19,6 +19,9 @@ DEFAULT_TEMPERATURE = 0.0
 #: produces span some tens of nats, which T 100 already shrinks to under one (near-uniform draws);
 #: a larger value (1e308) is a typo, not a setting.
 MAX_TEMPERATURE = 100.0
+#: The lowest positive one: float32 logits divided by a temperature under ~1e-37 overflow (one under ~1e-45
+#: rounds to 0), so the softmax is NaN. 1e-30 leaves room for logits up to 1e8; the draw is the argmax long before.
+MIN_TEMPERATURE = 1e-30
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).
 SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 #: The project's prompt files: the training corpora and the held-out split.
@@ -31,8 +34,18 @@ RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 SHIPPED_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
 #: Overrides :func:`user_dir`.
 USER_DIR_ENV = "MINISPARK_CACHE"
+#: Overrides the user's SPS table directory (``serving.sps.user_tables_dir``; ``sps_tables/`` in :func:`user_dir`).
+SPS_TABLES_ENV = "MINISPARK_SPS_TABLES"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.
 DEFAULT_GAMMA = 7
+#: The most samples one cache or answer set may ask for: every sample's plan (its prompt, its seed, whether
+#: it is done) is held in memory from the start, and ten million answers are weeks of a GPU already.
+MAX_SAMPLES = 10_000_000
+#: The longest draft block γ (``cache --block``, a recipe's ``block_size``; γ + 1 tokens are verified per
+#: step, SPS tables profile 16 by default) and the deepest drafter a recipe may ask for (deeper than any
+#: target's decoder: a typo, which would build that many layers before anything else fails).
+MAX_BLOCK_SIZE = 1024
+MAX_DRAFT_LAYERS = 128
 #: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style
 #: sampling a chat model is served with, so the drafter learns the distribution it will be verified on.
 REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.8, 20
@@ -87,7 +100,29 @@ def user_dir() -> Path:
     ``minispark profile`` measures (``sps_tables/``)."""
     import platformdirs
 
-    return Path(os.environ.get(USER_DIR_ENV) or platformdirs.user_cache_dir("minispark"))
+    value = os.environ.get(USER_DIR_ENV)
+    if value:
+        env_dir(USER_DIR_ENV)
+    return Path(value or platformdirs.user_cache_dir("minispark"))
+
+
+def env_dir(name: str) -> Path | None:
+    """The directory environment variable ``name`` names (None when unset): refused with one line when it
+    names an existing file, or a symlink that leads nowhere, where minispark would make its directory."""
+    from minispark.errors import MinisparkError
+
+    value = os.environ.get(name)
+    if not value:
+        return None
+    path = Path(value)
+    for place in (path, *path.parents):
+        if place.is_symlink() and not place.exists():
+            raise MinisparkError(f"${name} {value}: {place} is a symlink to {os.readlink(place)}, which does not "
+                                 "exist (or loops); fix the link, or point the variable at a directory")
+        if place.exists() and not place.is_dir():
+            raise MinisparkError(f"${name} {value}: {place} is a file, not a directory; point the variable at a "
+                                 "directory (minispark keeps files there)")
+    return path
 
 
 def image_max_pixels() -> int:
@@ -105,10 +140,12 @@ def image_max_pixels() -> int:
 
 def draft_precision() -> str:
     """The drafter precision asked for by ``minispark --draft-precision`` or its environment variable."""
+    from minispark.errors import MinisparkError
+
     value = os.environ.get(DRAFT_PRECISION_ENV, "auto") or "auto"
     if value not in DRAFT_PRECISIONS:
-        raise ValueError(f"--draft-precision / ${DRAFT_PRECISION_ENV}: {value!r} is not one of "
-                         f"{', '.join(DRAFT_PRECISIONS)}")
+        raise MinisparkError(f"--draft-precision / ${DRAFT_PRECISION_ENV}: {value!r} is not one of "
+                             f"{', '.join(DRAFT_PRECISIONS)}")
     return value
 
 

@@ -13,3 +13,13 @@ def first_line(exc: BaseException) -> str:
     """The first line of ``exc``'s message (its type's name when it has none): what a one-line error quotes."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def out_of_memory(exc: BaseException) -> str | None:
+    """The one-line error for an allocation this machine cannot make (torch's CPU allocator and CUDA report
+    it as a RuntimeError, Python as a MemoryError), or None for any other exception."""
+    text = first_line(exc)
+    if isinstance(exc, MemoryError) or "can't allocate memory" in text or type(exc).__name__ == "OutOfMemoryError":
+        return (f"out of memory ({text}); the sizes asked for (a recipe's, a batch) need more memory than this "
+                "machine has: use smaller ones (`minispark train --dry-run` predicts a recipe's peak)")
+    return None

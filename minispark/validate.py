@@ -66,10 +66,15 @@ def seed(value: int | None, flag: str = "--seed") -> int | None:
 
 
 def temperature(value: float, flag: str = "--temperature") -> float:
-    """A sampling temperature in [0, ``defaults.MAX_TEMPERATURE``] (0: greedy)."""
-    from minispark.defaults import MAX_TEMPERATURE
+    """A sampling temperature in [0, ``defaults.MAX_TEMPERATURE``] (0: greedy), and a positive one at least
+    ``defaults.MIN_TEMPERATURE`` (below it the float32 logits divided by it overflow, or it rounds to 0)."""
+    from minispark.defaults import MAX_TEMPERATURE, MIN_TEMPERATURE
 
-    return number(value, flag, 0.0, MAX_TEMPERATURE)
+    number(value, flag, 0.0, MAX_TEMPERATURE)
+    if 0 < value < MIN_TEMPERATURE:
+        raise MinisparkError(f"{flag} {value:g}: a positive temperature must be at least {MIN_TEMPERATURE:g} (below "
+                             "it the logits overflow; --temperature 0 is greedy decoding)")
+    return value
 
 
 def sampling(temp: float, top_p: float, top_k: int) -> None:
@@ -149,10 +154,23 @@ def listen_address(host: str, port: int) -> None:
         raise MinisparkError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
 
 
+def utf8_text(text: str, flag: str) -> str:
+    """``text`` if it is UTF-8: bytes that are not (a Latin-1 ``é`` in a command line) reach Python as lone
+    surrogates, which no tokenizer encodes and no model output can ever match."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        byte = ord(text[exc.start]) - 0xDC00 if 0xDC80 <= ord(text[exc.start]) <= 0xDCFF else None
+        what = f" (byte 0x{byte:02x})" if byte is not None else ""
+        raise MinisparkError(f"{flag}: not UTF-8 text{what} at character {exc.start + 1}; give it in UTF-8, "
+                             "as your terminal or editor can encode it") from None
+    return text
+
+
 def prompt(text: str | None, flag: str = "--prompt") -> str | None:
     if text is not None and not text.strip():
         raise MinisparkError(f"{flag}: empty (omit it for the built-in prompt)")
-    return text
+    return text if text is None else utf8_text(text, flag)
 
 
 def system_message(text: str | None, flag: str = "--system") -> str | None:
@@ -160,7 +178,7 @@ def system_message(text: str | None, flag: str = "--system") -> str | None:
     mean "none", which many chat templates fill with a default system message of their own."""
     if text is not None and not text.strip():
         raise MinisparkError(f"{flag}: empty (omit it for the chat template's default system message, if any)")
-    return text
+    return text if text is None else utf8_text(text, flag)
 
 
 def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
@@ -168,6 +186,7 @@ def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
     for stop in stops:
         if stop == "":
             raise MinisparkError(f"{flag}: empty string (it would end every answer after its first token)")
+        utf8_text(stop, flag)
     return list(stops)
 
 
@@ -222,13 +241,21 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
     if path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
     output_dir(path.parent, flag)
-    out = path.resolve()
-    for name, value in (inputs or {}).items():
+    return outside_inputs(path, flag, inputs or {})
+
+
+def outside_inputs(path: Path, flag: str, inputs: dict[str, Any]) -> Path:
+    """``path`` (an output file or directory) unless it is one of ``inputs`` (flag → the file or directory it
+    names; None, or a value that is no path on disk, is skipped) or inside one of those directories: an
+    output never replaces, or lands among, what the command reads (followed through symlinks)."""
+    out = Path(path).resolve()
+    for name, value in inputs.items():
         source = Path(str(value).removeprefix("hybrid:")) if value is not None else None
         if source is None or not source.exists():
             continue
+        what = "directory" if source.is_dir() else "file"
         if out == source.resolve():
-            raise MinisparkError(f"{flag} {path}: is the {name} file; write it elsewhere")
+            raise MinisparkError(f"{flag} {path}: is the {name} {what}; write it elsewhere")
         if source.is_dir() and source.resolve() in out.parents:
             raise MinisparkError(f"{flag} {path}: is inside the {name} directory {source}; write it elsewhere")
     return path
@@ -278,6 +305,9 @@ def drafter_spec(spec: str | None, flag: str = "--drafter") -> str | None:
     safetensors weights."""
     if spec is None or spec in ("none", "lookup", "hybrid"):
         return spec
+    if not spec.removeprefix("hybrid:").strip():  # Path("") is ".", which would be blamed instead
+        raise MinisparkError(f"{flag} {spec!r}: empty (expected none, lookup, hybrid, hybrid:DIR or a drafter "
+                             "directory)")
     if spec.startswith("hybrid:"):
         checkpoint(Path(spec.partition(":")[2]), flag)
         return spec
@@ -314,6 +344,8 @@ def safetensors_headers(directory: Path, flag: str) -> None:
     from safetensors import SafetensorError, safe_open
 
     for file in sorted(directory.glob("*.safetensors")):
+        if file.is_dir():
+            raise MinisparkError(f"{flag} {file}: a directory, not a weights file; a broken copy? copy it again")
         try:
             with safe_open(str(file), framework="pt"):
                 pass
@@ -346,11 +378,20 @@ def image(path: Path, flag: str = "--image") -> Path:
     return path
 
 
+def expand_user(path: str | Path, flag: str) -> Path:
+    """``path`` with a leading ``~`` or ``~user`` expanded; a user with no home is one line, not pathlib's
+    RuntimeError."""
+    try:
+        return Path(path).expanduser()
+    except RuntimeError:
+        raise MinisparkError(f"{flag} {path}: {str(path).split('/')[0]} names no user's home directory") from None
+
+
 # ---------------------------------------------------------------------- targets
 def target_location(source: str) -> Path | None:
     """The local directory ``source`` names, or None for a hub id; refuses a path that is clearly
     meant as one but does not exist (so a typo never downloads a stranger's model)."""
-    location = Path(source).expanduser()
+    location = expand_user(source, "--target")
     if location.is_dir():
         return location
     if location.exists():

@@ -97,6 +97,12 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     shutil.copytree(d / "notokenizer", d / "badtokenizer", copy_function=os.link)
     (d / "badtokenizer" / "tokenizer.json").write_text("{")
     shutil.copy(tiny_dir("llama") / "tokenizer_config.json", d / "badtokenizer" / "tokenizer_config.json")
+    (d / "surrogate.jsonl").write_text('{"prompt": "caf\\udce9"}\n')  # a JSON escape of half a character
+    (d / "dirweights").mkdir()  # a broken copy: its weights file is a directory
+    shutil.copy(d / "fakedrafter" / "config.json", d / "dirweights" / "config.json")
+    (d / "dirweights" / "model.safetensors").mkdir()
+    shutil.copytree(d / "fakedrafter", d / "listrecord")
+    (d / "listrecord" / "target.json").write_text("[]")  # a JSON list where the target record is an object
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -363,6 +369,44 @@ CASES = [
     ("answers-temperature-huge", ["answers", "--out", "{out}", "--temperature", "1e308"], "--temperature"),
     ("cal-temperature-huge", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}",
                               "--temperature", "1e308"], "--temperature"),
+    # round 5 (issue 22): a re-run of the probe
+    ("gen-drafter-empty-string", ["generate", "--drafter", ""], "--drafter '': empty"),  # not "--drafter ."
+    ("gen-drafter-hybrid-empty", ["generate", "--drafter", "hybrid:"], "--drafter 'hybrid:': empty"),
+    ("gen-temperature-subnormal", ["generate", "--temperature", "1e-320"], "a positive temperature must be at least"),
+    ("bench-temperature-subnormal", ["bench", "--temperature", "1e-40"], "--temperature 1e-40"),
+    ("gen-target-unknown-home", ["generate", "--target", "~no-such-user-here/model"], "names no user's home"),
+    # bytes that are not UTF-8 on a command line reach Python as lone surrogates
+    ("gen-prompt-not-utf8", ["generate", "--prompt", "caf\udce9"], "--prompt: not UTF-8 text (byte 0xe9)"),
+    ("gen-stop-not-utf8", ["generate", "--stop", "caf\udce9"], "--stop: not UTF-8 text"),  # would never match
+    ("chat-system-not-utf8", ["chat", "--system", "caf\udce9"], "--system: not UTF-8 text"),
+    ("bench-prompts-lone-surrogate", ["bench", "--prompts", "{surrogate.jsonl}"], "surrogate.jsonl:1: holds '\\udce9'"),
+    ("gen-drafter-weights-dir", ["generate", "--drafter", "{dirweights}"], "a directory, not a weights file"),
+    ("gen-drafter-record-list", ["generate", "--drafter", "{listrecord}"], "listrecord/target.json: not a target record"),
+    ("train-num-heads-zero", ["train", "--recipe", "tiny", "num_heads=0"], "override 'num_heads=0': num_heads: must be"),
+    ("train-kv-heads-zero", ["train", "--recipe", "tiny", "num_kv_heads=0"], "override 'num_kv_heads=0'"),
+    ("train-head-dim-zero", ["train", "--recipe", "tiny", "head_dim=0"], "override 'head_dim=0'"),
+    ("train-heads-not-multiple", ["train", "--recipe", "tiny", "num_heads=3"], "3 query heads are not a multiple of 2"),
+    ("train-intermediate-negative", ["train", "--recipe", "tiny", "intermediate_size=-5"], "intermediate_size"),
+    ("train-num-layers-huge", ["train", "--recipe", "tiny", "--dry-run", "num_layers=2147483647"],
+     "num_layers: at most 128"),  # built layer by layer (meta tensors, still 2**31 modules) before
+    ("train-block-size-huge", ["train", "--recipe", "tiny", "--dry-run", "block_size=2147483647"],
+     "block_size: at most 1024"),  # torch's numel overflowed before
+    ("train-out-inside-cache", ["train", "--recipe", "tiny", "--cache", "{emptydir}", "--out", "{emptydir}/run"],
+     "is inside the --cache directory"),
+    ("cache-mix-out-inside-part", ["cache-mix", "{emptydir}", "{userdir}", "--out", "{emptydir}/mix"],
+     "is inside the part 1 directory"),
+    ("cache-mix-negative-count", ["cache-mix", "{emptydir}:-1", "{userdir}", "--out", "{out}"],
+     "the sample count must be positive"),  # not "no such directory ...:-1"
+    ("cache-block-above-max", ["cache", "--block", "2147483647"], "--block must be at most 1024"),
+    ("cache-num-samples-above-max", ["cache", "--num-samples", "2147483647"], "--num-samples must be at most"),
+    ("answers-num-samples-above-max", ["answers", "--out", "{out}", "--num-samples", "2147483647"],
+     "--num-samples must be at most"),  # every sample's plan is held in memory: 2**31 of them hung
+    ("cache-layers-negative", ["cache", "--layers", "-3,2"], "layer ids count from 0"),
+    ("profile-drafter-not-a-drafter", ["profile", "--drafter", "{userdir}"], "not a drafter directory"),
+    ("profile-drafter-no-record", ["profile", "--drafter", "{fakedrafter}"], "records no target"),  # not SmolLM2
+    ("profile-out-is-target", ["profile", "--target", "{tiny}", "--out", "{tiny}"], "is the --target directory"),
+    ("sim-conf-longer-than-table", ["simulate", "--conf", "0.9,0.8,0.7", "--sps-inline", "1,0.5"],
+     "--conf: 3 draft positions need steps per second for up to 4 tokens"),  # not "lower --gamma"
 ]
 
 
@@ -787,7 +831,9 @@ def test_a_damaged_draft_config_names_its_key() -> None:
                              ("hidden_size", None, "'hidden_size': expected a whole number"),
                              ("feature_layers", [0, "2"], "'feature_layers': expected a list of whole numbers"),
                              ("qk_norm", 1, "'qk_norm': expected true or false"),
-                             ("head", 3, "'head': expected text")]:
+                             ("head", 3, "'head': expected text"),
+                             ("num_kv_heads", 0, "num_kv_heads must be >= 1"),  # was a ZeroDivisionError
+                             ("head_dim", 0, "head_dim must be >= 1")]:
         with pytest.raises(ValueError, match=re.escape(says)):
             DraftConfig.from_dict({**good, key: value})
     with pytest.raises(ValueError, match=r"lacks the keys \['target'\]"):
@@ -1101,3 +1147,220 @@ def test_temperature_is_bounded_in_one_place() -> None:
 def test_chat_help_says_an_empty_system_message_is_refused() -> None:
     help_text = " ".join(CliRunner().invoke(app, ["chat", "--help"], env={"COLUMNS": "200"}).output.split())
     assert "an empty one is refused" in help_text
+
+
+# ---- round 5: variables, vanishing sampling settings, chat input, sizes, outputs inside inputs, memory -----------
+
+@pytest.mark.parametrize("variable, value, says", [
+    ("MINISPARK_CACHE", "{afile}", "$MINISPARK_CACHE {afile}: {afile} is a file, not a directory"),
+    ("MINISPARK_CACHE", "{danglinglink}", "is a symlink to"),
+    ("MINISPARK_SPS_TABLES", "{afile}", "$MINISPARK_SPS_TABLES {afile}: {afile} is a file"),  # hid every table
+    ("MINISPARK_DRAFT_PRECISION", "int4", "--draft-precision / $MINISPARK_DRAFT_PRECISION: 'int4' is not one of"),
+])
+def test_a_bad_environment_variable_is_one_line_before_loading(files, monkeypatch, variable, value, says) -> None:
+    """Each was read only once a model had loaded (a traceback from mkdir after the embedded target's conversion;
+    a table directory that is a file, silently no tables; the drafter blamed for the precision)."""
+    import minispark.target.loading
+
+    def load(*args, **kwargs):
+        raise AssertionError(f"the target loaded before ${variable} was checked")
+
+    monkeypatch.setattr(minispark.target.loading, "load_target", load)
+    monkeypatch.setenv(variable, re.sub(r"\{([\w.-]+)\}", lambda m: files[m.group(1)], value))
+    says = re.sub(r"\{([\w.-]+)\}", lambda m: files[m.group(1)], says)
+    for argv in (["generate", "--target", files["tiny"]], ["profile", "--target", files["tiny"]],
+                 ["bench", "--target", files["tiny"]]):
+        error = one_line_error(CliRunner().invoke(app, argv))
+        assert says in error, error
+
+
+def test_the_user_directory_variable_is_checked_by_the_library(files, monkeypatch) -> None:
+    from minispark.defaults import user_dir
+    from minispark.errors import MinisparkError
+
+    monkeypatch.setenv("MINISPARK_CACHE", files["afile"])
+    with pytest.raises(MinisparkError, match=r"\$MINISPARK_CACHE .* is a file, not a directory"):
+        user_dir()
+
+
+@pytest.mark.parametrize("value", ["", None])
+def test_serve_refuses_an_empty_api_key_variable(monkeypatch, value) -> None:
+    """`export MINISPARK_API_KEY=$KEY` with KEY unset served with no key at all, without a word."""
+    from minispark.cli import decode
+
+    monkeypatch.setattr(decode, "_decoding_target", lambda *args: pytest.fail("loaded before the key was checked"))
+    monkeypatch.setenv("MINISPARK_API_KEY", "")
+    argv = ["serve", "--port", "0"] + ([] if value is None else ["--api-key", value])
+    assert "--api-key (or $MINISPARK_API_KEY): empty" in one_line_error(CliRunner().invoke(app, argv))
+
+
+def test_a_vanishing_top_p_keeps_the_most_likely_token() -> None:
+    """A top_p below float32's least value compared as 0 and dropped every token: NaN probabilities."""
+    from minispark.target.sampling import SamplingConfig, probabilities, sample
+
+    logits = torch.tensor([[0.5, 3.0, -1.0, 2.0]])
+    probs = probabilities(logits, SamplingConfig(1.0, top_p=1e-300))
+    assert torch.equal(probs, torch.tensor([[0.0, 1.0, 0.0, 0.0]]))
+    assert sample(probs).item() == 1
+    assert torch.allclose(probabilities(logits, SamplingConfig(1.0, top_p=0.5)), probs)  # unchanged otherwise
+
+
+def test_a_lone_surrogate_in_a_message_is_refused_by_the_target(tiny_dir) -> None:
+    """What `serve` gets from a request's JSON "\\udce9" (it answered 500 "internal error: TypeError")."""
+    from minispark.errors import MinisparkError
+    from minispark.target.loading import load_target
+
+    target = load_target(str(tiny_dir("llama")))
+    with pytest.raises(MinisparkError, match=r"a message holds '\\udce9', half a character \(a lone surrogate\)"):
+        target.encode(messages=[{"role": "user", "content": "caf\udce9"}])
+    assert target.encode(messages=[{"role": "user", "content": "café"}]).length > 2
+
+
+def test_chat_keeps_the_session_after_a_non_utf8_line_and_an_unknown_home(tiny_dir) -> None:
+    """Both ended the session with a traceback (UnicodeDecodeError from input(), RuntimeError from expanduser).
+    (The test runner decodes its whole input at once, so the lines after the bad one are lost with it here.)"""
+    argv = ["chat", "--target", str(tiny_dir("llama")), "--drafter", "none", "--max-new-tokens", "2", "--seed", "0"]
+    for stdin, says in ((b"caf\xe9\n", ["that line is not UTF-8 text (byte 0xe9); type it again"]),
+                        (b"/save ~no-such-user-here/x.json\n/image ~no-such-user-here/y.png\nHi\n/quit\n",
+                         ["/save ~no-such-user-here/x.json: ~no-such-user-here names no user's home directory",
+                          "/image ~no-such-user-here/y.png: ~no-such-user-here names no user's home directory",
+                          "assistant"])):
+        result = CliRunner().invoke(app, argv, input=stdin)
+        assert result.exit_code == 0 and result.exception is None, result.output
+        for line in says:
+            assert line in result.output, result.output
+
+
+def test_train_sizes_the_target_contradicts_are_one_line(tiny_trained_drafter, tmp_path) -> None:
+    """A draft vocabulary larger than the target's was a ValueError from DraftConfig."""
+    target, drafter = tiny_trained_drafter
+    cache = drafter.parents[1] / "cache"
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
+                                                    str(tmp_path / "run"), "draft_vocab=99999999", "--no-progress"]))
+    assert "recipe 'tiny'" in error and "draft_vocab must be in [0, 49152], got 99999999" in error
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
+                                                    str(tmp_path / "run"), "batch_anchors=2147483647"]))
+    assert "batch_anchors 2147483647: more than the 64 anchors" in error  # each step looped over 2**31 anchors
+
+
+def test_out_of_memory_is_one_line(tmp_path, monkeypatch) -> None:
+    """A size past this machine's memory: torch's allocator error is one line; any other RuntimeError is a bug."""
+    import minispark.training.train
+
+    def allocate(*args, **kwargs):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: can't allocate memory: "
+                           "you tried to allocate 549755813632 bytes. Error code 12 (Cannot allocate memory)")
+
+    monkeypatch.setattr(minispark.training.train, "train", allocate)
+    argv = ["train", "--recipe", "tiny", "--cache", str(tmp_path), "--out", str(tmp_path / "run")]
+    error = one_line_error(CliRunner().invoke(app, argv))
+    assert error.startswith("error: out of memory (") and "549755813632 bytes" in error and "--dry-run" in error
+
+    def bug(*args, **kwargs):
+        raise RuntimeError("shape mismatch")
+
+    monkeypatch.setattr(minispark.training.train, "train", bug)
+    result = CliRunner().invoke(app, argv)
+    assert isinstance(result.exception, RuntimeError)  # not dressed up as a user error
+
+
+def test_training_on_a_cache_can_evaluate_on_a_heldout_answer_set(tiny_trained_drafter, tmp_path) -> None:
+    """The held-out set is encoded by the target's decoder, which training from a cache did not load
+    (a meta-tensor NotImplementedError)."""
+    target, drafter = tiny_trained_drafter
+    held = tmp_path / "held"
+    runner = CliRunner()
+    built = runner.invoke(app, ["answers", "--target", str(target), "--split", "heldout", "--out", str(held),
+                                "--num-samples", "2", "--max-new-tokens", "8"])
+    assert built.exit_code == 0, built.output
+    result = runner.invoke(app, ["train", "--recipe", "tiny", "--cache", str(drafter.parents[1] / "cache"),
+                                 "--heldout-cache", str(held), "--out", str(tmp_path / "run"), "steps=2",
+                                 "eval_anchors=8", "--no-progress", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["evaluations"]
+
+
+def test_outputs_inside_what_a_command_reads_are_refused(tiny_trained_drafter, tmp_path) -> None:
+    """train --out and cache-mix --out inside a cache wrote a run (or a mix) among its shards, which a
+    resumed `cache` then refuses as someone else's files; nothing in the cache changes."""
+    from tests.helpers import snapshot
+
+    target, drafter = tiny_trained_drafter
+    cache = tmp_path / "cache"
+    shutil.copytree(drafter.parents[1] / "cache", cache)
+    before = snapshot(cache)
+    for argv, says in ((["train", "--recipe", "tiny", "--cache", str(cache), "--out", str(cache / "run")],
+                        "is inside the --cache directory"),
+                       (["train", "--recipe", "tiny", "--answers", str(cache), "--out", str(cache)], "answers.json"),
+                       (["cache-mix", str(cache), str(drafter.parents[1] / "cache"), "--out", str(cache / "mix")],
+                        "is inside the part 1 directory")):
+        assert says in one_line_error(CliRunner().invoke(app, argv))
+    assert snapshot(cache) == before
+
+
+def test_written_files_take_the_umask(tmp_path) -> None:
+    """mkstemp's 0600 and mkdtemp's 0700 kept an exported drafter from every other user (a vLLM server's)."""
+    import os
+
+    from minispark.atomic import write_dir_atomic, write_json_atomic
+
+    old = os.umask(0o027)
+    try:
+        write_json_atomic(tmp_path / "a.json", {})
+        write_dir_atomic(tmp_path / "d", lambda tmp: (tmp / "x").write_text("x"))
+    finally:
+        os.umask(old)
+    modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in ("a.json", "d", "d/.minispark-written.json")}
+    assert modes == {"a.json": 0o640, "d": 0o750, "d/.minispark-written.json": 0o640}
+
+
+def test_bench_caps_each_answer_to_the_context(tiny_dir, monkeypatch) -> None:
+    """A model that never emits EOS (a random one) decoded past its context: a 2**31 --max-new-tokens ran for
+    hours, each step slower than the last. Capped as generate caps it, with one notice."""
+    from minispark.measuring.bench import BenchConfig, build_modes, builtin_prompts, context_budgets, run_bench
+    from minispark.target.loading import load_target
+
+    target = load_target(str(tiny_dir("llama")))
+    prompts = builtin_prompts(target, 1)
+    room = 6
+    monkeypatch.setattr(target.text_config, "max_position_embeddings", prompts[0].inputs.length + room)
+    config = BenchConfig(modes=["target"], max_new_tokens=2**31 - 1, warmup=False)
+    modes, _ = build_modes(target, config)
+    with pytest.warns(UserWarning, match=rf"--max-new-tokens 2147483647: .* leaves room for {room} tokens"):
+        report = run_bench(target, modes, prompts, config, None)
+    assert report["prompts"][0]["modes"]["target"]["tokens"] == [room]
+    assert context_budgets(target, [8, 9], 4) == [4, 4]  # nothing to cap
+
+
+def test_answers_encode_each_prompt_once(tiny_dir, tmp_path, monkeypatch) -> None:
+    """Samples cycle through the prompt file; every sample was encoded before the first answer (hours, and
+    memory, for millions of samples of a short file)."""
+    from minispark.data.answers import AnswerConfig, build_answers
+    from minispark.target.loading import Target, load_target
+
+    target = load_target(str(tiny_dir("llama")))
+    calls = []
+    encode = Target.encode
+    monkeypatch.setattr(Target, "encode", lambda self, **kwargs: calls.append(kwargs) or encode(self, **kwargs))
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n" + json.dumps({"prompt": "Tell me a story."}) + "\n")
+    report = build_answers(AnswerConfig(prompts=prompts, out=tmp_path / "a", num_samples=6, max_new_tokens=2,
+                                        samples_per_shard=2), target=target, log=lambda _: None)
+    assert report.samples == 6 and len(calls) == 2
+
+
+def test_answers_ctrl_c_says_how_to_resume(tmp_path, monkeypatch) -> None:
+    """answers resumes its finished shards as cache does, but Ctrl-C printed only "interrupted"."""
+    from minispark.cli import data
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(data, "_load", interrupted)
+    for command in ("answers", "cache"):
+        argv = [command, "--out", str(tmp_path / command)]
+        monkeypatch.setattr("sys.argv", ["minispark", *argv])
+        result = CliRunner().invoke(app, argv)
+        line = result.stderr.strip().splitlines()[-1]
+        assert result.exit_code == 130 and line == ("interrupted; finished shards are kept; run the same command "
+                                                    f"again to resume: minispark {command} --out {tmp_path / command}")

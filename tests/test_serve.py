@@ -230,6 +230,31 @@ def test_a_disconnect_frees_the_slot(llama: Target, slots: int) -> None:
         assert post(url, ok).status_code == 200  # the slot serves the next request
 
 
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_failed_forward_answers_500_and_the_next_request_is_served(llama: Target, slots: int,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import minispark.serve.worker as worker
+
+    def fail_once(real):
+        calls = []
+
+        def wrapped(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == 1:
+                raise RuntimeError("injected failure")
+            return real(*args, **kwargs)
+        return wrapped
+
+    if slots == 1:  # the single-request engine
+        monkeypatch.setattr(worker, "speculative_generate", fail_once(worker.speculative_generate))
+    else:  # the batched decoder
+        monkeypatch.setattr(worker.BatchDecoder, "step", fail_once(worker.BatchDecoder.step))
+    ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 3}
+    with server(llama, slots=slots) as url:
+        assert "injected failure" in expect(post(url, ok), 500)["message"]  # answered, not left waiting
+        assert post(url, ok).status_code == 200
+
+
 def test_binds_loopback_only_and_stops_by_itself(llama: Target) -> None:
     assert defaults.SERVE_HOST == "127.0.0.1"
     local = LocalServer(llama, build_serving(llama, "none"), ServeConfig(served_model_id(llama)), lifetime_s=1.5)

@@ -31,7 +31,7 @@ from typer.main import get_command_name
 from minispark import defaults, validate
 from minispark.defaults import DEFAULT_GAMMA, make_console
 from minispark.target.embedded import EMBEDDED_SPELLINGS
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, out_of_memory
 
 
 class PlainHelp:
@@ -76,6 +76,8 @@ err_console = make_console(stderr=True)
 #: What to run after Ctrl-C to carry on where a command stopped.
 RESUME_HINTS = {
     "cache": "finished shards are kept; run the same command again to resume",
+    "answers": "finished shards are kept; run the same command again to resume",
+    "cache_mix": "finished shards are kept; run the same command again to resume",
     "train": "checkpoints are kept; add --resume to continue from the latest one (from step 0 if none was "
              "written yet)",
     "demo": "finished stages, cache shards and checkpoints are kept; run the same command again to resume",
@@ -149,6 +151,12 @@ def one_line_errors(command: Callable) -> Callable:
             raise typer.Exit(2) from None
         except MinisparkError as exc:
             _print_error(str(exc))
+            raise typer.Exit(2) from None
+        except (MemoryError, RuntimeError) as exc:  # sizes past this machine's memory (a recipe's, a batch's)
+            message = out_of_memory(exc)
+            if message is None:
+                raise
+            _print_error(message)
             raise typer.Exit(2) from None
         except KeyboardInterrupt:
             hint = RESUME_HINTS.get(command.__name__)
@@ -272,10 +280,14 @@ def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[
 def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Optional[str],
                         load_in_4bit: bool = False, load_in_8bit: bool = False) -> None:
     """The target flags every loading command shares, checked before anything is loaded (with
-    $MINISPARK_MAX_PIXELS, which only a vision target reads later: a bad value is one line on any target)."""
+    $MINISPARK_MAX_PIXELS, $MINISPARK_DRAFT_PRECISION, $MINISPARK_CACHE and $MINISPARK_SPS_TABLES, which are only
+    read later: a bad value is one line on any target, before anything loads)."""
     validate.choice(dtype, "--dtype", validate.DTYPES)
     validate.device(device)
     defaults.image_max_pixels()
+    defaults.draft_precision()
+    defaults.env_dir(defaults.USER_DIR_ENV)  # where the embedded target is converted to
+    defaults.env_dir(defaults.SPS_TABLES_ENV)  # where tables are looked up (a file there hides them all)
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     if target not in EMBEDDED_SPELLINGS:

@@ -7,6 +7,7 @@ Each parses its flags and calls ``minispark.serving`` / ``minispark.serve`` / ``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -23,6 +24,8 @@ from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, Gamm
                   _remembered, app, console, err_console, one_line_errors)
 
 
+#: Where --api-key may come from instead.
+API_KEY_ENV = "MINISPARK_API_KEY"
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
 DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
                              help="Leave the drafter out of rounds where drafting is predicted not to pay "
@@ -175,7 +178,7 @@ def serve(
     host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
                              "reachable from the network (use --api-key)."),
     port: int = typer.Option(defaults.SERVE_PORT, "--port", help="TCP port."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="MINISPARK_API_KEY",
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
                                           help="Require 'Authorization: Bearer KEY' on /v1 routes."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="Requests decoded together, "
                                                  "verified in one forward (default: 8 on CUDA, 4 on a CPU)."),
@@ -198,8 +201,10 @@ def serve(
     validate.integer(gamma, "--gamma", 1)
     checked_table_file(sps)
     validate.listen_address(host, port)
-    if api_key is not None and not api_key.strip():
-        raise MinisparkError("--api-key (or $MINISPARK_API_KEY): empty; omit it to serve without a key")
+    # an empty variable (`export MINISPARK_API_KEY=$KEY` with KEY unset) reads as no key at all: serving open
+    if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(API_KEY_ENV) == ""):
+        raise MinisparkError(f"--api-key (or ${API_KEY_ENV}): empty; omit it (and unset the variable) to serve "
+                             "without a key")
     validate.integer(max_concurrent, "--max-concurrent", 1)
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)

@@ -193,11 +193,18 @@ def profile(
     from dataclasses import asdict
 
     from minispark.measuring.profiler import format_table, run_profile
+    from minispark.target.remembered import read_record
 
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
                              note, allow_busy, out, plot, batch_tokens)
-    validate.input_dir(drafter, "--drafter")
+    if drafter is not None:
+        validate.checkpoint(drafter, "--drafter")
+        if target is None and read_record(drafter) is None:  # else the embedded target would be profiled instead
+            raise MinisparkError(f"--drafter {drafter}: records no target (a drafter from before records, or an "
+                                 "import); give its target with --target")
     validate.output_file(plot, "--plot", {"--drafter": drafter, "--target": target})
+    if out is not None:  # a table inside the model directories is never looked up there
+        validate.outside_inputs(out, "--out", {"--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)

@@ -36,7 +36,7 @@ from minispark.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.cache_format import config_hash, file_sha256, read_format_manifest
 from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
-from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
 from minispark.target.loading import Target, load_target
@@ -102,6 +102,7 @@ class AnswerConfig:
                                      ("--samples-per-shard", self.samples_per_shard, 1)):
             if value < minimum:
                 raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+        validate.integer(self.num_samples, "--num-samples", 1, MAX_SAMPLES)
         if self.split not in ("train", "heldout"):
             raise MinisparkError(f"--split: {self.split!r} is not one of train, heldout")
         _ = self.sampling  # raises on a bad temperature / top-p / top-k
@@ -215,9 +216,21 @@ def _sample_shards(target: Target, samples: list[PromptSample], shards: list[int
     """
     from minispark.data.answer_sampler import iter_answers
 
+    # Text targets hold every shard's prompts at once (below), and samples cycle through the prompt file:
+    # each prompt is encoded once and shared. M-RoPE targets encode (images included) one shard at a time.
+    by_line: dict[int, PromptInputs] = {}
+
+    def encoded_prompt(i: int) -> PromptInputs:
+        line = i % len(samples)
+        if target.uses_mrope:
+            return target.encode(**samples[line].encode_kwargs())
+        if line not in by_line:
+            by_line[line] = target.encode(**samples[line].encode_kwargs())
+        return by_line[line]
+
     def shard_prompts(k: int) -> dict[int, PromptInputs]:
         first = k * config.samples_per_shard
-        encoded = {i: target.encode(**samples[i % len(samples)].encode_kwargs()) for i in range(first, first + counts[k])}
+        encoded = {i: encoded_prompt(i) for i in range(first, first + counts[k])}
         return {i: encoded[i] for i in sorted(encoded, key=lambda i: (encoded[i].length, i))}
 
     seeds = _Seeds(config.seed)

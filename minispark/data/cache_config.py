@@ -13,7 +13,7 @@ from pathlib import Path
 
 from minispark import validate
 from minispark.data.cache_format import CACHE_DTYPES
-from minispark.defaults import HELDOUT_FILE, PROMPTS_DIR
+from minispark.defaults import HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
@@ -74,7 +74,7 @@ class CacheConfig:
                     "--block": (self.block, 1), "--batch-size": (self.batch_size, 0),
                     "--samples-per-shard": (self.samples_per_shard, 1)}
         for flag, (value, minimum) in minimums.items():
-            validate.integer(value, flag, minimum)
+            validate.integer(value, flag, minimum, {"--num-samples": MAX_SAMPLES, "--block": MAX_BLOCK_SIZE}.get(flag))
         if self.source not in SOURCES:
             raise MinisparkError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.split not in SPLITS:
@@ -100,6 +100,8 @@ class CacheConfig:
                                      f"got {self.layers!r}") from None
         else:
             ids = [int(x) for x in self.layers]
+        if any(i < 0 for i in ids):  # -1 would be Python's last layer, recorded as -1: a cache no drafter matches
+            raise MinisparkError(f"--layers: layer ids count from 0, got {','.join(map(str, ids))}")
         if any(b <= a for a, b in zip(ids, ids[1:])):
             raise MinisparkError(f"--layers: layer ids must be distinct and increasing, got "
                                  f"{','.join(map(str, ids))}")

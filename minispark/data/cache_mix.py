@@ -49,9 +49,9 @@ class MixPart:
 def parse_part(spec: str) -> MixPart:
     """``DIR`` or ``DIR:N`` → :class:`MixPart`; a bad count is a one-line error naming the spec."""
     directory, sep, count = spec.rpartition(":")
-    if not sep or not count.isdigit():
+    if not sep or not count.lstrip("+-").isdigit():
         return MixPart(Path(spec))
-    if int(count) <= 0:
+    if int(count) <= 0:  # "DIR:-1" and "DIR:0" are counts, not directories of that name
         raise CacheError(f"cache-mix part {spec!r}: the sample count must be positive")
     return MixPart(Path(directory), int(count))
 
@@ -166,6 +166,8 @@ def mix_caches(out: Path | str, parts: Sequence[MixPart], *, samples_per_shard: 
                log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Write the mix of ``parts`` to ``out``; returns its manifest. Rerunning resumes or does nothing."""
     out = validate.resumable_dir(Path(out), "--out", WRITES)  # a directory of someone's files gets no shards
+    # a mix inside a part would sit among that cache's shards (and a resumed `cache` refuses it there)
+    validate.outside_inputs(out, "--out", {f"part {i}": part.directory for i, part in enumerate(parts, 1)})
     if samples_per_shard <= 0:
         raise CacheError(f"--samples-per-shard must be positive, got {samples_per_shard}")
     readers, parts = open_parts(parts)

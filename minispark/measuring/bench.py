@@ -169,6 +169,19 @@ def _fewer_prompts(asked: int, have: int, source: str, where: str = "") -> None:
                   f"using the {have} it has", stacklevel=3)
 
 
+def context_budgets(target: Target, prompt_lengths: Sequence[int], max_new_tokens: int) -> list[int]:
+    """``max_new_tokens`` for each prompt, capped to the room the target's context leaves after it (one notice
+    when any is): past it a model that never emits EOS (a random one, a degenerate loop) decodes garbage at
+    positions it never saw, each step slower than the last. The prompt files refuse a prompt that fills it."""
+    limit = getattr(target.text_config, "max_position_embeddings", None)
+    budgets = [max_new_tokens if limit is None else max(1, min(max_new_tokens, limit - n)) for n in prompt_lengths]
+    if budgets and min(budgets) < max_new_tokens:
+        room = f"{min(budgets)}" if min(budgets) == max(budgets) else f"{min(budgets)} to {max(budgets)}"
+        warnings.warn(f"--max-new-tokens {max_new_tokens}: {target.name}'s context of {limit} leaves room for "
+                      f"{room} tokens after the prompts; generating at most that", stacklevel=2)
+    return budgets
+
+
 def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable[[], LengthPolicy],
                    sampling: SamplingConfig, drafting: bool = True, draft_skip: bool = False) -> Mode:
     """``policy()`` builds each run's length policy; ``draft_skip`` gives each run a fresh :class:`DraftSkip`."""
@@ -280,6 +293,7 @@ def run_bench(target: Target, modes: Sequence[Mode], prompts: Sequence[BenchProm
         for mode in modes:
             mode.run(warm, min(8, config.max_new_tokens), config.seed)
     runs: dict[str, list[Run]] = {mode.name: [] for mode in modes}
+    budgets = context_budgets(target, [prompt.inputs.length for prompt in prompts], config.max_new_tokens)
     total, done = config.repeats * len(prompts) * len(modes), 0
     for repeat in range(config.repeats):
         for index, prompt in enumerate(prompts):
@@ -287,7 +301,7 @@ def run_bench(target: Target, modes: Sequence[Mode], prompts: Sequence[BenchProm
             seed = config.seed + turn  # the same seed for every mode on this prompt and repeat
             for mode in list(modes[turn % len(modes):]) + list(modes[: turn % len(modes)]):
                 start = time.perf_counter()
-                ids, stats = mode.run(prompt.inputs, config.max_new_tokens, seed)
+                ids, stats = mode.run(prompt.inputs, budgets[index], seed)
                 seconds = time.perf_counter() - start
                 runs[mode.name].append(Run(index, ids, seconds, stats))
                 done += 1

@@ -286,8 +286,8 @@ def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int],
         warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
                       f"exceeds {target.name}'s {max_positions} positions", stacklevel=3)
     if not contexts:
-        raise MinisparkError(f"--contexts: none of {config.contexts} fits {target.name}'s "
-                             f"{max_positions} positions")
+        raise MinisparkError(f"--contexts: none of {config.contexts} leaves room for --max-tokens "
+                             f"{config.max_tokens} in {target.name}'s {max_positions} positions")
     return contexts, skipped
 
 
@@ -468,7 +468,9 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     if out_dir is not None:
         not_shipped(out_dir, "--out", "omit --out: measured tables go to the user table directory, which is "
                     "looked up before the shipped ones")
-    out_dir = user_tables_dir() if out_dir is None else out_dir
+    if out_dir is None:
+        defaults.env_dir(defaults.SPS_TABLES_ENV)  # a file there: refused now, not by mkdir once the profile is measured
+        out_dir = user_tables_dir()
     not_shipped(out_dir, "$MINISPARK_SPS_TABLES", "point it at a directory of your own")
     if plot is not None:
         not_shipped(plot, "--plot", "write the plot elsewhere")

@@ -77,12 +77,15 @@ def collect_rollouts(target: Target, drafter: Drafter, prompts: Sequence[PromptI
                      sampling: SamplingConfig, max_new_tokens: int = 128, seed: int = 0,
                      progress: Callable[[int], None] | None = None) -> Rollouts:
     """Run the loop with a fixed γ (every position proposed) and record every round."""
+    from minispark.measuring.bench import context_budgets
+
     recorder = RecordingDrafter(drafter)
     generator = make_generator(seed, target.device)
+    budgets = context_budgets(target, [inputs.length for inputs in prompts], max_new_tokens)
     for index, inputs in enumerate(prompts):
         with target.session(recorder.feature_layers) as session:
             speculative_generate(session, inputs, recorder, sampling, FixedLength(gamma),
-                                 max_new_tokens=max_new_tokens, eos_ids=target.eos_token_ids, generator=generator)
+                                 max_new_tokens=budgets[index], eos_ids=target.eos_token_ids, generator=generator)
         if progress:
             progress(index + 1)
     table = np.full((len(recorder.confidences), gamma), np.nan)  # (rounds, γ)

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from minispark.errors import MinisparkError
 from minispark.serving.schedule import FixedLength, LengthPolicy, ScheduledLength, scheduled_length
 from minispark.serving.sps import SPSTable, monotone_envelope
 
@@ -95,6 +96,10 @@ def theta_table(
     """
     confidences = [float(c) for c in confidences]
     table = _as_table(sps)
+    if len(confidences) + 1 > max(table.tokens):  # the table's own error would advise --gamma, which this lacks
+        raise MinisparkError(f"--conf: {len(confidences)} draft positions need steps per second for up to "
+                             f"{len(confidences) + 1} tokens, but the SPS table gives them for 1..{max(table.tokens)}; "
+                             "give fewer confidences or a longer table")
     curve = table.curve(len(confidences) + 1, context_length)
     envelope_curve, _ = monotone_envelope(curve)
     thetas = theta_curve(confidences, curve)

@@ -74,6 +74,10 @@ class DraftConfig:
             raise ValueError(f"head {self.head!r} needs markov_rank > 0, got {self.markov_rank}")
         if self.markov_w1 not in MARKOV_W1:
             raise ValueError(f"markov_w1 must be one of {MARKOV_W1}, got {self.markov_w1!r}")
+        for key in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "vocab_size",
+                    "num_layers"):
+            if getattr(self, key) < 1:  # a zero width builds an empty model (or divides by zero below)
+                raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
         if self.block_size < 1 or self.window < 0:

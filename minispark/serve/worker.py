@@ -141,17 +141,15 @@ class Worker:
         job = self._next_job()
         if job is None:
             return
-        self.running[0] = job
+        self.running[0] = job  # a failure below leaves it there: _fail_all answers it with a 500
         request = job.request
-        try:
-            result = speculative_generate(
-                self.session, job.inputs, self.setup.drafter, sampling=self._sampling(request),
-                policy=self.setup.policy, max_new_tokens=self._room(job), eos_ids=self.target.eos_token_ids,
-                stop=stop_on_strings(self.target, request.stop), on_tokens=lambda ids: self._stream(job, ids),
-                generator=make_generator(request.seed, self.target.device), reuse=True,
-                interrupt=job.cancelled.is_set, skip=self.setup.skip)
-        finally:
-            self.running.pop(0, None)
+        result = speculative_generate(
+            self.session, job.inputs, self.setup.drafter, sampling=self._sampling(request),
+            policy=self.setup.policy, max_new_tokens=self._room(job), eos_ids=self.target.eos_token_ids,
+            stop=stop_on_strings(self.target, request.stop), on_tokens=lambda ids: self._stream(job, ids),
+            generator=make_generator(request.seed, self.target.device), reuse=True,
+            interrupt=job.cancelled.is_set, skip=self.setup.skip)
+        self.running.pop(0, None)
         self._done(job, result.token_ids, result.stop_reason, result.stats)
 
     def _run_round(self) -> None:

@@ -130,14 +130,14 @@ class Target:
             raise MinisparkError(f"target {self.name} is text-only ({self.model_type}); it cannot take images")
         if self.is_vlm:
             return self._encode_vlm(messages, add_generation_prompt)
-        text = self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+        text = _utf8(self.tokenizer.apply_chat_template(messages, tokenize=False,
+                                                        add_generation_prompt=add_generation_prompt))
         ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
 
     def _encode_vlm(self, messages: list[dict], add_generation_prompt: bool) -> PromptInputs:
-        text = self.processor.apply_chat_template(messages, tokenize=False,
-                                                  add_generation_prompt=add_generation_prompt)
+        text = _utf8(self.processor.apply_chat_template(messages, tokenize=False,
+                                                        add_generation_prompt=add_generation_prompt))
         image_inputs = self._budgeted_images(messages)
         batch = self.processor(text=[text], images=image_inputs, return_tensors="pt")
         input_ids = batch.pop("input_ids").to(self.device)
@@ -368,6 +368,17 @@ def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
         if token_id is not None:
             ids.add(int(token_id))
     return {int(i) for i in ids}
+
+
+def _utf8(text: str) -> str:
+    """The rendered prompt, refused (one line) when it holds a lone surrogate, which no tokenizer encodes:
+    an undecodable command-line byte, or a JSON ``\\udce9`` escape of half a character in a request."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise MinisparkError(f"a message holds {exc.object[exc.start]!r}, half a character (a lone surrogate), "
+                             "which is not text; send UTF-8") from None
+    return text
 
 
 def _message_images(messages: list[dict]) -> list[str]:

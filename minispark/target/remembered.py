@@ -79,6 +79,8 @@ def read_record(directory: Path | str) -> TargetRecord | None:
     if path.is_file():
         try:
             data = json.loads(path.read_text())
+            if not isinstance(data, dict):
+                raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return TargetRecord(**{k: data.get(k) for k in ("source", "identity", "dtype", "quantization")})
         except (ValueError, TypeError) as exc:
             raise MinisparkError(f"{path}: not a target record ({type(exc).__name__}); delete it to load "
@@ -86,7 +88,8 @@ def read_record(directory: Path | str) -> TargetRecord | None:
     config = directory / "config.json"  # a drafter trained before target.json: its identity, loaded as given
     if config.is_file():
         try:
-            identity = json.loads(config.read_text()).get("target")
+            data = json.loads(config.read_text())
+            identity = data.get("target") if isinstance(data, dict) else None
         except ValueError:
             identity = None
         if isinstance(identity, str) and "@" in identity and not identity.startswith("deepspec"):
@@ -96,7 +99,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
         try:
             data = json.loads(manifest.read_text())
             return record_from_manifest(data.get("config", data))
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):  # AttributeError: a JSON list, not an object
             return None
     return None
 

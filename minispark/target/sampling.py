@@ -62,6 +62,7 @@ def filter_logits(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
         # before it already reaches top_p (so the most likely token is always kept).
         mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
         drop_sorted = mass_before >= config.top_p
+        drop_sorted[..., 0] = False  # a top_p below float32's least value compares as 0 (mass_before[0] is 0)
         drop = torch.zeros_like(logits, dtype=torch.bool).scatter(-1, order, drop_sorted)
         logits = logits.masked_fill(drop, float("-inf"))
     return logits

@@ -58,6 +58,7 @@ class AnchorPlan:
     def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0, *,
                  max_samples: int = 0, anchors_per_sample: int = 0,
                  samples: Mapping[int, list[int]] | None = None) -> None:
+        whole_cache = samples is None
         if samples is None:
             samples = {}
             for index, sample in enumerate(reader.anchor_samples()[0].tolist()):
@@ -76,6 +77,10 @@ class AnchorPlan:
         if run > 0:
             self.groups = [g[i:i + run] for g in self.groups for i in range(0, len(g), run)]
         self.total = sum(len(g) for g in self.groups)
+        if whole_cache and batch_anchors > self.total:  # each step would repeat anchors (2**31 of them: a hang)
+            kept = f" (of its first {max_samples} samples)" if max_samples > 0 else ""
+            raise MinisparkError(f"batch_anchors {batch_anchors}: more than the {self.total} anchors {reader.directory} "
+                                 f"holds{kept}; use batch_anchors={self.total} or less, or a larger cache")
         self.reader, self.batch_anchors, self.seed = reader, batch_anchors, seed
         self._epoch: tuple[int, np.ndarray] | None = None
 

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1, DraftConfig
 from minispark import validate
-from minispark.defaults import RECIPE_DIR
+from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, RECIPE_DIR
 from minispark.errors import MinisparkError
 
 CHOICES = {
@@ -158,6 +158,15 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
+        for key in ("hidden_size", "vocab_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
+            if getattr(self, key) is not None and getattr(self, key) < 1:  # None: the target's; 0 would be no width
+                raise MinisparkError(f"{key}: must be >= 1, or none for the target's, got {getattr(self, key)}")
+        for key, most in (("num_layers", MAX_DRAFT_LAYERS), ("block_size", MAX_BLOCK_SIZE)):
+            if getattr(self, key) > most:  # past these a model is built, or sizes multiplied, before anything fails
+                raise MinisparkError(f"{key}: at most {most}, got {getattr(self, key)}")
+        if self.num_heads and self.num_kv_heads and self.num_heads % self.num_kv_heads:
+            raise MinisparkError(f"num_heads, num_kv_heads: {self.num_heads} query heads are not a multiple of "
+                                 f"{self.num_kv_heads} key/value heads")
         for item in fields(self):  # past these, torch and numpy overflow instead of refusing
             value = getattr(self, item.name)
             if isinstance(value, int) and not isinstance(value, bool):
@@ -432,7 +441,7 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
         return value
 
     heads = pick("num_heads", dims.num_heads)
-    return DraftConfig(
+    sizes = dict(
         target=target, hidden_size=dims.hidden_size, vocab_size=dims.vocab_size,
         num_heads=heads, num_kv_heads=pick("num_kv_heads", dims.num_kv_heads),
         head_dim=pick("head_dim", dims.head_dim or dims.hidden_size // heads),
@@ -442,6 +451,10 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
         num_layers=config.num_layers, rms_eps=dims.rms_eps, rope_theta=dims.rope_theta,
         block_size=config.block_size, window=config.window, head=config.head, markov_rank=config.markov_rank,
         markov_w1=config.markov_w1, confidence_head=config.confidence_head, draft_vocab=config.draft_vocab, dtype=dtype)
+    try:
+        return DraftConfig(**sizes)
+    except ValueError as exc:  # a recipe size the target's contradict (num_heads vs its key/value heads, ...)
+        raise MinisparkError(f"recipe {config.name!r} (the target's sizes where it sets none): {exc}") from None
 
 
 def target_dims(target: Any) -> TargetDims:

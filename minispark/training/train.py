@@ -42,11 +42,12 @@ import torch
 import torch.utils.checkpoint
 
 from minispark.atomic import adopt_written, open_append, write_text_atomic
-from minispark.data.answers import AnswerSet
+from minispark.data.answers import MANIFEST as ANSWERS_MANIFEST, AnswerSet
 from minispark.data.cache_format import CacheReader
 from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import copy_drafter
 from minispark.errors import MinisparkError
+from minispark.validate import outside_inputs
 from minispark.training.losses import LossStats
 from minispark.training.onpolicy import ONPOLICY_FILE
 from minispark.training.online import OnlineSource
@@ -95,7 +96,7 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     if cache_dir is None and config.cache_dir is None and config.answers_dir is None:
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
                              "or --answers DIR")
-    out, resume = _output_dir(config, out_dir, resume, log)
+    out, resume = _output_dir(config, out_dir, resume, log, cache_dir)
     data, reader, target = _open_data(config, cache_dir, target)
     out.mkdir(parents=True, exist_ok=True)
     trainer = Trainer(config, reader, target, out, log)
@@ -114,9 +115,12 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
 
 
 def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
-                log: Callable[[str], None] | None) -> tuple[Path, bool]:
-    """The run directory and whether this run resumes it; refuses a directory that is not a run's."""
+                log: Callable[[str], None] | None, cache_dir: str | Path | None = None) -> tuple[Path, bool]:
+    """The run directory and whether this run resumes it; refuses a directory that is not a run's, and one
+    inside what the run reads (it would land among a cache's shards, which a resumed `cache` then refuses)."""
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
+    outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
+                                  "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
     if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:
         log(f"{out}: no checkpoint written yet (stopped before its first one?); training from step 0")
@@ -138,7 +142,9 @@ def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any
     """(the answer set or cache, what the trainer reads anchors from, the target)."""
     online = cache_dir is None and config.cache_dir is None
     data = AnswerSet(Path(config.answers_dir)) if online else CacheReader(Path(cache_dir or config.cache_dir))
-    if target is None and not online and config.init_layers == "random":
+    # A held-out answer set is encoded by the target's decoder as a held-out cache is not: the whole target then
+    heldout_answers = config.heldout_cache is not None and (Path(config.heldout_cache) / ANSWERS_MANIFEST).exists()
+    if target is None and not online and config.init_layers == "random" and not heldout_answers:
         from minispark.training.target_tensors import load_frozen_parts
 
         # From a cache the target never runs: its embedding, lm_head, tokenizer and identity are read from

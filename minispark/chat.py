@@ -234,9 +234,9 @@ class ChatREPL:
 def _save_path(path: str) -> Path:
     """Where ``/save path`` writes: a new file, or one an earlier ``/save`` wrote (replaced); never a
     directory, a path under a file, or someone's other file."""
-    from minispark.validate import output_file
+    from minispark.validate import file_name, output_file
 
-    file = output_file(expand_user(path, "/save"), "/save")
+    file = output_file(expand_user(file_name(path, "/save"), "/save"), "/save")
     if file.exists():
         try:
             saved = json.loads(file.read_text())

@@ -43,8 +43,12 @@ def number(value: float, flag: str, low: float | None = None, high: float | None
     if ok and high is not None:
         ok = value <= high
     if not ok:
-        left = "(" if low_open else "["
-        span = f" in {left}{_fmt(low, '-inf')}, {_fmt(high, 'inf')}]" if low is not None or high is not None else ""
+        if low is not None and high is not None:
+            span = f" in {'(' if low_open else '['}{_fmt(low)}, {_fmt(high)}]"
+        elif low is not None:  # no "[1, inf]": a finite number has no infinite end
+            span = f" {'>' if low_open else '>='} {_fmt(low)}"
+        else:
+            span = f" <= {_fmt(high)}" if high is not None else ""
         raise MinisparkError(f"{flag} must be a finite number{span}, got {value}")
     return value
 
@@ -98,10 +102,29 @@ def floats(text: str, flag: str, *, low: float | None = None, high: float | None
     return values
 
 
+def integers(text: str, flag: str, minimum: int, maximum: int | None = None) -> list[int]:
+    """Comma-separated whole numbers (at least one), each in [minimum, maximum] (default: ``MAX_INT``)."""
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise MinisparkError(f"{flag}: expected at least one whole number, got {text!r}")
+    try:
+        values = [int(part) for part in parts]
+    except ValueError:
+        raise MinisparkError(f"{flag}: expected comma-separated whole numbers, got {text!r}") from None
+    for value in values:
+        integer(value, flag, minimum, maximum)
+    return values
+
+
+#: Steps per second an inline curve may give: outside it Θ = τ · SPS overflows to inf, or the step
+#: time 1 / SPS does (a table stores seconds per step, which must be finite).
+SPS_RANGE = (1e-6, 1e6)
+
+
 def sps_values(text: str, flag: str = "--sps-inline") -> list[float]:
-    """Steps per second for 1, 2, 3, ... tokens: positive, and never rising with more tokens (a
+    """Steps per second for 1, 2, 3, ... tokens: in ``SPS_RANGE``, and never rising with more tokens (a
     verify of n + 1 tokens cannot be faster than one of n; a flat curve means free extra tokens)."""
-    values = floats(text, flag, low=0.0, low_open=True)
+    values = floats(text, flag, low=SPS_RANGE[0], high=SPS_RANGE[1])
     for n, (before, after) in enumerate(zip(values, values[1:]), start=2):
         if after > before:
             raise MinisparkError(f"{flag}: steps per second must not increase with more tokens "
@@ -135,9 +158,10 @@ def device(value: str | None) -> str | None:
     return value
 
 
-def listen_address(host: str, port: int) -> None:
+def listen_address(host: str, port: int) -> int:
     """``--host``/``--port`` a server can bind now (checked before the model loads: a typo in the host
-    or a port in use costs milliseconds, not a model load that ends in uvicorn's error)."""
+    or a port in use costs milliseconds, not a model load that ends in uvicorn's error). Returns the port
+    to serve on: ``port``, or for 0 ("any free port") the one the system picked, so the URL printed is real."""
     import socket
 
     integer(port, "--port", 0, 65535)
@@ -150,6 +174,7 @@ def listen_address(host: str, port: int) -> None:
         with socket.socket(family, kind, proto) as probe:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
             probe.bind(address)
+            return probe.getsockname()[1]
     except OSError as exc:
         raise MinisparkError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
 
@@ -232,6 +257,14 @@ def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
     return path
 
 
+def file_name(text: str, flag: str) -> str:
+    """``text`` as typed, unless it ends with a path separator: ``name/`` names a directory, and a ``Path`` made
+    from it drops the slash, so the file would silently be written as ``name``."""
+    if text.endswith(("/", os.sep)):
+        raise MinisparkError(f"{flag} {text}: names a directory (it ends with '/'); give a file name")
+    return text
+
+
 def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = None) -> Path | None:
     """A file to write: not an existing directory, its parent not a file; with ``inputs`` (flag → the file
     or directory it names; None, or a value that is no path on disk, is skipped), neither one of those
@@ -242,6 +275,18 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
         raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
     output_dir(path.parent, flag)
     return outside_inputs(path, flag, inputs or {})
+
+
+def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] | None = None) -> Path | None:
+    """A PNG to write (:func:`output_file`) that replaces an existing file only if minispark wrote that one
+    (a figure of an earlier run): someone's image or document of the same name is refused, not replaced."""
+    from minispark.atomic import is_own_figure
+
+    path = output_file(path, flag, inputs)
+    if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
+        raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
+                             "(or delete it)")
+    return path
 
 
 def outside_inputs(path: Path, flag: str, inputs: dict[str, Any]) -> Path:
@@ -300,9 +345,14 @@ def replaceable_dir(path: Path, flag: str, source: Path | None = None, by: str |
     return path
 
 
-def drafter_spec(spec: str | None, flag: str = "--drafter") -> str | None:
+def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, Any] | None = None) -> str | None:
     """``none``, ``lookup``, ``hybrid``, ``hybrid:DIR``, or a directory DIR with ``config.json`` and
-    safetensors weights."""
+    safetensors weights. ``drafting`` (flag → value, None when not given): flags that only shape drafting,
+    refused with ``none``, which drafts nothing (they would be ignored without a word)."""
+    given = [name for name, value in (drafting or {}).items() if value is not None]
+    if spec == "none" and given:
+        raise MinisparkError(f"{flag} none drafts nothing, so {', '.join(given)} would have no effect; drop "
+                             f"{'it' if len(given) == 1 else 'them'} or choose a drafter")
     if spec is None or spec in ("none", "lookup", "hybrid"):
         return spec
     if not spec.removeprefix("hybrid:").strip():  # Path("") is ".", which would be blamed instead
@@ -438,8 +488,8 @@ def allow_pickle_weights() -> bool:
     return os.environ.get(ALLOW_PICKLE_ENV, "") == "1"
 
 
-def _fmt(value: float | None, default: str) -> str:
-    return default if value is None else f"{value:g}"
+def _fmt(value: float) -> str:
+    return f"{value:g}"
 
 
 def not_shipped(path: Path, flag: str, advice: str) -> None:

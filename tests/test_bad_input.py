@@ -103,6 +103,15 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "dirweights" / "model.safetensors").mkdir()
     shutil.copytree(d / "fakedrafter", d / "listrecord")
     (d / "listrecord" / "target.json").write_text("[]")  # a JSON list where the target record is an object
+    for name, record in (("badrecord", {"source": 5, "identity": None}),  # hand-edited target records
+                         ("fp64record", {"source": str(tiny_dir("llama")), "identity": "x@y", "dtype": "fp64"})):
+        shutil.copytree(d / "fakedrafter", d / name)
+        (d / name / "target.json").write_text(json.dumps(record))
+    from minispark.defaults import SHIPPED_TABLES
+
+    table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
+    table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
+    (d / "tokens5.json").write_text(json.dumps(table))
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -407,6 +416,35 @@ CASES = [
     ("profile-out-is-target", ["profile", "--target", "{tiny}", "--out", "{tiny}"], "is the --target directory"),
     ("sim-conf-longer-than-table", ["simulate", "--conf", "0.9,0.8,0.7", "--sps-inline", "1,0.5"],
      "--conf: 3 draft positions need steps per second for up to 4 tokens"),  # not "lower --gamma"
+    # round 6 (issue 22): a fourth probe
+    ("sim-sps-tokens-not-from-one", ["simulate", "--conf", "0.9", "--sps", "{tokens5.json}"],
+     "field 'tokens': must start at 1"),  # not "1 tokens is outside the profiled range ...; lower --gamma"
+    ("gen-sps-tokens-not-from-one", ["generate", "--sps", "{tokens5.json}"], "field 'tokens': must start at 1"),
+    ("sim-sps-inline-subnormal", ["simulate", "--conf", "0.9", "--sps-inline", "1e-320,1e-320"],
+     "--sps-inline must be a finite number in [1e-06, 1e+06]"),  # not "<in memory>: field 'seconds'"
+    ("sim-sps-inline-huge", ["simulate", "--conf", "0.9", "--sps-inline", "1e308"], "--sps-inline"),  # Θ was inf
+    ("sim-appendix-a-with-conf", ["simulate", "--appendix-a", "--conf", "0.9"], "--conf cannot be used with it"),
+    ("sim-appendix-a-with-sps", ["simulate", "--appendix-a", "--sps-inline", "1,0.5"], "--sps-inline cannot be used"),
+    ("profile-batch-tokens-zero", ["profile", "--batch-tokens", "0"], "--batch-tokens must be >= 1, got 0"),
+    ("profile-batch-tokens-above-max", ["profile", "--batch-tokens", "300"], "--batch-tokens must be at most 256"),
+    ("profile-batch-tokens-fraction", ["profile", "--batch-tokens", "20.5"], "expected comma-separated whole numbers"),
+    ("profile-contexts-huge", ["profile", "--contexts", "99999999999"], "--contexts must be at most 2147483647"),
+    ("profile-drift-bound-zero", ["profile", "--drift-bound", "0"], "--drift-bound must be a finite number > 0, got"),
+    ("gen-drafter-none-with-gamma", ["generate", "--drafter", "none", "--gamma", "3"],
+     "--drafter none drafts nothing, so --gamma would have no effect"),
+    ("chat-drafter-none-with-mode", ["chat", "--drafter", "none", "--mode", "fixed", "--sps", "{afile}"],
+     "so --mode, --sps would have no effect"),
+    ("serve-drafter-none-with-gamma", ["serve", "--drafter", "none", "--gamma", "2"], "--drafter none drafts nothing"),
+    ("gen-lookup-schedule-names-mode", ["generate", "--target", "{tiny}", "--drafter", "lookup", "--mode", "schedule"],
+     "--mode schedule: this length policy needs per-position confidences"),
+    ("gen-drafter-record-wrong-types", ["generate", "--drafter", "{badrecord}"],
+     "badrecord/target.json: not a target record ('source' must be a non-empty string, got 5)"),  # a traceback
+    ("gen-drafter-record-unknown-dtype", ["generate", "--drafter", "{fp64record}"],
+     "'dtype' must be one of bf16, fp16, fp32, got 'fp64'"),  # was loaded without a word
+    ("bench-plot-someones-file", ["bench", "--plot", "{afile}"], "exists and is not a figure minispark wrote"),
+    ("cal-plot-someones-file", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
+                                "{full.png}"], "full.png: exists and is not a figure minispark wrote"),
+    ("profile-plot-someones-file", ["profile", "--plot", "{afile}"], "exists and is not a figure minispark wrote"),
 ]
 
 
@@ -515,7 +553,8 @@ def test_a_drafter_exported_for_another_target_is_refused(tiny_trained_drafter, 
     for argv in (["import", str(exported), "--out", str(tmp_path / "imported"), "--target", str(target)],
                  ["generate", "--drafter", str(exported), "--target", str(target), "--max-new-tokens", "2"]):
         result = runner.invoke(app, argv)
-        assert result.exit_code == 2 and "exported by minispark for target 'someone/elses-model" in result.stderr
+        # refused before loading, as a minispark drafter's recorded target is (round 6: an export's is read too)
+        assert result.exit_code == 2 and "someone/elses-model@0123456789abcdef" in result.stderr
     assert not (tmp_path / "imported").exists()
 
 
@@ -1364,3 +1403,89 @@ def test_answers_ctrl_c_says_how_to_resume(tmp_path, monkeypatch) -> None:
         line = result.stderr.strip().splitlines()[-1]
         assert result.exit_code == 130 and line == ("interrupted; finished shards are kept; run the same command "
                                                     f"again to resume: minispark {command} --out {tmp_path / command}")
+
+
+# ---- round 6 (issue 22): a fourth probe ----------------------------------------------------------------------
+
+def test_a_shipped_recipe_name_is_not_hidden_by_a_directory(tmp_path, monkeypatch) -> None:
+    """`--recipe tiny` run where a directory `tiny` lies (a tiny model built there) read as that directory."""
+    from minispark.training.recipes import RECIPE_DIR, recipe_path
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tiny").mkdir()
+    assert recipe_path("tiny") == RECIPE_DIR / "tiny.toml"
+    assert CliRunner().invoke(app, ["train", "--recipe", "tiny", "--dry-run"]).exit_code == 0
+    assert "is a directory" in one_line_error(CliRunner().invoke(app, ["train", "--recipe", "./tiny"]))
+
+
+def test_a_plot_replaces_only_a_figure_minispark_wrote(tmp_path) -> None:
+    """bench/calibrate/profile --plot replaced whatever file had the name (a user's text or photo): data loss."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from minispark import validate
+    from minispark.atomic import save_figure
+    from minispark.errors import MinisparkError
+    from tests.helpers import snapshot
+
+    ours = save_figure(plt.figure(), tmp_path / "ours.png")
+    assert validate.figure_file(ours) == ours  # a rerun replaces its own figure
+    assert validate.figure_file(tmp_path / "new.png") == tmp_path / "new.png"
+    photo = make_test_image(tmp_path / "photo.png")
+    (tmp_path / "notes.png").write_text("my notes\n")
+    before = snapshot(tmp_path)
+    for path in (photo, tmp_path / "notes.png"):
+        with pytest.raises(MinisparkError, match="exists and is not a figure minispark wrote"):
+            validate.figure_file(path)
+        error = one_line_error(CliRunner().invoke(app, ["bench", "--plot", str(path)]))
+        assert f"--plot {path}: exists and is not a figure minispark wrote" in error
+    assert snapshot(tmp_path) == before
+
+
+def test_chat_save_refuses_a_directory_name(tiny_dir, tmp_path) -> None:
+    """`/save out/` wrote a file called `out`: the slash that says "a directory" was dropped by Path."""
+    lines = [f"/save {tmp_path / 'newdir'}/", "/quit"]
+    result = CliRunner().invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--drafter", "none"],
+                                input="\n".join(lines) + "\n")
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    assert f"/save {tmp_path / 'newdir'}/: names a directory" in result.output
+    assert not (tmp_path / "newdir").exists()
+
+
+def test_serve_on_port_zero_prints_the_port_it_serves_on(tiny_dir, monkeypatch) -> None:
+    """`serve --port 0` bound a free port but printed http://127.0.0.1:0/v1, an address no client can use."""
+    import minispark.serve.app as serve_app
+
+    served = {}
+    monkeypatch.setattr(serve_app, "run_server", lambda target, setup, config, host, port: served.update(port=port))
+    result = CliRunner().invoke(app, ["serve", "--target", str(tiny_dir("llama")), "--drafter", "none", "--port", "0"])
+    assert result.exit_code == 0, result.output
+    assert served["port"] > 0 and f"http://127.0.0.1:{served['port']}/v1" in result.stderr
+
+
+def test_an_export_is_imported_and_served_with_the_target_it_records(tiny_trained_drafter, tmp_path) -> None:
+    """import (and --drafter) of a minispark export for a target other than the embedded one, without --target,
+    was refused as "exported for another target ... train or export one for this target": advice that cannot
+    be followed, while the export records its target as a trained drafter does."""
+    target_dir, drafter_dir = tiny_trained_drafter
+    exported = tmp_path / "deepspec"
+    assert CliRunner().invoke(app, ["export", str(drafter_dir), "--out", str(exported)]).exit_code == 0
+    result = CliRunner().invoke(app, ["import", str(exported), "--out", str(tmp_path / "back")])
+    assert result.exit_code == 0, result.output
+    assert f"target: {Path(target_dir).resolve()}, recorded in {exported}" in result.stderr
+    result = CliRunner().invoke(app, ["generate", "--drafter", str(exported), "--max-new-tokens", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    # an explicit other target is still refused, naming the target the export records
+    error = one_line_error(CliRunner().invoke(app, ["import", str(exported), "--out", str(tmp_path / "x"), "--target",
+                                                    "smollm2"]))
+    assert "--target" in error
+
+
+def test_a_training_cache_as_heldout_names_the_flag(tiny_trained_drafter, tmp_path) -> None:
+    """The refusal named `heldout_cache:`, a recipe key, though the user typed --heldout-cache."""
+    cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--heldout-cache", str(cache),
+                                      "--out", str(tmp_path / "run"), "steps=1"])
+    assert f"--heldout-cache (recipe key heldout_cache) {cache}: is a training cache" in one_line_error(result)

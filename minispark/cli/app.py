@@ -261,9 +261,10 @@ def _auto_4bit(target: Optional[str], dtype: Optional[str], device: Optional[str
 
 
 def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[str], device: Optional[str],
-                load_in_4bit: bool, load_in_8bit: bool) -> tuple[Optional[str], Optional[str], bool, bool]:
-    """The target and loading flags with what ``artifact`` (a --drafter DIR) records filled in
-    (``target.remembered.resolve_loading``); a contradicting --target is one line, exit 2."""
+                load_in_4bit: bool, load_in_8bit: bool,
+                flag: str = "--drafter") -> tuple[Optional[str], Optional[str], bool, bool]:
+    """The target and loading flags with what ``artifact`` (a --drafter DIR, or the argument ``flag`` names)
+    records filled in (``target.remembered.resolve_loading``); a contradicting --target is one line, exit 2."""
     from minispark.target.remembered import resolve_loading
 
     validate.choice(dtype, "--dtype", validate.DTYPES)
@@ -271,7 +272,7 @@ def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[
     artifact = None if artifact is None or str(artifact) in ("none", "lookup", "hybrid") else str(artifact)
     if artifact is not None and artifact.startswith("hybrid:"):
         artifact = artifact.removeprefix("hybrid:")
-    loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit)
+    loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
     if loading.notice:
         err_console.print(f"[dim]{escape(loading.notice)}[/dim]", highlight=False, soft_wrap=True)
     return loading.target, loading.dtype, loading.load_in_4bit, loading.load_in_8bit

@@ -38,6 +38,9 @@ def import_(
     validate.checkpoint(source, "SOURCE")
     validate.replaceable_dir(out, "--out", source, by="import")
     validate.integer(window, "--window", 0)
+    # a directory minispark exported records its target (minispark_target): loaded when --target is not given
+    target, dtype, load_in_4bit, load_in_8bit = _remembered(source, target, dtype, device, load_in_4bit, load_in_8bit,
+                                                            "SOURCE")
     report = import_deepspec(source, _load(target, dtype, device, load_in_4bit, load_in_8bit), out, window)
     _print_conversion(report)
 
@@ -62,7 +65,7 @@ def export(
     validate.checkpoint(drafter_dir, "DRAFTER_DIR")
     validate.replaceable_dir(out, "--out", drafter_dir, by="export")
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter_dir, target, dtype, device, load_in_4bit,
-                                                            load_in_8bit)
+                                                            load_in_8bit, "DRAFTER_DIR")
     report = export_deepspec(drafter_dir, _load(target, dtype, device, load_in_4bit, load_in_8bit), out)
     _print_conversion(report)
 

@@ -44,7 +44,7 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     validate.prompt(prompt)
     validate.stop_strings(stop)
     _check_images(images)
-    validate.drafter_spec(drafter)
+    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     validate.number(threshold, "--threshold", 0.0, 1.0)
@@ -196,11 +196,11 @@ def serve(
     from minispark.serve.protocol import ServeLimits
     from minispark.serving.builder import build_serving
 
-    validate.drafter_spec(drafter)
+    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     checked_table_file(sps)
-    validate.listen_address(host, port)
+    port = validate.listen_address(host, port)  # --port 0: the free port picked now, printed below
     # an empty variable (`export MINISPARK_API_KEY=$KEY` with KEY unset) reads as no key at all: serving open
     if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(API_KEY_ENV) == ""):
         raise MinisparkError(f"--api-key (or ${API_KEY_ENV}): empty; omit it (and unset the variable) to serve "

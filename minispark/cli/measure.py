@@ -63,7 +63,7 @@ def bench(
     """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
     config, named = _bench_config(drafter, prompts, num_prompts, category, modes, max_new_tokens, temperature, top_p,
                                   top_k, gamma, threshold, sps, repeats, seed, plot)
-    validate.output_file(plot, "--plot", {"--prompts": prompts, "--sps": sps, "--drafter": drafter, "--target": target})
+    validate.figure_file(plot, "--plot", {"--prompts": prompts, "--sps": sps, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     drafter = _bench_drafter(loaded, drafter)
@@ -202,7 +202,7 @@ def profile(
         if target is None and read_record(drafter) is None:  # else the embedded target would be profiled instead
             raise MinisparkError(f"--drafter {drafter}: records no target (a drafter from before records, or an "
                                  "import); give its target with --target")
-    validate.output_file(plot, "--plot", {"--drafter": drafter, "--target": target})
+    validate.figure_file(plot, "--plot", {"--drafter": drafter, "--target": target})
     if out is not None:  # a table inside the model directories is never looked up there
         validate.outside_inputs(out, "--out", {"--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
@@ -226,13 +226,9 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
     from minispark.measuring.profiler import ProfileConfig
 
-    lengths = validate.floats(contexts, "--contexts", low=0.0)
-    if any(c != int(c) for c in lengths):
-        raise MinisparkError(f"--contexts: expected whole token counts, got {contexts!r}")
-    sizes = validate.floats(batch_tokens, "--batch-tokens", low=1.0) if batch_tokens.strip() else []
-    if any(n != int(n) or n > defaults.PROFILE_MAX_BATCH_TOKENS for n in sizes):
-        raise MinisparkError(f"--batch-tokens: expected whole token counts up to {defaults.PROFILE_MAX_BATCH_TOKENS}, "
-                             f"got {batch_tokens!r}")
+    lengths = validate.integers(contexts, "--contexts", 0)
+    sizes = (validate.integers(batch_tokens, "--batch-tokens", 1, defaults.PROFILE_MAX_BATCH_TOKENS)
+             if batch_tokens.strip() else [])
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
     validate.number(cooldown, "--cooldown", 0.0, 3600.0)
     validate.integer(threads, "--threads", 1)
@@ -248,7 +244,7 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     validate.seed(seed)
     validate.output_dir(out)
     validate.output_file(plot, "--plot")
-    return ProfileConfig(contexts=[int(c) for c in lengths], max_tokens=max_tokens, batch_tokens=[int(n) for n in sizes],
+    return ProfileConfig(contexts=lengths, max_tokens=max_tokens, batch_tokens=sizes,
                          rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
                          cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
 
@@ -285,7 +281,7 @@ def calibrate(
     from minispark.serving.builder import build_serving
 
     _check_calibration(drafter, prompts, num_prompts, gamma, temperature, max_new_tokens, min_rounds, seed, plot)
-    validate.output_file(plot, "--plot", {"--prompts": prompts, "--drafter": drafter, "--target": target})
+    validate.figure_file(plot, "--plot", {"--prompts": prompts, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
@@ -361,6 +357,9 @@ def simulate(
 
     validate.seed(seed)
     if appendix_a:
+        given = [flag for flag, value in (("--conf", conf), ("--sps", sps), ("--sps-inline", sps_inline)) if value is not None]
+        if given:  # the counterexample has its own confidences and costs: these would be ignored
+            raise MinisparkError(f"--appendix-a runs a fixed counterexample; {', '.join(given)} cannot be used with it")
         validate.integer(draws, "--draws", 1)
         result = run_appendix_a(draws=draws, seed=seed)
         _print_json(result) if as_json else console.print(render_appendix_a(result))

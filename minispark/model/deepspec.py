@@ -54,12 +54,13 @@ from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.model.drafter_dir import DEEPSPEC, WEIGHTS_FILE, DrafterDir, read_drafter_dir
 from minispark.errors import MinisparkError
 from minispark.identity import DTYPES
+from minispark.target.remembered import EXPORTED_TARGET_KEY
 
 ARCHITECTURE = "Qwen3DSparkModel"
 INDEX_FILE = "model.safetensors.index.json"
 #: Written by minispark's export only: the drafter's training window W (0 = whole context), and the
 #: identity of the target it was trained for (refused for any other target).
-WINDOW_KEY, TARGET_KEY = "minispark_window", "minispark_target"
+WINDOW_KEY, TARGET_KEY = "minispark_window", EXPORTED_TARGET_KEY
 #: Weights a DeepSpec checkpoint may omit (engines then share the target's).
 OPTIONAL_KEYS = ("embed_tokens.weight", "lm_head.weight")
 #: minispark module prefix → DeepSpec module prefix; every other name is the same in both.

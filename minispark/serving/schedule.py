@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from minispark.model.calibration import Calibration
 
 NO_CONFIDENCE = (
-    "length policy '{mode}' needs per-position confidences, but the drafter has no confidence "
-    "head; use the fixed length policy (γ tokens every round) with this drafter"
+    "--mode {mode}: this length policy needs per-position confidences, but the drafter has no confidence "
+    "head; use --mode fixed (γ tokens every round) with this drafter"
 )
 
 

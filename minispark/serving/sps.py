@@ -238,6 +238,8 @@ def _validate(data: Any, source: str) -> None:
             fail(name, f"expected integers >= {least}, got {grid!r}")
         if any(b <= a for a, b in zip(grid, grid[1:])):
             fail(name, f"must be strictly increasing, got {grid!r}")
+    if data["tokens"][0] != 1:  # a one-token step is every schedule's reference (a target-only round)
+        fail("tokens", f"must start at 1 (the profiler measures 1..N tokens), got {data['tokens']!r}")
     shape = (len(data["contexts"]), len(data["tokens"]))
     for name in ("seconds", "seconds_min", "seconds_spread"):
         grid = data[name]

@@ -23,6 +23,8 @@ from typing import Any
 from minispark.errors import MinisparkError
 
 TARGET_FILE = "target.json"
+#: The key of a DeepSpec ``config.json`` minispark exported that records its target's identity.
+EXPORTED_TARGET_KEY = "minispark_target"
 #: What a 4-bit load needs besides the weights on a card: activations, KV cache, vision-tower
 #: transients, the drafter and the CUDA context (the bf16 weights must fit *with* this to stay bf16).
 AUTO_4BIT_HEADROOM = 1.5e9
@@ -62,6 +64,19 @@ def record_from_manifest(config: dict[str, Any]) -> TargetRecord:
                         quantization)
 
 
+def _checked_record(data: dict[str, Any]) -> TargetRecord:
+    """A record read from ``target.json``, every field of the type and spelling ``write_record`` writes (a
+    hand-edited one would fail later as a traceback, or load the target in a way no flag can ask for)."""
+    for key in ("source", "identity"):
+        if not isinstance(data.get(key), str) or not data[key]:
+            raise TypeError(f"'{key}' must be a non-empty string, got {data.get(key)!r}")
+    if data.get("dtype") is not None and data["dtype"] not in DTYPE_FLAGS.values():
+        raise ValueError(f"'dtype' must be one of {', '.join(sorted(set(DTYPE_FLAGS.values())))}, got {data['dtype']!r}")
+    if data.get("quantization") not in (None, "4bit", "8bit"):
+        raise ValueError(f"'quantization' must be 4bit, 8bit or null, got {data['quantization']!r}")
+    return TargetRecord(data["source"], data["identity"], data.get("dtype"), data.get("quantization"))
+
+
 def write_record(directory: Path | str, record: TargetRecord) -> Path:
     """Write ``target.json`` into ``directory`` atomically."""
     from minispark.atomic import write_json_atomic
@@ -81,15 +96,17 @@ def read_record(directory: Path | str) -> TargetRecord | None:
             data = json.loads(path.read_text())
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
-            return TargetRecord(**{k: data.get(k) for k in ("source", "identity", "dtype", "quantization")})
+            return _checked_record(data)
         except (ValueError, TypeError) as exc:
-            raise MinisparkError(f"{path}: not a target record ({type(exc).__name__}); delete it to load "
-                                 "the target from --target") from None
-    config = directory / "config.json"  # a drafter trained before target.json: its identity, loaded as given
+            raise MinisparkError(f"{path}: not a target record ({exc}); delete it to load the target from "
+                                 "--target") from None
+    # a drafter trained before target.json, or a DeepSpec export minispark wrote (``minispark_target``): its
+    # identity, loaded as given
+    config = directory / "config.json"
     if config.is_file():
         try:
             data = json.loads(config.read_text())
-            identity = data.get("target") if isinstance(data, dict) else None
+            identity = (data.get("target") or data.get(EXPORTED_TARGET_KEY)) if isinstance(data, dict) else None
         except ValueError:
             identity = None
         if isinstance(identity, str) and "@" in identity and not identity.startswith("deepspec"):

@@ -302,11 +302,11 @@ def recipe_path(name_or_path: str | Path) -> Path:
     path = Path(name_or_path)
     if path.is_file():
         return path
+    shipped = RECIPE_DIR / f"{name_or_path}.toml"
+    if shipped.is_file() and path.name == str(name_or_path):  # a bare name: a directory called "tiny" here hides nothing
+        return shipped
     if path.is_dir():
         raise MinisparkError(f"--recipe {name_or_path}: is a directory; give a recipe TOML file or a shipped name")
-    shipped = RECIPE_DIR / f"{name_or_path}.toml"
-    if shipped.is_file():
-        return shipped
     names = ", ".join(list_recipes()) or "none found"
     raise MinisparkError(f"--recipe {name_or_path}: no such file or shipped recipe (shipped: {names})")
 

@@ -201,8 +201,9 @@ class Trainer:
         if config.heldout_cache:
             held = open_reader(Path(config.heldout_cache), target, reader.layers, reader.window, config.block_size)
             if held.config.get("split") != "heldout":
-                raise MinisparkError(f"heldout_cache: {config.heldout_cache} is a training cache; build the "
-                                     "held-out one with `minispark cache --split heldout`")
+                raise MinisparkError(f"--heldout-cache (recipe key heldout_cache) {config.heldout_cache}: is a training "
+                                     "cache (split train); build the held-out one with `minispark cache --split "
+                                     "heldout` (or `minispark answers --split heldout`)")
             held.require(target=reader.config["target"], layers=reader.layers, block=config.block_size,
                          window=reader.window)
             self.heldout = HeldoutProxy.from_reader(

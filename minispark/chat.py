@@ -219,7 +219,7 @@ class ChatREPL:
         except OSError as exc:
             self.error(f"/save {path}: {exc.strerror or exc}")
             return
-        self.console.print(f"[dim]saved {len(self.conversation.turns)} turns to {escape(str(written))}[/]",
+        self.console.print(f"[dim]saved {len(self.conversation.turns)} turn{'' if len(self.conversation.turns) == 1 else 's'} to {escape(str(written))}[/]",
                            highlight=False)
 
     def help(self) -> None:

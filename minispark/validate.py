@@ -286,6 +286,8 @@ def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] 
     if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
         raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
                              "(or delete it)")
+    if path is not None and path.suffix.lower() != ".png":  # the bytes are PNG whatever the name says
+        raise MinisparkError(f"{flag} {path}: figures are written as PNG; give a name ending in .png")
     return path
 
 
@@ -359,7 +361,7 @@ def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, 
         raise MinisparkError(f"{flag} {spec!r}: empty (expected none, lookup, hybrid, hybrid:DIR or a drafter "
                              "directory)")
     if spec.startswith("hybrid:"):
-        checkpoint(Path(spec.partition(":")[2]), flag)
+        checkpoint(Path(spec.partition(":")[2]), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
         return spec
     if not Path(spec).exists():
         raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "

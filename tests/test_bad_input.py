@@ -445,6 +445,12 @@ CASES = [
     ("cal-plot-someones-file", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                 "{full.png}"], "full.png: exists and is not a figure minispark wrote"),
     ("profile-plot-someones-file", ["profile", "--plot", "{afile}"], "exists and is not a figure minispark wrote"),
+    # fifth probe: the awkward ones
+    ("bench-plot-not-png", ["bench", "--plot", "{dir}/figure.txt"], "give a name ending in .png"),  # PNG bytes under .txt
+    ("train-override-twice", ["train", "--recipe", "tiny", "lr=1e-3", "lr=2e-3"],
+     "override 'lr=2e-3': lr is already set by 'lr=1e-3'"),  # the last one won without a word
+    ("gen-drafter-hybrid-missing", ["generate", "--drafter", "hybrid:/nonexistent-drafter"],
+     "--drafter hybrid: /nonexistent-drafter: no such directory"),  # named only the directory
 ]
 
 

@@ -261,7 +261,7 @@ def test_ctrl_c_stops_the_answer_and_keeps_the_session(vlm_with_drafter, tmp_pat
     term.expect(r"interrupted: the partial answer is kept")
     term.expect(PROMPT)
     term.send(f"/save {saved}\r")
-    term.expect(r"saved 1 turns")
+    term.expect(r"saved 1 turn ")
     term.send("/quit\r")
     assert term.wait() == 0
     turn = json.loads(saved.read_text())["turns"][0]

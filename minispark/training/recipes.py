@@ -345,6 +345,7 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
 def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     """``settings`` updated with ``key=value`` strings (``section.key=value`` also accepted)."""
     settings = dict(settings)
+    given: dict[str, str] = {}  # key → the override that set it: a second one would silently win
     for item in overrides:
         key, sep, text = item.partition("=")
         key = key.strip()
@@ -357,6 +358,9 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
             key = bare
         if key not in FILE_KEYS:
             raise _unknown(key, "override")
+        if key in given:
+            raise MinisparkError(f"override {item!r}: {key} is already set by {given[key]!r}; give it once")
+        given[key] = item
         settings[key] = parse_value(key, text, f"override {item!r}")
     return settings
 

@@ -116,7 +116,8 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     from minispark.data.prompts import HELDOUT_FILE
 
     names |= {"dir": str(d), "missing": str(d / "missing"), "tiny": str(tiny_dir("llama")), "heldout": str(HELDOUT_FILE),
-              "out": str(d / "new-out")}
+              "out": str(d / "new-out"),
+              "answerset": str(Path(__file__).parents[1] / "data/answers/smollm2-135m-instruct-heldout")}
     return names
 
 
@@ -449,6 +450,8 @@ CASES = [
     ("bench-plot-not-png", ["bench", "--plot", "{dir}/figure.txt"], "give a name ending in .png"),  # PNG bytes under .txt
     ("train-override-twice", ["train", "--recipe", "tiny", "lr=1e-3", "lr=2e-3"],
      "override 'lr=2e-3': lr is already set by 'lr=1e-3'"),  # the last one won without a word
+    ("cache-mix-answer-set", ["cache-mix", "{answerset}", "{emptydir}", "--out", "{out}"],
+     "holds a minispark-answers manifest (answers.json), not a minispark-cache"),  # said 'manifest.json: missing'
     ("gen-drafter-hybrid-missing", ["generate", "--drafter", "hybrid:/nonexistent-drafter"],
      "--drafter hybrid: /nonexistent-drafter: no such directory"),  # named only the directory
 ]
@@ -1336,7 +1339,8 @@ def test_outputs_inside_what_a_command_reads_are_refused(tiny_trained_drafter, t
     before = snapshot(cache)
     for argv, says in ((["train", "--recipe", "tiny", "--cache", str(cache), "--out", str(cache / "run")],
                         "is inside the --cache directory"),
-                       (["train", "--recipe", "tiny", "--answers", str(cache), "--out", str(cache)], "answers.json"),
+                       (["train", "--recipe", "tiny", "--answers", str(cache), "--out", str(cache)],
+                        "holds a minispark-cache manifest (manifest.json), not a minispark-answers"),
                        (["cache-mix", str(cache), str(drafter.parents[1] / "cache"), "--out", str(cache / "mix")],
                         "is inside the part 1 directory")):
         assert says in one_line_error(CliRunner().invoke(app, argv))

@@ -33,7 +33,7 @@ import torch
 
 from minispark import __version__, validate
 from minispark.atomic import refuse_symlink, write_bytes_atomic
-from minispark.data.cache_format import config_hash, file_sha256, read_format_manifest
+from minispark.data.cache_format import config_difference, config_hash, file_sha256, read_format_manifest
 from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
@@ -332,11 +332,10 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
     """The shards of ``out`` a build keeps; refuse another set's directory, a shrink, or a file not ours."""
     listed: dict[str, dict] = {}
     if manifest is not None:
-        if manifest["config"] != cfg:
-            old = manifest["config"]
-            key = next(k for k in sorted(set(cfg) | set(old)) if cfg.get(k) != old.get(k))
+        if (differs := config_difference(manifest["config"], cfg)) is not None:
+            key, was, now = differs
             raise AnswerSetError(f"{out / MANIFEST}: --out holds answers built with a different {key} "
-                                 f"({old.get(key)!r}, now {cfg.get(key)!r}); use another --out")
+                                 f"({was!r}, now {now!r}); use another --out")
         if manifest["totals"]["samples"] > sum(counts):
             raise AnswerSetError(f"{out / MANIFEST}: --out already holds {manifest['totals']['samples']} answers; "
                                  f"--num-samples {sum(counts)} would shrink it (an answer set only grows)")

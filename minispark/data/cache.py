@@ -27,8 +27,9 @@ import torch
 
 from minispark import validate
 from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, WRITES, CacheError, CacheMismatchError,
-                                         PackedSample, ShardFile, build_manifest, config_hash, file_sha256, pack_shard,
-                                         read_manifest, shard_name, shard_stats, write_manifest, write_shard)
+                                         PackedSample, ShardFile, build_manifest, config_difference, config_hash,
+                                         file_sha256, pack_shard, read_manifest, shard_name, shard_stats,
+                                         write_manifest, write_shard)
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
@@ -297,11 +298,10 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
         if manifest["config"].get("source") == "mix":
             raise CacheMismatchError(f"{out / MANIFEST}: --out holds a mix of caches (`minispark cache-mix`), which "
                                      "cannot grow; grow its parts and mix them again")
-        if manifest["config"] != cfg:
-            old = manifest["config"]
-            key = next(k for k in sorted(set(cfg) | set(old)) if cfg.get(k) != old.get(k))
+        if (differs := config_difference(manifest["config"], cfg)) is not None:
+            key, was, now = differs
             raise CacheMismatchError(f"{out / MANIFEST}: --out holds a cache built with a different {key} "
-                                     f"({old.get(key)!r}, now {cfg.get(key)!r}); use another --out or delete it")
+                                     f"({was!r}, now {now!r}); use another --out or delete it")
         have = int(manifest.get("num_samples", manifest["totals"]["samples"]))
         if have > sum(counts):
             raise CacheMismatchError(f"{out / MANIFEST}: --out already holds {have} samples; --num-samples "

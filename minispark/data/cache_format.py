@@ -96,6 +96,19 @@ class PackedSample:
     final_hidden: torch.Tensor
 
 
+def config_difference(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> tuple[str, Any, Any] | None:
+    """The first setting (dotted key, its old and its new value) where two manifest configs differ, looking
+    inside nested settings (``sampling.top_p``, not the whole ``sampling`` dict); None when they are equal."""
+    for key in sorted(set(old) | set(new)):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            if (found := config_difference(a, b, f"{prefix}{key}.")) is not None:
+                return found
+        elif a != b:
+            return f"{prefix}{key}", a, b
+    return None
+
+
 def pack_shard(samples: Sequence[PackedSample], num_layers: int, hidden_size: int,
                dtype: str) -> dict[str, torch.Tensor]:
     """Concatenate samples into the shard tensors, turning sample-local row runs into shard-wide ones."""
@@ -158,6 +171,8 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
+        if (other := _other_format(path.parent)) is not None:  # e.g. an answer set where a cache was asked for
+            raise error(f"{path.parent}: holds a {other}, not a {fmt}") from None
         raise error(f"{path}: missing ({missing})") from None
     except (OSError, ValueError) as exc:
         raise error(f"{path}: unreadable manifest ({exc})") from None
@@ -167,6 +182,20 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
         raise error(f"{path}: format version {manifest.get('format_version')} (this minispark reads {version}); "
                     f"{stale}")
     return manifest
+
+
+def _other_format(directory: Path) -> str | None:
+    """The format of another minispark artifact's manifest in ``directory`` (``minispark-answers``, …), if any."""
+    for candidate in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            if candidate.stat().st_size > 2**20:
+                continue
+            data = json.loads(candidate.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and str(data.get("format", "")).startswith("minispark-"):
+            return f"{data['format']} manifest ({candidate.name})"
+    return None
 
 
 def shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:

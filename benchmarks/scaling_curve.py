@@ -1,0 +1,126 @@
+"""The drafter's data-scaling curve (issue 20 §4): one `minispark train` run per row, each until its held-out
+τ proxy stops improving, then one table of every row trained so far.
+
+Every row trains the ``smollm2-dspark`` recipe on the first N answers of the committed answer set with
+online features and dense anchors (every answer token an anchor, a sliding shuffle buffer of 256
+answers), evaluates the held-out τ proxy every 1,000 steps (16k blocks) and stops when it has not improved
+for 5 evaluations, or after 3 epochs, whichever comes first; the drafter is its best checkpoint. A row
+whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
+time and started again; a finished row (its ``drafter/`` written) is skipped.
+
+    .venv/bin/python benchmarks/scaling_curve.py run 1k-dspark 1k-dflash     # train rows, one after another
+    .venv/bin/python benchmarks/scaling_curve.py table                       # the markdown table so far
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from minispark.data.answers import AnswerSet
+
+ANSWERS = Path("data/answers/smollm2-135m-instruct")
+HELDOUT = Path("data/answers/smollm2-135m-instruct-heldout")
+RECIPE = "smollm2-dspark"
+OUT = Path("runs/curve")
+#: The stopping rule every row shares (the batch is the recipe's 16 anchors).
+EVAL_EVERY, PATIENCE_EVALS, MAX_EPOCHS, BATCH_ANCHORS = 1000, 5, 3, 16
+COMMON = {"max_anchors_per_sample": 0, "online_pool": 256, "eval_every": EVAL_EVERY,
+          "patience": EVAL_EVERY * PATIENCE_EVALS}
+#: Row name → (answers, recipe overrides). DFlash is the same drafter without its Markov head.
+ROWS: dict[str, tuple[int, dict[str, Any]]] = {
+    "1k-dspark": (1024, {}),
+    "1k-dflash": (1024, {"head": "none"}),
+    "4k-dspark": (4096, {}),
+    "4k-dflash": (4096, {"head": "none"}),
+    "16k-dspark": (16384, {}),
+    "16k-dflash": (16384, {"head": "none"}),
+    # At the largest size, one row per lever the literature names.
+    "16k-5-layers": (16384, {"num_layers": 5, "init_layers": "random"}),
+    "16k-rank-256": (16384, {"markov_rank": 256}),
+    "16k-layers-early": (16384, {"feature_layers": "2,5,8,11,14"}),
+    "16k-window-128": (16384, {"window": 128}),
+}
+
+
+def row_steps(answers: AnswerSet, count: int) -> int:
+    """The step cap: MAX_EPOCHS passes over the dense anchors of the first ``count`` answers."""
+    anchors = int(answers.answer_lengths()[:count].sum())
+    return math.ceil(MAX_EPOCHS * anchors / BATCH_ANCHORS)
+
+
+def train_row(name: str, answers: AnswerSet) -> None:
+    """Train one row (resuming it when it has a checkpoint); refuse a row the answer set cannot fill yet."""
+    count, overrides = ROWS[name]
+    if len(answers) < count:
+        raise SystemExit(f"{name}: needs {count} answers, {ANSWERS} holds {len(answers)}")
+    out = OUT / name
+    if (out / "drafter").is_dir():
+        print(f"{name}: finished", flush=True)
+        return
+    settings = COMMON | {"max_samples": count, "steps": row_steps(answers, count)} | overrides
+    command = [sys.executable, "-m", "minispark.cli", "train", "--recipe", RECIPE, "--answers", str(ANSWERS),
+               "--heldout-cache", str(HELDOUT), "--out", str(out), "--no-progress",
+               *(["--resume"] if (out / "train_config.json").is_file() else []),
+               *(f"{key}={value}" for key, value in settings.items())]
+    print(" ".join(command[2:]), flush=True)
+    subprocess.run(command, check=True)
+
+
+def row_figures(name: str) -> dict[str, Any] | None:
+    """A trained (or training) row's best held-out τ, its step, blocks/s and wall time, from metrics.jsonl."""
+    path = OUT / name / "metrics.jsonl"
+    if not path.is_file():
+        return None
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    evaluations = [r for r in rows if "heldout_tau" in r]
+    steps = [r for r in rows if "tokens_per_s" in r]
+    if not evaluations or not steps:
+        return None
+    best = max(evaluations, key=lambda r: r["heldout_tau"])
+    last = steps[-1]
+    config = json.loads((OUT / name / "train_config.json").read_text())
+    blocks = last["step"] * config["batch_anchors"]
+    # A resumed run's clock starts again at its checkpoint: the wall time is the sum of each stretch's last reading.
+    seconds = sum(a["elapsed_s"] for a, b in zip(steps, steps[1:]) if b["elapsed_s"] < a["elapsed_s"])
+    seconds += last["elapsed_s"]
+    return {"row": name, "answers": ROWS[name][0], "best_tau": best["heldout_tau"],
+            "best_tau_greedy": best["heldout_tau_greedy"], "best_step": best["step"], "steps": last["step"],
+            "blocks": blocks, "epochs": blocks / max(1, config["steps"] * config["batch_anchors"] / MAX_EPOCHS),
+            "blocks_per_s": blocks / max(seconds, 1e-9), "hours": seconds / 3600,
+            "finished": (OUT / name / "drafter").is_dir()}
+
+
+def table() -> str:
+    lines = ["| row | answers | best held-out τ T 1 / T 0 | at step | steps (blocks) | epochs | blocks/s | wall h | done |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name in ROWS:
+        f = row_figures(name)
+        if f is not None:
+            lines.append(f"| {name} | {f['answers']:,} | {f['best_tau']:.3f} / {f['best_tau_greedy']:.3f} | "
+                         f"{f['best_step']:,} | {f['steps']:,} ({f['blocks']:,}) | {f['epochs']:.2f} | "
+                         f"{f['blocks_per_s']:.1f} | {f['hours']:.2f} | {'yes' if f['finished'] else 'no'} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="train rows in order (resumable)")
+    run.add_argument("rows", nargs="+", choices=list(ROWS))
+    sub.add_parser("table", help="print the table of every row trained so far")
+    args = parser.parse_args()
+    if args.command == "run":
+        answers = AnswerSet(ANSWERS)
+        for name in args.rows:
+            train_row(name, answers)
+    print(table())
+
+
+if __name__ == "__main__":
+    main()

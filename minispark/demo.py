@@ -267,7 +267,8 @@ def pipeline_recipe(name: str, overrides: Sequence[str], target: str | None) -> 
     recipe = load_recipe(name, overrides)
     if recipe.target is None or recipe.target == target or {recipe.target, target} <= set(EMBEDDED_SPELLINGS):
         return recipe, False
-    return load_recipe(name, [f"{key}=none" for key in TARGET_SIZED_KEYS] + list(overrides)), True
+    given = {item.partition("=")[0].strip().rpartition(".")[2] for item in overrides}  # an override is given once
+    return load_recipe(name, [f"{key}=none" for key in TARGET_SIZED_KEYS if key not in given] + list(overrides)), True
 
 
 def usable_mask_token(recipe: TrainConfig, target: Target) -> TrainConfig:

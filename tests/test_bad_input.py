@@ -597,6 +597,8 @@ def test_demo_train_sizes_its_recipe_to_another_target(tiny_dir) -> None:
     recipe = usable_mask_token(recipe, target)
     config = draft_config(recipe, target_dims(target), feature_layers=target.auto_layers(), mask_token_id=16)
     assert config.hidden_size == target.hidden_size and max(config.feature_layers) < target.num_layers
+    recipe, _ = pipeline_recipe(name, ["feature_layers=1,2"], str(target.model_dir))  # a size the user gives wins
+    assert recipe.feature_layers == [1, 2]
 
 
 @pytest.mark.parametrize("out_exists", [False, True])

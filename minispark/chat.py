@@ -219,7 +219,8 @@ class ChatREPL:
         except OSError as exc:
             self.error(f"/save {path}: {exc.strerror or exc}")
             return
-        self.console.print(f"[dim]saved {len(self.conversation.turns)} turn{'' if len(self.conversation.turns) == 1 else 's'} to {escape(str(written))}[/]",
+        turns = len(self.conversation.turns)
+        self.console.print(f"[dim]saved {turns} turn{'' if turns == 1 else 's'} to {escape(str(written))}[/]",
                            highlight=False)
 
     def help(self) -> None:

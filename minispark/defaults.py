@@ -70,6 +70,8 @@ CALIBRATION_MIN_ROUNDS = 100
 DRAFT_PRECISIONS = ("auto", "float", "int8")
 #: Set by ``minispark --draft-precision`` (read where drafters are loaded, here and in subprocesses).
 DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
+#: Where ``serve --api-key`` may come from instead.
+API_KEY_ENV = "MINISPARK_API_KEY"
 
 #: How the target's linear layers run (``target/runtime.py`` says what each does), and the variable
 #: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).

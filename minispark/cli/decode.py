@@ -24,8 +24,6 @@ from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, Gamm
                   _remembered, app, console, err_console, one_line_errors)
 
 
-#: Where --api-key may come from instead.
-API_KEY_ENV = "MINISPARK_API_KEY"
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
 DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
                              help="Leave the drafter out of rounds where drafting is predicted not to pay "
@@ -178,7 +176,7 @@ def serve(
     host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
                              "reachable from the network (use --api-key)."),
     port: int = typer.Option(defaults.SERVE_PORT, "--port", help="TCP port."),
-    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=API_KEY_ENV,
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar=defaults.API_KEY_ENV,
                                           help="Require 'Authorization: Bearer KEY' on /v1 routes."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="Requests decoded together, "
                                                  "verified in one forward (default: 8 on CUDA, 4 on a CPU)."),
@@ -202,8 +200,8 @@ def serve(
     checked_table_file(sps)
     port = validate.listen_address(host, port)  # --port 0: the free port picked now, printed below
     # an empty variable (`export MINISPARK_API_KEY=$KEY` with KEY unset) reads as no key at all: serving open
-    if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(API_KEY_ENV) == ""):
-        raise MinisparkError(f"--api-key (or ${API_KEY_ENV}): empty; omit it (and unset the variable) to serve "
+    if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(defaults.API_KEY_ENV) == ""):
+        raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): empty; omit it (and unset the variable) to serve "
                              "without a key")
     validate.integer(max_concurrent, "--max-concurrent", 1)
     validate.integer(queue, "--queue", 0)

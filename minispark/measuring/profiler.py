@@ -468,8 +468,7 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     if out_dir is not None:
         not_shipped(out_dir, "--out", "omit --out: measured tables go to the user table directory, which is "
                     "looked up before the shipped ones")
-    if out_dir is None:
-        defaults.env_dir(defaults.SPS_TABLES_ENV)  # a file there: refused now, not by mkdir once the profile is measured
+    if out_dir is None:  # a file at $MINISPARK_SPS_TABLES is refused now, not by mkdir once the profile is measured
         out_dir = user_tables_dir()
     not_shipped(out_dir, "$MINISPARK_SPS_TABLES", "point it at a directory of your own")
     if plot is not None:

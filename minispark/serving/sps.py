@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import json
 import math
-import os
 import re
 import sys
 import warnings
@@ -280,9 +279,9 @@ def list_tables(directory: str | Path) -> list[Path]:
 def user_tables_dir() -> Path:
     """Where ``minispark profile`` writes the tables it measures (never the shipped ``sps_tables/``):
     ``$MINISPARK_SPS_TABLES``, else ``sps_tables/`` in ``defaults.user_dir()`` (``$MINISPARK_CACHE``)."""
-    from minispark.defaults import user_dir
+    from minispark.defaults import SPS_TABLES_ENV, env_dir, user_dir
 
-    return Path(os.environ.get("MINISPARK_SPS_TABLES") or user_dir() / "sps_tables")
+    return env_dir(SPS_TABLES_ENV) or user_dir() / "sps_tables"
 
 
 def find_table(

@@ -3,7 +3,8 @@ prompt mix at temperature 0, target-only vs schedule (the DSpark drafter, Algori
 flight), each at R = C slots. Modes are interleaved per R in one process on one loaded target. Prints
 aggregate tok/s, per-request latency p50/p95, failed and garbled responses, parity failures against the
 target-only answer of the same prompt, and the verify budget per request (tokens verified per request
-per round, anchor included), with the hardware and versions.
+per round, anchor included) and the share of rounds draft-skip left to the target alone, with the hardware
+and versions.
 
     OMP_NUM_THREADS=1 .venv/bin/python benchmarks/serve_load.py --clients 4,8 --requests 2 --max-tokens 32
 """
@@ -66,11 +67,12 @@ def load_run(target, setup, slots: int, clients: int, requests: int, prompts: li
         wall = time.perf_counter() - started
         decoder = local.server.config.app.state.worker.decoder
         budget = decoder.budget_per_request() if decoder is not None else None
+        skipped = decoder.skipped_rounds / decoder.rounds if decoder is not None and decoder.rounds else None
     tokens = sum(n for rows in answers.values() for _, n in rows)
     return {"slots": slots, "clients": clients, "requests": clients * requests, "wall_s": wall,
             "tokens": tokens, "tok_s": tokens / wall, "p50_s": percentile(latencies, 0.5) if latencies else None,
             "p95_s": percentile(latencies, 0.95) if latencies else None, "failed": len(failures),
-            "failures": failures[:3], "budget_per_request": budget,
+            "failures": failures[:3], "budget_per_request": budget, "skipped_share": skipped,
             "answers": {i: [t for t, _ in rows] for i, rows in answers.items()}}
 
 
@@ -83,7 +85,7 @@ def main() -> None:
     parser.add_argument("--drafter", default=None, help="drafter directory (default: the shipped one)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sps", type=Path, default=None, help="SPS table for schedule mode (default: the one "
-                        "found for this device; `minispark profile --batch-tokens` fills SPS(B) past 16 tokens)")
+                        "found for this device; `minispark profile --batch-requests` adds the batched verify's grid)")
     parser.add_argument("--json", action="store_true", help="print the JSON report only")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -114,11 +116,13 @@ def main() -> None:
         return
     print(json.dumps(report["machine"]), report["target"], report["drafter"], f"SPS table: {report['sps_table']}")
     print(f"{'R':>3} {'mode':>9} {'reqs':>5} {'tok/s':>7} {'p50 s':>7} {'p95 s':>7} {'failed':>6} {'garbled':>7} "
-          f"{'parity✗':>8} {'verify/req':>10}")
+          f"{'parity✗':>8} {'verify/req':>10} {'skipped':>8}")
     for row in rows:
         budget = f"{row['budget_per_request']:.2f}" if row["budget_per_request"] is not None else "-"
+        skipped = f"{row['skipped_share']:.0%}" if row["skipped_share"] is not None else "-"
         print(f"{row['clients']:>3} {row['mode']:>9} {row['requests']:>5} {row['tok_s']:>7.1f} {row['p50_s']:>7.2f} "
-              f"{row['p95_s']:>7.2f} {row['failed']:>6} {row['garbled']:>7} {row['parity_failures']:>8} {budget:>10}")
+              f"{row['p95_s']:>7.2f} {row['failed']:>6} {row['garbled']:>7} {row['parity_failures']:>8} {budget:>10} "
+              f"{skipped:>8}")
     for clients in sorted({r["clients"] for r in rows}):
         pair = {r["mode"]: r for r in rows if r["clients"] == clients}
         print(f"R={clients}: schedule / target-only aggregate tok/s = {pair['schedule']['tok_s'] / pair['target']['tok_s']:.2f}")

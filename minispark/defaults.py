@@ -156,8 +156,8 @@ def draft_precision() -> str:
 #: round, cool-down seconds before one.
 PROFILE_CONTEXTS = (256, 1024, 4096)
 PROFILE_MAX_TOKENS = 16
-#: The largest ``profile --batch-tokens`` size: 32 requests × (γ 7 + 1), past any batch this machine serves.
-PROFILE_MAX_BATCH_TOKENS = 256
+#: The most requests ``profile --batch-requests`` times together (each holds a KV cache of the first context).
+PROFILE_MAX_BATCH_REQUESTS = 64
 PROFILE_ROUNDS = 10
 PROFILE_WARMUP = 2
 PROFILE_DRIFT_BOUND = 0.10

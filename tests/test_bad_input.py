@@ -426,9 +426,9 @@ CASES = [
     ("sim-sps-inline-huge", ["simulate", "--conf", "0.9", "--sps-inline", "1e308"], "--sps-inline"),  # Θ was inf
     ("sim-appendix-a-with-conf", ["simulate", "--appendix-a", "--conf", "0.9"], "--conf cannot be used with it"),
     ("sim-appendix-a-with-sps", ["simulate", "--appendix-a", "--sps-inline", "1,0.5"], "--sps-inline cannot be used"),
-    ("profile-batch-tokens-zero", ["profile", "--batch-tokens", "0"], "--batch-tokens must be >= 1, got 0"),
-    ("profile-batch-tokens-above-max", ["profile", "--batch-tokens", "300"], "--batch-tokens must be at most 256"),
-    ("profile-batch-tokens-fraction", ["profile", "--batch-tokens", "20.5"], "expected comma-separated whole numbers"),
+    ("profile-batch-requests-one", ["profile", "--batch-requests", "1"], "--batch-requests must be >= 2, got 1"),
+    ("profile-batch-requests-above-max", ["profile", "--batch-requests", "300"], "--batch-requests must be at most 64"),
+    ("profile-batch-requests-fraction", ["profile", "--batch-requests", "2.5"], "expected comma-separated whole numbers"),
     ("profile-contexts-huge", ["profile", "--contexts", "99999999999"], "--contexts must be at most 2147483647"),
     ("profile-drift-bound-zero", ["profile", "--drift-bound", "0"], "--drift-bound must be a finite number > 0, got"),
     ("gen-drafter-none-with-gamma", ["generate", "--drafter", "none", "--gamma", "3"],

@@ -55,13 +55,26 @@ def test_budget_per_request_shrinks_with_more_requests() -> None:
     rows = [0.9, 0.85, 0.8, 0.75, 0.7, 0.6, 0.5]
     budgets = []
     for num in (1, 2, 4, 8):
-        sps = batch_sps(table, num * 8)
-        lengths = admit_across(lazy([rows] * num, [[] for _ in range(num)]), [7] * num, sps)
+        sps = batch_sps(table, num, 8)
+        lengths = admit_across(lazy([rows] * num, [[] for _ in range(num)]), [7] * num, sps, padded=True)
         budgets.append(1 + sum(lengths) / num)
     assert budgets == sorted(budgets, reverse=True) and budgets[0] > budgets[-1]
 
 
-def test_batch_sps_extrapolates_past_the_table() -> None:
-    table = SPSTable.from_inline([1.0, 0.5, 0.25])  # 1, 2, 4 seconds per step
-    sps = batch_sps(table, 6, envelope=False)
-    assert [round(1 / sps(b), 6) for b in range(1, 7)] == [1.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+def test_padded_admission_prices_the_widest_row() -> None:
+    """Padded: a position within the current width rides free, one past it widens every row. Widths 1/2/3
+    cost 1/1.3/3 s: request 0's first draft (0.9) pays for width 2, request 1's first (0.8) then fits in it
+    for free, and the next candidate, request 1's second (0.8·0.9), would need width 3: the early stop."""
+    step = {1: 1.0, 2: 1.3, 3: 3.0}
+    rows = [[0.9, 0.5], [0.8, 0.9]]
+    assert admit_across(lazy(rows, [[], []]), [2, 2], lambda w: 1.0 / step[w], padded=True) == [1, 1]
+    # Priced packed on the same curve (B tokens: 2 anchors cost 1.3 s, a third token 3 s), nothing pays.
+    assert admit_across(lazy(rows, [[], []]), [2, 2], lambda b: 1.0 / step[b]) == [0, 0]
+    # A block verified whole beside these ones sets the width: everything up to it is free.
+    assert admit_across(lazy(rows, [[], []]), [2, 2], lambda w: 1.0 / step[w], padded=True, min_width=3) == [2, 2]
+
+
+def test_batch_sps_without_a_grid_prices_r_times_w_tokens_of_one_sequence() -> None:
+    table = SPSTable.from_inline([1.0, 0.5, 0.25])  # 1, 2, 4 seconds per step of 1, 2, 3 tokens
+    sps = batch_sps(table, 2, 3, envelope=False)  # 2, 4, 6 tokens: 2 s, then extrapolated 2 s per token
+    assert [round(1 / sps(w), 6) for w in (1, 2, 3)] == [2.0, 6.0, 10.0]

@@ -7,10 +7,13 @@ target-only output — with no drafter, the lookup drafter and a DSpark drafter 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 
 from minispark.serving.batched import BatchDecoder, BatchRequest, batched_step
+from minispark.serving.draft_skip import BatchDraftSkip
 from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.generate import generate
@@ -146,6 +149,31 @@ def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[
     if drafter == "none":
         assert decoder.budget_per_request() == 1.0
 
+
+
+def test_batch_draft_skip_leaves_losing_rounds_out_and_keeps_parity(target: Target, reference: list[list[int]],
+                                                                    monkeypatch) -> None:
+    """A drafter forward made dearer than the tiny target's step never pays: once the policy has timed a
+    drafted and a plain round it skips, probing now and then; every request keeps its greedy output."""
+    from minispark.serving.drafters.dspark import DSparkDrafter
+
+    together = DSparkDrafter.propose_together
+
+    def dear(*args, **kwargs):
+        time.sleep(0.05)
+        return together(*args, **kwargs)
+
+    monkeypatch.setattr(DSparkDrafter, "propose_together", staticmethod(dear))
+    decoder = BatchDecoder(target, random_dspark(target), slots=3, gamma=4, skip=BatchDraftSkip())
+    try:
+        done = decoder.run(requests(target))
+    finally:
+        decoder.close()
+    for request, want in zip(done, reference):
+        assert request.token_ids == want
+    assert decoder.skipped_rounds > decoder.rounds / 2
+    assert {s for r in done for s in r.stats.sources} == {"dspark", "skipped"}
+    assert sum(r.stats.skipped_rounds for r in done) == sum(r.stats.sources.count("skipped") for r in done)
 
 def test_a_slot_keeps_its_cache_for_the_next_turn(target: Target) -> None:
     """A request whose prompt extends a finished one lands in that slot and prefills only the rest."""

@@ -13,7 +13,7 @@ import torch
 from typer.testing import CliRunner
 
 from minispark.cli import app
-from minispark.serving.draft_skip import DraftSkip, SkipPolicy, simulate
+from minispark.serving.draft_skip import BatchDraftSkip, DraftSkip, SkipPolicy, simulate
 from minispark.serving.draft_block import DraftBlock, Proposal
 from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.schedule import FixedLength
@@ -84,6 +84,23 @@ def test_one_cheap_win_per_round_is_enough_to_draft() -> None:
     # A round is worth drafting as soon as its tokens beat its cost in target steps.
     assert drive(measured(), 50, accepted=1, proposed=1) == "D" * 50  # 2 tokens for 0.4 + 1.1 steps
     assert drive(measured(), 50, accepted=0, proposed=1).count("D") == 2  # 1 token for 1.5 steps
+
+
+def test_batch_policy_decides_per_requests_in_flight_on_the_mean_per_request() -> None:
+    batch = BatchDraftSkip()
+    batch.observe(8, False, 0, 0, 0.0, TARGET_S)  # a plain 8-row step
+    # 8 requests, 16 drafts in all, 12 accepted in all: 1.5 accepted per request, as one request would count.
+    batch.observe(8, True, 16, 12, PROPOSE_S, TARGET_S * 1.2)
+    eight = batch.policy(8)
+    assert eight.tokens == pytest.approx(2.5) and eight.seconds == pytest.approx(PROPOSE_S + 1.2)
+    assert batch.should_draft(8)  # 2.5 tokens for 1.6 steps
+    # Another number in flight learns on its own: nothing drafted there yet, so it tries.
+    assert batch.policy(3).tokens is None and batch.should_draft(3)
+    for _ in range(3):  # losing rounds at 3 in flight do not touch the 8-request policy
+        batch.observe(3, True, 12, 0, PROPOSE_S, TARGET_S * 1.5)
+        batch.observe(3, False, 0, 0, 0.0, TARGET_S)
+    assert not batch.should_draft(3) and batch.should_draft(8)
+    assert BatchDraftSkip(budget=0.5).policy(2).budget == 0.5
 
 
 def test_rejects_bad_settings() -> None:

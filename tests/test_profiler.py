@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from minispark import identity
-from minispark.measuring import system_load, profiler
+from minispark.measuring import profile_rounds, system_load
 from minispark.errors import MinisparkError
 from minispark.measuring.profiler import ProfileConfig, format_table, plot_sps, profile_target
 from minispark.serving.sps import SPSTable, find_table, table_filename
@@ -108,9 +108,9 @@ def test_chunked_prefill_matches_one_prefill(tiny_target, monkeypatch):
     with tiny_target.session() as whole:
         whole.prefill(PromptInputs(input_ids=ids[:, :20], text_positions=torch.arange(20)))
         expected = whole.step(ids[0, 20:]).logits
-    monkeypatch.setattr(profiler, "PREFILL_CHUNK", 8)
+    monkeypatch.setattr(profile_rounds, "PREFILL_CHUNK", 8)
     with tiny_target.session() as chunked:
-        profiler._build_cache(chunked, ids[:, :20])
+        profile_rounds.build_cache(chunked, ids[:, :20])
         assert chunked.cache_length == 20
         # batched vs chunked attention differ by float rounding only (logits have std ~6)
         torch.testing.assert_close(chunked.step(ids[0, 20:]).logits, expected, atol=1e-4, rtol=1e-4)
@@ -234,16 +234,24 @@ def test_device_name_cpu():
     assert re.search(r", \d+ threads?$", name) and "(R)" not in name
 
 
-def test_batch_tokens_are_profiled_and_read_by_the_batched_scheduler(tiny_target):
-    """Sizes past --max-tokens (a batched verify's) are timed like the others; SPS(B) then reads them
-    (interpolating between profiled sizes) instead of extrapolating past the last one."""
+def test_batched_verify_grid_is_profiled_and_read_by_the_batched_scheduler(tiny_target, tmp_path):
+    """--batch-requests times serve's padded verify (R sequences × W tokens at the first context) under the
+    same drift control; the table keeps the grid and the batched scheduler reads it (R = 1 is the table's own
+    row, between profiled counts linear, past the largest linear in the last two)."""
     from minispark.serving.batch_schedule import batch_sps
 
-    table = profile_target(tiny_target, ProfileConfig(contexts=[8], max_tokens=3, batch_tokens=[12, 6, 6],
-                                                      rounds=1, warmup=0))
-    assert table.tokens == [1, 2, 3, 6, 12]
-    sps = batch_sps(table, 12, 8, envelope=False)
-    assert sps(12) == pytest.approx(table.sps(12, 8)) and sps(6) == pytest.approx(table.sps(6, 8))
-    assert sps(9) == pytest.approx(1 / (0.5 * (table.step_seconds(6, 8) + table.step_seconds(12, 8))))
-    with pytest.raises(MinisparkError, match="--batch-tokens: sizes past --max-tokens 3 only"):
-        ProfileConfig(max_tokens=3, batch_tokens=[2])
+    table = profile_target(tiny_target, ProfileConfig(contexts=[8, 16], max_tokens=3, batch_requests=[4, 2, 2],
+                                                      rounds=2, warmup=0))
+    grid = table.batched
+    assert grid["context"] == 8 and grid["requests"] == [2, 4] and grid["widths"] == [1, 2, 3]
+    assert set(table.metadata["drift"]) == {"8", "16", "batched"}
+    assert SPSTable.load(table.save(tmp_path / "t.json")).batched == grid
+    two, four = grid["seconds"]
+    assert table.batched_seconds(2, 3) == two[2] and table.batched_seconds(4, 1) == four[0]
+    assert table.batched_seconds(1, 2) == pytest.approx(table.step_seconds(2, 8))
+    assert table.batched_seconds(3, 2) == pytest.approx((two[1] + four[1]) / 2)
+    assert table.batched_seconds(6, 2) == pytest.approx(four[1] + max(four[1] - two[1], 0.0))
+    sps = batch_sps(table, 4, 3, envelope=False)
+    assert [sps(w) for w in (1, 2, 3)] == pytest.approx([1 / s for s in four])
+    with pytest.raises(MinisparkError, match="--batch-requests: counts >= 2 only"):
+        ProfileConfig(max_tokens=3, batch_requests=[1])

@@ -37,6 +37,27 @@ def make_table(
     )
 
 
+#: A batched grid for make_table: 2 and 4 requests × widths 1..2 at context 0.
+GRID = {"context": 0, "requests": [2, 4], "widths": [1, 2], "seconds": [[0.016, 0.018], [0.030, 0.034]]}
+
+
+def test_batched_grid_round_trip_and_lookup(tmp_path):
+    table = make_table()
+    table.batched = GRID
+    assert SPSTable.load(table.save(tmp_path / "t.json")) == table
+    assert table.batched_seconds(1, 2) == pytest.approx(0.011)  # one request: the table's own row
+    assert table.batched_seconds(3, 1) == pytest.approx(0.023)  # between 2 and 4 requests
+    assert table.batched_seconds(6, 2) == pytest.approx(0.034 + 2 * 0.008)  # past 4: linear in the last two
+    with pytest.raises(SPSTableError, match="outside the profiled widths 1..2"):
+        table.batched_seconds(2, 3)
+    # A table from before the grid existed loads, and prices R·W tokens of one sequence.
+    data = asdict(make_table())
+    del data["batched"]
+    (tmp_path / "old.json").write_text(json.dumps(data))
+    old = SPSTable.load(tmp_path / "old.json")
+    assert old.batched is None and old.batched_seconds(2, 2) == pytest.approx(old.step_seconds(4))
+
+
 def test_round_trip_and_atomic_save(tmp_path):
     table = make_table()
     path = table.save(table.path_in(tmp_path))
@@ -88,6 +109,12 @@ def test_generic_is_decreasing():
         (lambda d: d["seconds"][0].__setitem__(1, -1.0), "seconds"),
         (lambda d: d["seconds_min"][0].__setitem__(0, 1.0), "seconds_min"),
         (lambda d: d["metadata"].pop("driver"), "metadata.driver"),
+        (lambda d: d.update(batched={"context": 0}), "batched"),
+        (lambda d: d.update(batched=dict(GRID, requests=[1, 4])), "batched.requests"),
+        (lambda d: d.update(batched=dict(GRID, widths=[1, 3])), "batched.widths"),
+        (lambda d: d.update(batched=dict(GRID, widths=[1, 2, 3, 4, 5], seconds=[[1.0] * 5] * 2)), "batched.widths"),
+        (lambda d: d.update(batched=dict(GRID, seconds=[[0.02, 0.0], [0.03, 0.04]])), "batched.seconds"),
+        (lambda d: d.update(batched=dict(GRID, seconds=[[0.02, 0.03]])), "batched.seconds"),
     ],
 )
 def test_schema_errors_name_file_and_field(tmp_path, edit, field):

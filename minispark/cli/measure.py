@@ -169,8 +169,9 @@ def profile(
     contexts: str = typer.Option(",".join(map(str, defaults.PROFILE_CONTEXTS)), "--contexts",
                                  help="KV-cache lengths to profile."),
     max_tokens: int = typer.Option(defaults.PROFILE_MAX_TOKENS, "--max-tokens", help="Profile 1..N new tokens per step (≥ γ+1)."),
-    batch_tokens: str = typer.Option("", "--batch-tokens", help="Sizes past --max-tokens to profile too, for serve's "
-                                     "batched verify of R requests (up to R·(γ+1); e.g. 24,32,48,64)."),
+    batch_requests: str = typer.Option("", "--batch-requests", help="Request counts R whose batched verify (serve "
+                                       "with R requests in flight: R sequences × 1..--max-tokens tokens in one forward, "
+                                       "at the first context) is profiled too; e.g. 2,4,8,16."),
     rounds: int = typer.Option(defaults.PROFILE_ROUNDS, "--rounds", help="Shuffled rounds per context."),
     warmup: int = typer.Option(defaults.PROFILE_WARMUP, "--warmup", help="Untimed passes over every size per context."),
     drift_bound: float = typer.Option(defaults.PROFILE_DRIFT_BOUND, "--drift-bound",
@@ -192,11 +193,11 @@ def profile(
     """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
     from dataclasses import asdict
 
-    from minispark.measuring.profiler import format_table, run_profile
+    from minispark.measuring.profiler import format_batched, format_table, run_profile
     from minispark.target.remembered import read_record
 
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
-                             note, allow_busy, out, plot, batch_tokens)
+                             note, allow_busy, out, plot, batch_requests)
     if drafter is not None:
         validate.checkpoint(drafter, "--drafter")
         if target is None and read_record(drafter) is None:  # else the embedded target would be profiled instead
@@ -214,21 +215,23 @@ def profile(
     if as_json:
         _print_json({"path": str(path), **asdict(table)})
         return
-    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens] + config.batch_tokens),
+    console.print(format_table(table, [n for n in (1, 2, 4, 8, 16) if n <= max_tokens]),
                   highlight=False,
                   markup=False)  # "median [min]" and the target's path as they are
+    if table.batched is not None:
+        console.print(format_batched(table), highlight=False, markup=False)
     console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, drift_bound: float, max_remeasure: int,
                     cooldown: float, seed: int, threads: Optional[int], note: str, allow_busy: bool,
-                    out: Optional[Path], plot: Optional[Path], batch_tokens: str = "") -> Any:
+                    out: Optional[Path], plot: Optional[Path], batch_requests: str = "") -> Any:
     """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
     from minispark.measuring.profiler import ProfileConfig
 
     lengths = validate.integers(contexts, "--contexts", 0)
-    sizes = (validate.integers(batch_tokens, "--batch-tokens", 1, defaults.PROFILE_MAX_BATCH_TOKENS)
-             if batch_tokens.strip() else [])
+    counts = (validate.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS)
+              if batch_requests.strip() else [])
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
     validate.number(cooldown, "--cooldown", 0.0, 3600.0)
     validate.integer(threads, "--threads", 1)
@@ -244,7 +247,7 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     validate.seed(seed)
     validate.output_dir(out)
     validate.output_file(plot, "--plot")
-    return ProfileConfig(contexts=lengths, max_tokens=max_tokens, batch_tokens=sizes,
+    return ProfileConfig(contexts=lengths, max_tokens=max_tokens, batch_requests=counts,
                          rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
                          cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
 

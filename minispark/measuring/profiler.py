@@ -21,6 +21,9 @@ Small GPUs throttle after a few seconds of load and shared CPUs change speed wit
    the current level rather than all be re-measured);
 4. report the median, the min and the spread (p90 − p10)/median of the kept rounds per size.
 
+Steps 2-3 live in ``profile_rounds.py``. With ``--batch-requests`` the table also holds serve's batched
+verify, R sequences × W tokens in one padded forward, measured the same way (``batch_profile.py``).
+
 Drift control cannot tell a machine that is busy the whole time from an idle one. On CPU the
 profiler therefore measures what other processes use: the CPU time of all cores minus its own
 (``/proc/stat``), over one second before profiling and over the whole run. Where that is not
@@ -45,7 +48,7 @@ import statistics
 import subprocess
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -53,77 +56,17 @@ import torch
 
 from minispark.atomic import save_figure
 from minispark.errors import MinisparkError
-from minispark import defaults
 from minispark.identity import device_name, dtype_name, target_quantization
 from minispark.measuring import system_load as load
+from minispark.measuring.batch_profile import profile_batched
+from minispark.measuring.profile_rounds import (MeasuredRounds, ProfileConfig, StepTimer, build_cache,
+                                                measure_rounds, spread)
 from minispark.serving.sps import SPSTable, user_tables_dir
 from minispark.target.loading import Target, load_target
-from minispark.target.session import PromptInputs, TargetSession
 from minispark.validate import not_shipped
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
 ProgressFn = Callable[[int, int, str], None]
-#: Prefill chunk: a 4096-token cache is built in 1024-token forwards (bounded attention memory).
-PREFILL_CHUNK = 1024
-
-
-@dataclass
-class ProfileConfig:
-    """What to measure and how hard to fight noise.
-
-    contexts:        KV-cache lengths to profile (those beyond the model's positions are skipped)
-    max_tokens:      profile n = 1..max_tokens new tokens per step (≥ γ+1 for the scheduler)
-    batch_tokens:    sizes past max_tokens profiled too (a batched verify's Σ(1 + ℓ_r), up to R·(γ+1)
-                     for R requests in flight); SPS between them is interpolated
-    rounds:          kept rounds per context; each times every size once, shuffled
-    warmup:          untimed passes over every size per context before the baseline
-    reference_tokens: the size timed at each round's start and end to detect drift
-    reference_repeats: timings of the reference size that make the baseline
-    drift_bound:     relative |reference median / baseline − 1| above which a round is re-measured
-    max_remeasure:   re-measurements per round before keeping the least-drifted attempt
-    cooldown_s:      rest before re-measuring a drifted round (lets a throttled device cool)
-    seed:            shuffling and token ids
-    note:            free text stored in the table's metadata (e.g. "shared CPU, noisy")
-    allow_busy:      write the table even when the machine was busy (warn and flag it instead)
-    """
-
-    contexts: list[int] = field(default_factory=lambda: list(defaults.PROFILE_CONTEXTS))
-    max_tokens: int = defaults.PROFILE_MAX_TOKENS
-    batch_tokens: list[int] = field(default_factory=list)
-    rounds: int = defaults.PROFILE_ROUNDS
-    warmup: int = defaults.PROFILE_WARMUP
-    reference_tokens: int = 1
-    reference_repeats: int = 5
-    drift_bound: float = defaults.PROFILE_DRIFT_BOUND
-    max_remeasure: int = defaults.PROFILE_MAX_REMEASURE
-    cooldown_s: float = defaults.PROFILE_COOLDOWN_S
-    seed: int = 0
-    note: str = ""
-    allow_busy: bool = False
-
-    def __post_init__(self) -> None:
-        self.contexts = sorted({int(c) for c in self.contexts})
-        self.batch_tokens = sorted({int(n) for n in self.batch_tokens})
-        checks = [
-            (bool(self.contexts) and self.contexts[0] >= 0, "--contexts: need lengths >= 0"),
-            (self.max_tokens >= 1, "--max-tokens must be >= 1"),
-            (all(n > self.max_tokens for n in self.batch_tokens),
-             f"--batch-tokens: sizes past --max-tokens {self.max_tokens} only (1..{self.max_tokens} are profiled)"),
-            (self.rounds >= 1, "--rounds must be >= 1"),
-            (self.warmup >= 0, "--warmup must be >= 0"),
-            (1 <= self.reference_tokens <= self.max_tokens, "reference_tokens must be in 1..max_tokens"),
-            (self.reference_repeats >= 1, "reference_repeats must be >= 1"),
-            (self.drift_bound > 0, "--drift-bound must be > 0"),
-            (self.max_remeasure >= 0, "--max-remeasure must be >= 0"),
-            (self.cooldown_s >= 0, "--cooldown must be >= 0"),
-        ]
-        for ok, message in checks:
-            if not ok:
-                raise MinisparkError(message)
-
-    @property
-    def tokens(self) -> list[int]:
-        return list(range(1, self.max_tokens + 1)) + self.batch_tokens
 
 
 # ---------------------------------------------------------------------- device
@@ -140,136 +83,25 @@ def driver_version(device: torch.device) -> str:
     return f"unknown (CUDA runtime {torch.version.cuda})"
 
 
-# ---------------------------------------------------------------------- timing
-class StepTimer:
-    """Seconds one callable takes on ``device``.
-
-    With no ``timer``: CUDA events around the call (after a synchronize, so earlier queued work is
-    not counted), or ``time.perf_counter`` on CPU. An injected ``timer`` (a clock in seconds) is
-    read exactly twice per call, before and after, with synchronizes around it on CUDA.
-    """
-
-    def __init__(self, device: torch.device, timer: Callable[[], float] | None = None) -> None:
-        self.cuda = device.type == "cuda"
-        self.device = device
-        self.use_events = self.cuda and timer is None
-        self.timer = timer or time.perf_counter
-
-    def __call__(self, fn: Callable[[], Any]) -> float:
-        if self.use_events:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            torch.cuda.synchronize(self.device)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1000.0
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        t0 = self.timer()
-        fn()
-        if self.cuda:
-            torch.cuda.synchronize(self.device)
-        return self.timer() - t0
-
-
-def _spread(times: list[float]) -> float:
-    """(p90 − p10) / median: the relative spread the SPS table stores."""
-    return (_quantile(times, 0.9) - _quantile(times, 0.1)) / statistics.median(times)
-
-
-def _quantile(values: list[float], q: float) -> float:
-    """Linear-interpolated quantile (numpy's default method)."""
-    ordered = sorted(values)
-    pos = q * (len(ordered) - 1)
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (pos - low) * (ordered[high] - ordered[low])
-
-
 # ---------------------------------------------------------------------- profiling
-@dataclass
-class _ContextResult:
-    samples: dict[int, list[float]]  # n tokens → kept timings (one per kept round)
-    baselines_s: list[float]         # the first baseline, then one per re-baselining
-    drifts: list[float]              # |drift| of every attempted round, in order
-    remeasured: int                  # attempts discarded for drift
-    kept_drifted: int                # rounds kept although still beyond the bound
-
-
-def _build_cache(session: TargetSession, ids: torch.Tensor) -> None:
-    """Prefill ``ids`` (1, L) into the empty session in chunks of PREFILL_CHUNK tokens."""
-    length = ids.shape[1]
-    if length == 0:
-        return
-    first = min(length, PREFILL_CHUNK)
-    session.prefill(PromptInputs(input_ids=ids, text_positions=torch.arange(length)), length=first)
-    for start in range(first, length, PREFILL_CHUNK):
-        session.step(ids[0, start:start + PREFILL_CHUNK])
-
-
-def _one_round(timed: Callable[[int], float], sizes: list[int], ref: int, rng: random.Random,
-               on_step: Callable[[], None]) -> tuple[float, dict[int, float]]:
-    """Every size once in a fresh shuffled order, bracketed by the reference size.
-
-    Returns the median of the two reference timings and {n tokens: seconds}.
-    """
-    order = list(sizes)
-    rng.shuffle(order)
-    refs = [timed(ref)]
-    times = {}
-    for n in order:
-        times[n] = timed(n)
-        on_step()
-    refs.append(timed(ref))
-    return statistics.median(refs), times
-
-
 def _profile_context(target: Target, config: ProfileConfig, context: int, measure: StepTimer,
                      sleep: Callable[[float], None], rng: random.Random,
-                     tick: Callable[..., None]) -> _ContextResult:
+                     tick: Callable[..., None]) -> MeasuredRounds:
     generator = torch.Generator().manual_seed(config.seed + context)
     ids = torch.randint(0, target.vocab_size, (1, context + config.max_tokens), generator=generator)
     ids = ids.to(target.device)
     draft = ids[0, context:]  # (max_tokens,) the "new" tokens; their values do not change the cost
-    sizes, ref = config.tokens, config.reference_tokens
 
     with target.session() as session:
-        _build_cache(session, ids[:, :context])
+        build_cache(session, ids[:, :context])
 
         def timed(n: int) -> float:
             seconds = measure(lambda: session.step(draft[:n]))
             session.crop(context)  # every step sees the same cache
             return seconds
 
-        def take_baseline() -> float:
-            return statistics.median(timed(ref) for _ in range(config.reference_repeats))
-
-        for _ in range(config.warmup):
-            for n in sizes:
-                timed(n)
-        result = _ContextResult({n: [] for n in sizes}, [take_baseline()], [], 0, 0)
-        for r in range(config.rounds):
-            label = f"context {context}, round {r + 1}/{config.rounds}"
-            attempts = []  # (|drift|, times) per attempt at this round
-            for attempt in range(config.max_remeasure + 1):
-                if attempt:
-                    tick(0, f"{label}: drifted {attempts[-1][0]:.0%}, cooling down and re-measuring",
-                         replanned=len(sizes))
-                    sleep(config.cooldown_s)
-                    result.remeasured += 1
-                reference, times = _one_round(timed, sizes, ref, rng, lambda: tick(1, label))
-                attempts.append((abs(reference / result.baselines_s[-1] - 1.0), times))
-                result.drifts.append(attempts[-1][0])
-                if attempts[-1][0] <= config.drift_bound:
-                    break
-            drift, times = min(attempts, key=lambda a: a[0])
-            if drift > config.drift_bound:
-                result.kept_drifted += 1
-                result.baselines_s.append(take_baseline())
-            for n, seconds in times.items():
-                result.samples[n].append(seconds)
-    return result
+        return measure_rounds(timed, config.tokens, config.reference_tokens, config, sleep, rng, tick,
+                              f"context {context}")
 
 
 def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int], list[int]]:
@@ -306,7 +138,7 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     cpu_start = load.read_cpu_times() if load_before is not None else None
     measure = StepTimer(device, timer)
     rng = random.Random(config.seed)
-    total = len(contexts) * config.rounds * config.max_tokens
+    total = (len(contexts) + len(config.batch_requests)) * config.rounds * config.max_tokens
     done = 0
 
     def tick(steps: int, message: str, *, replanned: int = 0) -> None:
@@ -317,13 +149,17 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
             progress(done, total, message)
 
     started = time.monotonic()
-    results: list[_ContextResult] = []
+    results: list[MeasuredRounds] = []
+    batched, batched_rounds = None, None
     gc_was_enabled = gc.isenabled()
     gc.disable()  # a collection inside a timed step is noise, not model cost
     try:
         for context in contexts:
             gc.collect()
             results.append(_profile_context(target, config, context, measure, sleep, rng, tick))
+        if config.batch_requests:  # serve's batched verify, at the first context
+            gc.collect()
+            batched, batched_rounds = profile_batched(target, config, contexts[0], measure, sleep, rng, tick)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -335,16 +171,9 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
     if load_before is not None and load_after is not None:
         metadata["machine_load"] = {"before": load_before.as_dict(), "after": load_after.as_dict(),
                                     "busy": load_before.busy or load_after.busy}
-    metadata["drift"] = {
-        str(context): {
-            "baselines_s": res.baselines_s,
-            "max_abs_drift": max(res.drifts),
-            "median_abs_drift": statistics.median(res.drifts),
-            "remeasured_rounds": res.remeasured,
-            "kept_drifted_rounds": res.kept_drifted,
-        }
-        for context, res in zip(contexts, results)
-    }
+    metadata["drift"] = {str(context): _drift(res) for context, res in zip(contexts, results)}
+    if batched_rounds is not None:
+        metadata["drift"]["batched"] = _drift(batched_rounds)
     samples = [[res.samples[n] for n in config.tokens] for res in results]  # [context][token][round]
     return SPSTable(
         device=device_name(device),
@@ -355,9 +184,16 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
         tokens=config.tokens,
         seconds=[[statistics.median(times) for times in row] for row in samples],
         seconds_min=[[min(times) for times in row] for row in samples],
-        seconds_spread=[[_spread(times) for times in row] for row in samples],
+        seconds_spread=[[spread(times) for times in row] for row in samples],
         metadata=metadata,
+        batched=batched,
     )
+
+
+def _drift(rounds: MeasuredRounds) -> dict[str, Any]:
+    return {"baselines_s": rounds.baselines_s, "max_abs_drift": max(rounds.drifts),
+            "median_abs_drift": statistics.median(rounds.drifts), "remeasured_rounds": rounds.remeasured,
+            "kept_drifted_rounds": rounds.kept_drifted}
 
 
 def _metadata(target: Target, config: ProfileConfig, device: torch.device, skipped: list[int],
@@ -402,6 +238,18 @@ def format_table(table: SPSTable, tokens: list[int] | None = None) -> str:
             cells.append(f"{table.seconds[ci][j] * 1e3:7.2f} [{table.seconds_min[ci][j] * 1e3:6.2f}] "
                          f"{table.seconds_spread[ci][j]:4.0%}")
         lines.append(f"{context:>8} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def format_batched(table: SPSTable) -> str:
+    """The batched grid (serve's verify of R requests) as aligned text: median ms per forward, and per request."""
+    grid = table.batched
+    widths = [w for w in (1, 2, 4, 8, 16) if w in grid["widths"]]
+    lines = [f"batched verify at context {grid['context']}: ms per forward of R requests × W tokens "
+             "(ms per request)", f"{'R':>8} " + " ".join(f"{'W=' + str(w):>16}" for w in widths)]
+    for requests, row in zip(grid["requests"], grid["seconds"]):
+        cells = [f"{row[w - 1] * 1e3:8.1f} ({row[w - 1] * 1e3 / requests:5.1f})" for w in widths]
+        lines.append(f"{requests:>8} " + " ".join(cells))
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ from minispark.serve.protocol import APIError, ChatRequest
 from minispark.serving.batched import BatchDecoder, BatchRequest
 from minispark.serving.builder import ServingSetup
 from minispark.serving.engine import GenerationStats, speculative_generate
+from minispark.serving.draft_skip import BatchDraftSkip
 from minispark.serving.generate import stop_on_strings
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.target.loading import Target
@@ -74,7 +75,9 @@ class Worker:
         self.session = None
         if slots > 1:
             schedule = setup.sps_table if setup.mode == "schedule" else None
-            self.decoder = BatchDecoder(target, setup.drafter, slots, setup.gamma, schedule, setup.calibration)
+            skip = BatchDraftSkip() if setup.skip is not None else None  # draft-skip per round of R requests
+            self.decoder = BatchDecoder(target, setup.drafter, slots, setup.gamma, schedule, setup.calibration,
+                                        skip=skip)
         else:
             self.session = target.session(setup.drafter.feature_layers)
         self.thread = threading.Thread(target=self._loop, name="minispark-decode", daemon=True)

@@ -14,10 +14,13 @@ Why the lazy heap visits the global sorted order: within one request a_{r,j} is 
 its frontier position is its smallest remaining sort key ``(-a, r, j)``; the heap's minimum over the
 frontiers is then the global minimum of what remains.
 
-:func:`batch_sps` turns an SPS table into the SPS(B) curve a batched verify needs: B can exceed the table's
-profiled tokens per step (R·(γ+1) = 64 for 8 requests at γ 7, the shipped table profiles 16); past the
-last profiled size the step time is extrapolated linearly from the last two sizes (a CPU verify is
-compute-bound there, so its cost grows linearly in tokens) — profile ``--max-tokens R·(γ+1)`` to avoid it.
+What a verify of R requests costs depends on its layout. Packed (the reference's model), B = Σ_r (1 + ℓ_r)
+tokens. Padded (``batched.batched_step``: R rows right-padded to the widest block), R rows of width
+W = max_r (1 + ℓ_r): a candidate within the current width adds expected tokens for free, one past it widens
+every row. ``admit_across(..., padded=True)`` prices each candidate by the width it makes; visit order and
+early stop are unchanged. :func:`batch_sps` turns an SPS table into that curve for R rows at width 1..W, from the
+table's profiled batched grid (``profile --batch-requests``: R sequences × W tokens, what the server runs;
+:meth:`~minispark.serving.sps.SPSTable.batched_seconds`).
 
     .venv/bin/python -m pytest -q tests/test_batch_schedule.py
 """
@@ -45,12 +48,15 @@ def _check(c: float | None, r: int, j: int) -> float:
 
 
 def admit_across(confidence: Sequence[Callable[[int], float | None]], available: Sequence[int],
-                 sps: Callable[[int], float], calibration: Calibration | None = None) -> list[int]:
+                 sps: Callable[[int], float], calibration: Calibration | None = None,
+                 padded: bool = False, min_width: int = 1) -> list[int]:
     """Scheduled lengths ℓ_1..ℓ_R: Algorithm 1 over R requests, asking ``confidence[r](j)`` lazily.
 
     ``available[r]`` caps ℓ_r (the block's size and γ); ``sps(B)`` is steps/s for a verify of B tokens
-    in total; ``calibration`` maps each raw c_{r,j} to σ(logit(c)/T_j) first (as the batch-1 scheduler
-    does). ``confidence[r](j)`` is called only for j = ℓ_r + 1 after ℓ_r positions were admitted."""
+    in total, Σ_r (1 + ℓ_r); when ``padded``, ``sps(W)`` is steps/s for the caller's rows at width
+    W = max(``min_width``, max_r (1 + ℓ_r)) (``min_width``: blocks verified whole beside these ones).
+    ``calibration`` maps each raw c_{r,j} to σ(logit(c)/T_j) first (as the batch-1 scheduler does).
+    ``confidence[r](j)`` is called only for j = ℓ_r + 1 after ℓ_r positions were admitted."""
     num = len(available)
     lengths = [0] * num
     if num == 0:
@@ -71,43 +77,37 @@ def admit_across(confidence: Sequence[Callable[[int], float | None]], available:
 
     for r in range(num):
         push(r)
-    batch = num
+    packed, width = num, min_width  # tokens verified, packed; the widest row, anchor included
     expected = float(num)  # τ*: each anchor yields one token (bonus or correction)
-    best = expected * sps(batch)
+    best = expected * sps(width if padded else packed)
     while frontier:
         neg_survival, r, j = heapq.heappop(frontier)
-        batch += 1
+        size = max(width, j + 1) if padded else packed + 1
         expected += -neg_survival
-        theta = expected * sps(batch)
+        theta = expected * sps(size)
         if not theta > best:
             break  # the losslessness rule: never look past the first drop
         best = theta
+        packed, width = packed + 1, max(width, j + 1)
         lengths[r], survival[r] = j, -neg_survival
         push(r)
     return lengths
 
 
-def batch_sps(table: SPSTable, max_tokens: int, context_length: int = 0,
+def batch_sps(table: SPSTable, requests: int, width: int, context_length: int = 0,
               envelope: bool = True) -> Callable[[int], float]:
-    """SPS(B) for B = 1..``max_tokens`` total verified tokens at ``context_length``, from ``table``.
+    """SPS(w) of a padded verify of ``requests`` rows at widths w = 1..``width`` (``admit_across(padded=True)``).
 
-    Sizes past the table's last profiled one are extrapolated linearly in step time (see the module
-    docstring). With ``envelope`` the curve is planned against its monotone envelope (the best rate of
-    any verify of at least B tokens), so a jagged CPU curve does not stop admission at its first bump;
-    unlike the batch-1 scheduler the verify is not padded up to that size, so the plan is optimistic
-    there — admission decisions still depend on confidences known before each draw, so it stays lossless."""
-    top = table.max_tokens
-    seconds = [table.step_seconds(min(n, top), context_length) for n in range(1, max_tokens + 1)]
-    if max_tokens > top:
-        last = table.step_seconds(top, context_length)
-        slope = last - table.step_seconds(top - 1, context_length) if top > 1 else last
-        slope = max(slope, last / top * 0.5)  # never flatter than half the mean cost per token
-        seconds = seconds[:top] + [last + slope * (n - top) for n in range(top + 1, max_tokens + 1)]
-    curve = [1.0 / s for s in seconds]  # curve[i] = SPS(i + 1)
+    Step times come from :meth:`SPSTable.batched_seconds` (its profiled grid, or R·w tokens of one sequence
+    for a table without one). With ``envelope`` the curve is planned against its monotone envelope over w
+    (the best rate of any verify at least that wide), so a jagged CPU curve does not stop admission at its
+    first bump; the verify is not widened to that size, so the plan is optimistic there — admission
+    decisions still depend only on confidences known before each draw, so it stays lossless."""
+    curve = [1.0 / table.batched_seconds(requests, w, context_length) for w in range(1, width + 1)]
     if envelope:
         curve = monotone_envelope(curve)[0]
 
-    def sps(batch: int) -> float:
-        return curve[min(batch, max_tokens) - 1]
+    def sps(w: int) -> float:
+        return curve[min(w, width) - 1]
 
     return sps

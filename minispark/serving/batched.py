@@ -4,9 +4,12 @@ Each request keeps its own :class:`~minispark.target.session.TargetSession` (KV 
 (draft context), so prefill, commit, crop and rollback are the single-request engine's own steps
 (``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
 
+0. draft-skip (schedule mode): the round drafts for every request or for none, decided from earlier
+   rounds at this number of requests in flight (``draft_skip.BatchDraftSkip``); a skipped round is a
+   plain R-row target step;
 1. propose:  each request's drafter returns its lazy draft block (DSpark forks of one drafter: one
    backbone forward for all of them, ``propose_all``);
-2. schedule: Algorithm 1 across requests (``batch_schedule.admit_across``, SPS(B) of the whole verify)
+2. schedule: Algorithm 1 across requests (``batch_schedule.admit_across``, SPS of the whole padded verify)
    when the drafter has a confidence head, else min(γ, block) each; target-only decoding admits 0;
 3. verify:   :func:`batched_step`, one forward over every request's [anchor, x_1..x_ℓ] (padded layout);
 4. accept / commit per request, with its own sampling and generator: lossless per request.
@@ -33,6 +36,7 @@ from transformers.cache_utils import DynamicLayer
 
 from minispark.serving.batch_schedule import admit_across, batch_sps
 from minispark.serving.draft_block import Proposal
+from minispark.serving.draft_skip import BatchDraftSkip
 from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.drafters.hybrid import HybridDrafter
@@ -177,10 +181,12 @@ class BatchDecoder:
     ``drafter`` is forked once per slot (:func:`fork_drafter`); a slot keeps its KV cache after a request,
     so a later request whose prompt starts with the same tokens (the next turn of a conversation) is
     placed there and only prefills the rest. ``sps_table`` (with a confidence-head drafter) turns on
-    Algorithm 1 admission; without one each request verifies min(γ, its block)."""
+    Algorithm 1 admission; without one each request verifies min(γ, its block). ``skip`` leaves the drafter
+    out of rounds predicted not to pay (:class:`~minispark.serving.draft_skip.BatchDraftSkip`)."""
 
     def __init__(self, target: Target, drafter: Drafter, slots: int, gamma: int,
-                 sps_table: SPSTable | None = None, calibration=None, envelope: bool = True) -> None:
+                 sps_table: SPSTable | None = None, calibration=None, envelope: bool = True,
+                 skip: BatchDraftSkip | None = None) -> None:
         self.target = target
         self.gamma = 0 if isinstance(drafter, NoDrafter) else gamma
         self.drafters = [drafter] + [fork_drafter(drafter) for _ in range(slots - 1)]
@@ -188,7 +194,9 @@ class BatchDecoder:
         self.requests: list[BatchRequest | None] = [None] * slots
         self.scheduled = drafter.has_confidence and sps_table is not None and self.gamma > 0
         self.sps_table, self.calibration, self.envelope = sps_table, calibration, envelope
+        self.skip = skip if self.gamma > 0 else None
         self.rounds = 0
+        self.skipped_rounds = 0
         self.verify_tokens = 0  # Σ over rounds of B (anchors + admitted drafts)
         self.request_rounds = 0  # Σ over rounds of the requests in flight
 
@@ -243,12 +251,12 @@ class BatchDecoder:
         if not self.scheduled:
             return available
         contexts = [r.state.ids.numel() for r in active]
-        sps = batch_sps(self.sps_table, len(active) * (self.gamma + 1), sum(contexts) // len(contexts),
-                        self.envelope)
+        sps = batch_sps(self.sps_table, len(active), self.gamma + 1, sum(contexts) // len(contexts), self.envelope)
         # A block whose length its drafter fixed before drawing it is verified whole (engine.schedule).
         free = [i for i, block in enumerate(blocks) if not block.fixed_length]
+        fixed = [1 + available[i] for i, block in enumerate(blocks) if block.fixed_length]
         admitted = admit_across([blocks[i].confidence for i in free], [available[i] for i in free], sps,
-                                self.calibration)
+                                self.calibration, padded=True, min_width=max(fixed, default=1))
         for i, length in zip(free, admitted):
             available[i] = length
         return available
@@ -262,7 +270,10 @@ class BatchDecoder:
         t_start = time.perf_counter()
         sessions = [self.sessions[r.slot] for r in active]
         drafters = [self.drafters[r.slot] for r in active]
-        if self.gamma > 0:
+        # From committed ids alone: a round a drafter takes without its forward neither asks nor teaches skip.
+        exempt = self.skip is not None and any(d.skip_exempt(r.state.ids) for d, r in zip(drafters, active))
+        drafting = self.gamma > 0 and (self.skip is None or exempt or self.skip.should_draft(len(active)))
+        if drafting:
             blocks = propose_all(drafters, active, sessions)
             proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
         else:
@@ -272,19 +283,29 @@ class BatchDecoder:
                                            for r, p in zip(active, proposals)])
         t_verified = time.perf_counter()
         self.rounds += 1
+        self.skipped_rounds += self.gamma > 0 and not drafting
         self.request_rounds += len(active)
         self.verify_tokens += sum(len(p) + 1 for p in proposals)
-        finished = []
+        outcomes = []
         for request, session, drafter, proposal, out in zip(active, sessions, drafters, proposals, verified):
             accepted, next_token = accept(proposal, out, request.sampling, request.generator)
             commit(session, drafter, request.state, proposal, accepted, next_token, out)
+            outcomes.append(accepted)
+        t_committed = time.perf_counter()
+        if self.skip is not None and not exempt:
+            self.skip.observe(len(active), drafting, sum(len(p) for p in proposals), sum(outcomes),
+                              t_proposed - t_start, t_committed - t_proposed)
+        finished = []
+        for request, drafter, proposal, accepted in zip(active, drafters, proposals, outcomes):
             stats = request.stats
             stats.rounds += 1
+            stats.skipped_rounds += self.gamma > 0 and not drafting
             stats.proposed_lengths.append(len(proposal))
-            stats.sources.append(drafter.name if self.gamma else "plain")
+            stats.sources.append((drafter.name if drafting else "skipped") if self.gamma else "plain")
             stats.accepted_lengths.append(accepted)
             stats.propose_s += t_proposed - t_start
             stats.verify_s += t_verified - t_proposed
+            stats.accept_commit_s += t_committed - t_verified
             kept, reason = truncate(request.state.new_ids, self.target.eos_token_ids, request.max_new_tokens,
                                     request.stop)
             request.token_ids = kept

@@ -95,7 +95,7 @@ class DraftSkip(SkipPolicy):
         self._skipped += 1
         return False
 
-    def observe(self, drafted: bool, proposed: int, accepted: int, propose_s: float, step_s: float) -> None:
+    def observe(self, drafted: bool, proposed: int, accepted: float, propose_s: float, step_s: float) -> None:
         if proposed == 0:  # a 1-token verify, skipped or drafted with ℓ = 0: the target-only step time
             self.target_step_s = self._average(self.target_step_s, step_s)
         if not drafted:
@@ -110,6 +110,36 @@ class DraftSkip(SkipPolicy):
 
     def _average(self, old: float | None, new: float) -> float:
         return new if old is None else old + self.weight * (new - old)
+
+
+class BatchDraftSkip:
+    """Draft-skip for R requests verified together (``batched.BatchDecoder``): one decision per round.
+
+    A batched round drafts for every request in one drafter forward or for none, so the decision is the
+    round's: a drafted round yields Σ_r (1 + n_r) tokens in its propose + verify seconds, a plain round R
+    tokens in one R-row step. Per request, that is :class:`DraftSkip`'s own rule with E[1 + n] the mean over
+    the requests in flight and t₁ the plain R-row step. Both depend on R (a wider batch costs more per step
+    and leaves less idle compute for drafts to fill), so each number of requests in flight keeps its own
+    :class:`DraftSkip`; a steady load settles on one. Lossless for the same reason as the single-request
+    form: every decision is a function of earlier rounds only."""
+
+    def __init__(self, **settings: float) -> None:
+        self.settings = settings
+        self.policies: dict[int, DraftSkip] = {}
+
+    def policy(self, requests: int) -> DraftSkip:
+        """The policy of rounds with ``requests`` in flight (made on first use)."""
+        if requests not in self.policies:
+            self.policies[requests] = DraftSkip(**self.settings)
+        return self.policies[requests]
+
+    def should_draft(self, requests: int) -> bool:
+        return self.policy(requests).should_draft()
+
+    def observe(self, requests: int, drafted: bool, proposed: int, accepted: int, propose_s: float,
+                step_s: float) -> None:
+        """The round's outcome: ``proposed`` drafts verified in all, ``accepted`` of them kept in all."""
+        self.policy(requests).observe(drafted, proposed, accepted / requests, propose_s, step_s)
 
 
 def simulate(stretches: list[tuple[int, float]], draft_cost: float = 0.5, verify_cost: float = 0.08,

@@ -44,6 +44,8 @@ SCHEMA_VERSION = 1
 GENERIC_TOKEN_COST = 0.1
 GENERIC_MAX_TOKENS = 64
 _REQUIRED_METADATA = ("torch", "driver", "date")
+#: Fields a table may leave out (tables written before they existed).
+_OPTIONAL = ("batched",)
 
 
 class SPSTableError(MinisparkError):
@@ -75,6 +77,9 @@ class SPSTable:
     seconds_min:    same shape, fastest repetition (min <= median)
     seconds_spread: same shape, relative spread of repetitions, (p90 − p10) / median, >= 0
     metadata:       at least ``torch``, ``driver`` and ``date`` (ISO 8601); free-form otherwise
+    batched:        optional, what serve's batched verify costs (``profile --batch-requests``): R sequences
+                    at one context, each verifying W tokens in one padded forward —
+                    ``{"context": c, "requests": [R…], "widths": [1…W], "seconds": [[s per W] per R]}``
     """
 
     device: str
@@ -88,6 +93,7 @@ class SPSTable:
     seconds_spread: list[list[float]]
     metadata: dict[str, Any] = field(default_factory=dict)
     version: int = SCHEMA_VERSION
+    batched: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         _validate(asdict(self), "<in memory>")
@@ -147,6 +153,37 @@ class SPSTable:
 
         low = at(ci)
         return low + cw * (at(ci + 1) - low) if cw else low
+
+    def batched_seconds(self, requests: int, width: int, context_length: int = 0) -> float:
+        """Seconds of one padded forward of ``requests`` sequences × ``width`` tokens (serve's batched verify).
+
+        From the ``batched`` grid: linear in step time between profiled request counts, linear in the
+        last two past the largest (the padded forward is compute-bound there), and from this table's
+        one-sequence row at the grid's context below the smallest (R = 1 is one sequence). A table
+        without the grid prices R·W tokens of one sequence instead (what it can say; optimistic for a
+        padded forward: it knows nothing of R caches), at ``context_length``; the grid holds one context."""
+        if self.batched is None:
+            top = self.max_tokens
+            tokens = requests * width
+            if tokens <= top:
+                return self.step_seconds(tokens, context_length)
+            last = self.step_seconds(top, context_length)
+            slope = last - self.step_seconds(top - 1, context_length) if top > 1 else last
+            return last + max(slope, last / top * 0.5) * (tokens - top)  # never flatter than half a token's mean
+        grid, widths = self.batched["requests"], self.batched["widths"]
+        if not widths[0] <= width <= widths[-1]:
+            raise SPSTableError(f"SPS table {self.device}/{self.target}: a batched verify of {width} tokens per "
+                                f"request is outside the profiled widths {widths[0]}..{widths[-1]}; re-profile "
+                                "with a larger --max-tokens or lower --gamma")
+        # R = 1 is one sequence: this table's own row at the grid's context.
+        counts = [1] + grid
+        column = [self.step_seconds(width, self.batched["context"])] + [row[widths.index(width)]
+                                                                       for row in self.batched["seconds"]]
+        if requests >= counts[-1]:
+            slope = (column[-1] - column[-2]) / (counts[-1] - counts[-2])
+            return column[-1] + max(slope, 0.0) * (requests - counts[-1])
+        i, w = _bracket(counts, requests)
+        return column[i] + w * (column[i + 1] - column[i]) if w else column[i]
 
     def sps(self, n_tokens: int, context_length: int = 0) -> float:
         """Steps per second for a forward of ``n_tokens`` tokens at ``context_length``."""
@@ -222,7 +259,7 @@ def _validate(data: Any, source: str) -> None:
     known = {f.name for f in fields(SPSTable)}
     for name in sorted(set(data) - known):
         fail(name, "unknown field (typo, or a newer minispark wrote this table?)")
-    for name in sorted(known - set(data)):
+    for name in sorted(known - set(data) - set(_OPTIONAL)):
         fail(name, "missing")
     if data["version"] != SCHEMA_VERSION:
         fail("version", f"expected {SCHEMA_VERSION}, got {data['version']!r}")
@@ -258,12 +295,41 @@ def _validate(data: Any, source: str) -> None:
         for j, (m, lo) in enumerate(zip(med, low)):
             if lo > m:
                 fail("seconds_min", f"[{i}][{j}]: min {lo} exceeds median {m}")
+    if data.get("batched") is not None:
+        _validate_batched(data["batched"], data["tokens"][-1], fail)
     meta = data["metadata"]
     if not isinstance(meta, dict):
         fail("metadata", "expected an object")
     for key in _REQUIRED_METADATA:
         if not isinstance(meta.get(key), str):
             fail(f"metadata.{key}", "missing (expected a string)")
+
+
+def _validate_batched(grid: Any, max_tokens: int, fail: Any) -> None:
+    """The ``batched`` grid: a context, increasing request counts and widths, positive seconds [R][W]."""
+    if not isinstance(grid, dict) or set(grid) != {"context", "requests", "widths", "seconds"}:
+        fail("batched", "expected an object with context, requests, widths and seconds")
+    context = grid["context"]
+    if not isinstance(context, int) or isinstance(context, bool) or context < 0:
+        fail("batched.context", f"expected an integer >= 0, got {context!r}")
+    for name, least in (("requests", 2), ("widths", 1)):
+        axis = grid[name]
+        if (not isinstance(axis, list) or not axis or not all(isinstance(v, int) and not isinstance(v, bool)
+                                                             and v >= least for v in axis)):
+            fail(f"batched.{name}", f"expected a non-empty list of integers >= {least}, got {axis!r}")
+        if any(b <= a for a, b in zip(axis, axis[1:])):
+            fail(f"batched.{name}", f"must be strictly increasing, got {axis!r}")
+    if grid["widths"] != list(range(1, len(grid["widths"]) + 1)) or grid["widths"][-1] > max_tokens:
+        fail("batched.widths", f"expected 1..W with W <= the table's {max_tokens} tokens, got {grid['widths']!r}")
+    rows = grid["seconds"]
+    if not isinstance(rows, list) or len(rows) != len(grid["requests"]):
+        fail("batched.seconds", f"expected {len(grid['requests'])} rows (one per request count), got {_len(rows)}")
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) != len(grid["widths"]):
+            fail("batched.seconds", f"row {i}: expected {len(grid['widths'])} values (one per width), got {_len(row)}")
+        for j, v in enumerate(row):
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
+                fail("batched.seconds", f"[{i}][{j}]: expected a finite positive number, got {v!r}")
 
 
 def _len(value: Any) -> str:

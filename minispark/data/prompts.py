@@ -325,7 +325,7 @@ def encode_within_context(target: Target, sample: PromptSample, path: Path | str
     """``sample`` encoded for ``target``; a prompt that alone fills the target's context is refused
     (naming its file and line) rather than decoded into garbage for minutes."""
     inputs = target.encode(**sample.encode_kwargs())
-    limit = getattr(target.text_config, "max_position_embeddings", None)
+    limit = target.context_limit
     if limit is not None and inputs.length >= limit:
         raise PromptFileError(path, sample.line, f"{inputs.length} tokens fill {target.name}'s context of "
                               f"{limit} positions; shorten this prompt")

@@ -96,7 +96,7 @@ class FeatureRecorder:
 def check_answer_room(target: Target, max_new_tokens: int) -> None:
     """Refuse a ``--max-new-tokens`` the target's context cannot hold (an answer follows its prompt
     in the same positions): one line, before buffers of that length are allocated."""
-    limit = getattr(target.text_config, "max_position_embeddings", None)
+    limit = target.context_limit
     if limit is not None and max_new_tokens >= limit:
         raise MinisparkError(f"--max-new-tokens {max_new_tokens}: {target.name} has a context of {limit} "
                              "positions, prompt and answer together; give fewer")

@@ -173,8 +173,8 @@ def context_budgets(target: Target, prompt_lengths: Sequence[int], max_new_token
     """``max_new_tokens`` for each prompt, capped to the room the target's context leaves after it (one notice
     when any is): past it a model that never emits EOS (a random one, a degenerate loop) decodes garbage at
     positions it never saw, each step slower than the last. The prompt files refuse a prompt that fills it."""
-    limit = getattr(target.text_config, "max_position_embeddings", None)
-    budgets = [max_new_tokens if limit is None else max(1, min(max_new_tokens, limit - n)) for n in prompt_lengths]
+    limit = target.context_limit
+    budgets = [target.room(n, max_new_tokens) for n in prompt_lengths]
     if budgets and min(budgets) < max_new_tokens:
         room = f"{min(budgets)}" if min(budgets) == max(budgets) else f"{min(budgets)} to {max(budgets)}"
         warnings.warn(f"--max-new-tokens {max_new_tokens}: {target.name}'s context of {limit} leaves room for "

@@ -107,7 +107,7 @@ def _profile_context(target: Target, config: ProfileConfig, context: int, measur
 def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int], list[int]]:
     """The contexts of ``config`` whose steps fit the target's positions, and those skipped (a warning);
     a step that fits no context is an error."""
-    max_positions = getattr(target.text_config, "max_position_embeddings", None)
+    max_positions = target.context_limit
     if max_positions is not None and config.max_tokens >= max_positions:
         raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {target.name}'s {max_positions} "
                              "positions; profile fewer tokens per step")

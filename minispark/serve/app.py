@@ -138,7 +138,7 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
             inputs = await run_in_threadpool(target.encode, chat.messages)
         except MinisparkError as exc:
             raise APIError(400, str(exc), "messages") from None
-        context = getattr(target.text_config, "max_position_embeddings", None)
+        context = target.context_limit
         if context is not None and inputs.length >= context:
             raise APIError(400, f"the prompt is {inputs.length} tokens; the model's context is {context}",
                            "messages", "context_length_exceeded")

@@ -175,9 +175,7 @@ class Worker:
             self._done(job, batch.token_ids, batch.stop_reason, batch.stats)
 
     def _room(self, job: Job) -> int:
-        limit = getattr(self.target.text_config, "max_position_embeddings", None)
-        room = limit - job.inputs.length if limit else job.request.max_tokens
-        return max(1, min(job.request.max_tokens, room))
+        return self.target.room(job.inputs.length, job.request.max_tokens)
 
     def _stream(self, job: Job, ids: list[int]) -> None:
         """Committed ids → the new text, holding back what could still become a stop string."""

@@ -146,7 +146,7 @@ def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int, what: s
                 fix: str = "shorten the prompt") -> int:
     """``max_new_tokens`` capped (with a warning) to the room the target's context leaves after the
     prompt; a prompt that alone fills the context is refused rather than decoded into garbage."""
-    limit = getattr(target.text_config, "max_position_embeddings", None)
+    limit = target.context_limit
     if limit is None:
         return max_new_tokens
     if prompt_tokens >= limit:

@@ -63,7 +63,7 @@ class StaticSteps:
     def __init__(self, model: nn.Module, decoder: nn.Module, final_norm: nn.Module, device: torch.device) -> None:
         self.model, self.device = model, device
         text = model.config.get_text_config()
-        self.limit = int(getattr(text, "max_position_embeddings", 0) or 1 << 20)
+        self.limit = int(getattr(text, "max_position_embeddings", 0) or 1 << 20)  # before a Target exists
         # No freezing on a CPU: it folds the weights into the graph, which bypasses inductor's disk cache
         # and, with the dynamic width, made steps slower than unfrozen ones (measured on a tiny Llama).
         options: dict[str, Any] = {"mode": "reduce-overhead"} if device.type == "cuda" else {}

@@ -71,6 +71,17 @@ class Target:
     def dtype(self) -> torch.dtype:
         return self.lm_head.weight.dtype
 
+    @property
+    def context_limit(self) -> int | None:
+        """The positions the target has for prompt and answer together (its config's
+        ``max_position_embeddings``); None when the config states none."""
+        return getattr(self.text_config, "max_position_embeddings", None)
+
+    def room(self, prompt_tokens: int, wanted: int) -> int:
+        """``wanted`` new tokens capped to what the context leaves after a prompt, at least 1."""
+        limit = self.context_limit
+        return wanted if limit is None else max(1, min(wanted, limit - prompt_tokens))
+
     # ------------------------------------------------------------------ identity and layers
     def identity(self) -> dict[str, str]:
         """Name plus content hashes of weights/config and tokenizer, to refuse mismatched artifacts."""

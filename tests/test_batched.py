@@ -151,6 +151,25 @@ def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[
 
 
 
+@pytest.mark.parametrize("widening", [0.0, 10.0])
+def test_admission_reads_the_batched_grid(target: Target, reference: list[list[int]], widening: float) -> None:
+    """Rounds of R ≥ 2 requests are priced by the table's batched grid (R rows × W tokens), not by R·W tokens
+    of one sequence: one sequence past 1 token costs 11 steps here, so only a grid where a wider row is free
+    admits drafts, and a grid where each extra token per row costs 10 steps admits none. Parity either way."""
+    table = SPSTable.from_inline([1.0] + [1 / 11.0] * 15)
+    table.batched = {"context": 0, "requests": [2, 3], "widths": list(range(1, 17)),
+                     "seconds": [[1.0 + widening * (w - 1) for w in range(1, 17)]] * 2}
+    decoder = BatchDecoder(target, random_dspark(target), slots=3, gamma=4, sps_table=table)
+    try:
+        done = decoder.run(requests(target))
+    finally:
+        decoder.close()
+    assert [r.token_ids for r in done] == reference
+    if widening:
+        assert decoder.budget_per_request() == 1.0
+    else:
+        assert decoder.budget_per_request() > 1.5
+
 def test_batch_draft_skip_leaves_losing_rounds_out_and_keeps_parity(target: Target, reference: list[list[int]],
                                                                     monkeypatch) -> None:
     """A drafter forward made dearer than the tiny target's step never pays: once the policy has timed a

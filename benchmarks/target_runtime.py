@@ -1,9 +1,9 @@
 """Forward times of the embedded target per runtime (``minispark --runtime``: eager, packed, and int8
 where this torch build has its kernel; ``--compiled`` adds the compiled runtime, after printing its
-one-time compile cost) at widths 1..8, all in one process, interleaved, medians of 7; run it on an idle
-machine.
+one-time compile cost; ``--bf16`` adds the target loaded in bf16, eager and packed) at widths 1..8, all in
+one process, interleaved, medians of 7; run it on an idle machine.
 
-    .venv/bin/python benchmarks/target_runtime.py [--context 230] [--compiled]
+    .venv/bin/python benchmarks/target_runtime.py [--context 230] [--compiled] [--bf16]
 """
 
 from __future__ import annotations
@@ -22,9 +22,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--context", type=int, default=230, help="prompt tokens before the timed forwards")
     parser.add_argument("--compiled", action="store_true", help="also time --runtime compiled (compiles first)")
+    parser.add_argument("--bf16", action="store_true", help="also time the target loaded in bf16, eager and packed")
     args = parser.parse_args()
     runtimes = ["eager", "packed"] + (["int8"] if int8_supported("cpu") else []) + (["compiled"] if args.compiled else [])
     targets = {name: load_target(runtime=name) for name in runtimes}
+    if args.bf16:
+        for name in ("eager", "packed"):
+            targets[f"bf16-{name}"] = load_target(dtype="bf16", runtime=name)
+        runtimes = list(targets)
     if args.compiled:
         seconds = targets["compiled"].warm_up(range(1, 9))
         print(f"compiled runtime: widths 1..8 compiled in {seconds:.1f} s (one-time; inductor's disk cache keeps it)")
@@ -42,9 +47,9 @@ def main() -> None:
                 session.step(tokens)
                 times.setdefault((name, width), []).append(time.perf_counter() - start)
                 session.crop(prompt.length)
-    print("  width  " + "".join(f"{name:>9}" for name in runtimes))
+    print("  width  " + "".join(f"{name:>12}" for name in runtimes))
     for width in range(1, 9):
-        print(f"  {width:5d}  " + "".join(f"{statistics.median(times[(name, width)]) * 1e3:9.1f}" for name in runtimes))
+        print(f"  {width:5d}  " + "".join(f"{statistics.median(times[(name, width)]) * 1e3:12.1f}" for name in runtimes))
     for name in runtimes:
         ratio = statistics.median(times[(name, 8)]) / statistics.median(times[(name, 1)])
         print(f"  {name}: verify(8) / step(1) = {ratio:.2f}")

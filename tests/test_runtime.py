@@ -18,7 +18,11 @@ from minispark.target.int8 import int8_supported
 from minispark.target.runtime import Int8WeightLinear, PackedLinear, apply_runtime, eager_linears
 from minispark.serving.sps import SPSTable, find_table, table_mismatch, table_runtime
 from minispark.target.loading import load_target
-from tests.helpers import assert_modes_keep_greedy
+from minispark.serving.drafters.base import NoDrafter
+from minispark.serving.engine import speculative_generate
+from minispark.serving.schedule import FixedLength
+from minispark.target.sampling import SamplingConfig
+from tests.helpers import assert_modes_keep_greedy, hf_greedy
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_5_vl"]
 
@@ -103,11 +107,38 @@ def test_gradients_flow_through_eager_path() -> None:
         torch.testing.assert_close(packed(x), linear(x))
 
 
+@pytest.mark.skipif(not torch.ops.mkldnn._is_mkldnn_bf16_supported(), reason="no bf16 oneDNN kernels on this CPU")
+def test_a_bf16_target_packs_and_decodes_like_itself(tiny_dir) -> None:
+    """oneDNN's bf16 kernels (avx512_bf16 or AMX) pack a bf16 target too: logits as eager bf16's at every
+    width up to bf16 rounding of sums taken in another order, and target-only decoding gives transformers'
+    own greedy output. (Drafting modes of a bf16 target, eager or packed, are lossless only up to bf16
+    near-ties: a wide verify rounds differently from one-token steps; README "Precision".)"""
+    eager = load_target(str(tiny_dir("llama")), dtype="bf16", runtime="eager")
+    packed = load_target(str(tiny_dir("llama")), dtype="bf16")
+    assert packed.runtime == "packed" and _packed_count(packed.model) > 0
+    prompt = eager.encode(prompt="Describe the picture, then count to ten.")
+    with eager.session() as e_session, packed.session() as p_session:
+        e_session.prefill(prompt)
+        p_session.prefill(prompt)
+        for width in range(1, 9):
+            tokens = prompt.input_ids[0, :width]
+            torch.testing.assert_close(p_session.step(tokens).logits, e_session.step(tokens).logits,
+                                       rtol=0.02, atol=0.02)
+            e_session.crop(prompt.length)
+            p_session.crop(prompt.length)
+    with packed.session() as session:
+        result = speculative_generate(session, prompt, NoDrafter(), SamplingConfig(), FixedLength(0),
+                                      max_new_tokens=24, eos_ids=packed.eos_token_ids)
+    assert result.token_ids == hf_greedy(eager, prompt, 24)
+
+
 def test_auto_stays_eager_where_packing_does_not_apply(tiny_dir) -> None:
-    bf16 = load_target(str(tiny_dir("llama")), dtype="bf16")
-    assert bf16.runtime == "eager" and _packed_count(bf16.model) == 0
-    with pytest.raises(MinisparkError, match="--runtime packed: the target computes in torch.bfloat16"):
-        load_target(str(tiny_dir("llama")), dtype="bf16", runtime="packed")
+    fp16 = load_target(str(tiny_dir("llama")), dtype="fp16")
+    assert fp16.runtime == "eager" and _packed_count(fp16.model) == 0
+    with pytest.raises(MinisparkError, match="--runtime packed: the target computes in torch.float16"):
+        load_target(str(tiny_dir("llama")), dtype="fp16", runtime="packed")
+    with pytest.raises(MinisparkError, match="--runtime int8: the target computes in torch.bfloat16"):
+        load_target(str(tiny_dir("llama")), dtype="bf16", runtime="int8")
     with pytest.raises(MinisparkError, match="not one of auto, eager, packed, int8, compiled"):
         load_target(str(tiny_dir("llama")), runtime="fast")
 

@@ -94,8 +94,8 @@ def main(
         "proposal is memory-bound; the checkpoint's dtype elsewhere), float, or int8. Lossless either way. "
         "[default: auto]"),
     runtime: str | None = typer.Option(
-        None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 CPU "
-        "target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
+        None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 or "
+        "bf16 CPU target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
         "weights, grouped attention, an in-place KV cache; same numbers), or int8 (weight-only int8 text "
         "linears on a CPU: faster steps; a different target, which drafting matches only up to near-ties), "
         "or compiled (a static KV cache and torch.compiled steps, CUDA graphs on a GPU; compiles once, "

@@ -9,8 +9,9 @@ target loads, into oneDNN's blocked layout and calls the prepacked kernel (the o
 order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. The same runtime
 also switches attention to :mod:`~minispark.target.attention` and the session's KV cache to
 :mod:`~minispark.target.kv_cache` (both bit-identical to transformers' own). ``auto`` picks
-``packed`` for an fp32 CPU target whose kernels pack, ``eager`` everywhere else (CUDA, quantized or
-half-precision targets). ``int8`` (opt-in, never picked by ``auto``) computes the text model's
+``packed`` for an fp32 CPU target whose kernels pack, and for a bf16 one where oneDNN has bf16 kernels
+for the CPU (avx512_bf16 or AMX: its linears read half the bytes), ``eager`` everywhere else (CUDA,
+quantized or fp16 targets). ``int8`` (opt-in, never picked by ``auto``) computes the text model's
 linears with weight-only int8 weights and bf16 activations (``target/int8.py``): its linears read a
 quarter of the bytes (one-token steps ~1.4× faster here, 8-token verifies no faster) and it is a
 different target. Its drafting modes are lossless relative to it only up to near-ties: the bf16
@@ -107,19 +108,24 @@ def _plain_linears(model: nn.Module, text_only: bool = False) -> list[tuple[str,
 
 
 def packable(model: nn.Module, kernel: str = "packed") -> str | None:
-    """Why ``model``'s linears cannot run the ``kernel`` runtime here (packed: oneDNN-prepacked; int8:
-    weight-only int8), or None when they can: both need an fp32 target on a CPU."""
+    """Why ``model``'s linears cannot run the ``kernel`` runtime here (packed: oneDNN-prepacked, for an
+    fp32 target, or a bf16 one where oneDNN has bf16 kernels for this CPU; int8: weight-only int8, for
+    an fp32 target), or None when they can."""
     linears = _plain_linears(model)
     if not linears:
         return "the target has no plain linear layers (a quantized target?)"
     weight = linears[0][1].weight
     if weight.device.type != "cpu":
         return f"the target runs on {weight.device.type}"
-    other = next((module.weight.dtype for _, module in linears if module.weight.dtype != torch.float32), None)
-    if other is not None:
-        return f"the target computes in {other} ({kernel} covers fp32)"
+    dtypes = {module.weight.dtype for _, module in linears}
+    covered = {torch.float32, torch.bfloat16} if kernel == "packed" else {torch.float32}
+    if len(dtypes) > 1 or not dtypes <= covered:
+        return f"the target computes in {', '.join(sorted(map(str, dtypes)))} ({kernel} covers " \
+               f"{' and '.join(str(d).removeprefix('torch.') for d in sorted(covered, key=str))})"
     if kernel == "packed" and not torch.backends.mkldnn.is_available():
         return "this PyTorch build has no oneDNN"
+    if dtypes == {torch.bfloat16} and not torch.ops.mkldnn._is_mkldnn_bf16_supported():
+        return "this CPU has no bf16 oneDNN kernels (avx512_bf16 or AMX)"
     if kernel == "int8" and not int8_supported("cpu"):
         return "this torch build has no int8 weight-only CPU kernel"
     return None

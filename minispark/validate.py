@@ -265,6 +265,19 @@ def file_name(text: str, flag: str) -> str:
     return text
 
 
+def typed_path(text: str, flag: str, *, names_file: bool = False) -> str:
+    """A path as typed on the command line, before it becomes a ``Path``: no control character (a line break or
+    tab pasted into a name splits every log line, listing and shell command that shows it; always a quoting
+    slip), and for a flag that ``names_file``, no trailing '/' (``file_name``: a ``Path`` drops it, so
+    ``--plot figs/`` was checked, and would be written, as ``figs``)."""
+    bad = next((char for char in text if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    if bad is not None:
+        what = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"control character {bad!r}")
+        raise MinisparkError(f"{flag} {text!r}: a path with {what} in it (a quoting slip?); give the path on one "
+                             "line, without control characters")
+    return file_name(text, flag) if names_file else text
+
+
 def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = None) -> Path | None:
     """A file to write: not an existing directory, its parent not a file; with ``inputs`` (flag → the file
     or directory it names; None, or a value that is no path on disk, is skipped), neither one of those

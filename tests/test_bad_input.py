@@ -454,6 +454,18 @@ CASES = [
      "holds a minispark-answers manifest (answers.json), not a minispark-cache"),  # said 'manifest.json: missing'
     ("gen-drafter-hybrid-missing", ["generate", "--drafter", "hybrid:/nonexistent-drafter"],
      "--drafter hybrid: /nonexistent-drafter: no such directory"),  # named only the directory
+    # round 7 (issue 22): paths as typed, before typer's Path drops a trailing '/'
+    ("bench-plot-trailing-slash", ["bench", "--plot", "{dir}/figs/"], "figs/: names a directory (it ends with '/')"),
+    ("cal-plot-trailing-slash", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
+                                 "{dir}/figs/"], "figs/: names a directory"),  # said 'figs: ... ending in .png'
+    ("bench-prompts-trailing-slash", ["bench", "--prompts", "{ok.jsonl}/"], "ok.jsonl/: names a directory"),
+    ("cache-out-newline", ["cache", "--out", "a\nb"], "--out 'a\\nb': a path with a line break in it"),
+    ("gen-image-tab", ["generate", "--image", "cat\t.png"], "--image 'cat\\t.png': a path with a tab in it"),
+    ("gen-target-newline", ["generate", "--target", "{tiny}\n"], "--target"),
+    ("gen-drafter-newline", ["generate", "--drafter", "lookup\n"], "--drafter 'lookup\\n': a path with a line"),
+    ("cache-mix-part-newline", ["cache-mix", "{emptydir}\n", "--out", "{out}"], "PARTS"),
+    ("export-out-newline", ["export", "{fakedrafter}", "--out", "x\ny"], "--out 'x\\ny'"),
+    ("train-recipe-newline", ["train", "--recipe", "tiny\n"], "--recipe 'tiny\\n'"),
 ]
 
 
@@ -1210,6 +1222,7 @@ def test_chat_help_says_an_empty_system_message_is_refused() -> None:
 def test_a_bad_environment_variable_is_one_line_before_loading(files, monkeypatch, variable, value, says) -> None:
     """Each was read only once a model had loaded (a traceback from mkdir after the embedded target's conversion;
     a table directory that is a file, silently no tables; the drafter blamed for the precision)."""
+    import minispark.measuring.profiler  # noqa: F401  imported before the patch: it binds load_target by name
     import minispark.target.loading
 
     def load(*args, **kwargs):
@@ -1501,3 +1514,12 @@ def test_a_training_cache_as_heldout_names_the_flag(tiny_trained_drafter, tmp_pa
     result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--heldout-cache", str(cache),
                                       "--out", str(tmp_path / "run"), "steps=1"])
     assert f"--heldout-cache (recipe key heldout_cache) {cache}: is a training cache" in one_line_error(result)
+
+
+def test_profile_prints_no_progress_before_a_refusal(tiny_dir, tmp_path) -> None:
+    """A --max-tokens past the target's context is refused after loading; its error line came under an
+    empty `profile 0/?` progress bar."""
+    result = CliRunner().invoke(app, ["profile", "--target", str(tiny_dir("llama")), "--contexts", "16",
+                                      "--max-tokens", "5000", "--out", str(tmp_path / "t")])
+    error = one_line_error(result)
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [error]

@@ -159,7 +159,7 @@ def _record(directory: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(record.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     ok = isinstance(data, dict) and data.get("format") == WRITTEN_FORMAT and isinstance(data.get("files"), dict)
     return data if ok else None

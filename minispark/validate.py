@@ -376,6 +376,8 @@ def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, 
     if spec.startswith("hybrid:"):
         checkpoint(Path(spec.partition(":")[2]), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
         return spec
+    if Path(spec).is_symlink() and not Path(spec).exists():
+        raise MinisparkError(f"{flag} {spec}: is a symlink to {os.readlink(spec)}, which does not exist (or loops)")
     if not Path(spec).exists():
         raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
                              "directory)")
@@ -395,7 +397,7 @@ def checkpoint(path: Path, flag: str) -> Path:
     try:
         if not isinstance(json.loads(config.read_text()), dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise MinisparkError(f"{flag} {config}: unreadable config ({str(exc).splitlines()[0]})") from None
     if not any(path.glob("*.safetensors")):
         raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")

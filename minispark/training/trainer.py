@@ -27,7 +27,7 @@ import torch.utils.checkpoint
 
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import write_text_atomic
-from minispark.data.cache_format import CacheReader, config_hash
+from minispark.data.cache_format import CacheMismatchError, CacheReader, config_hash
 from minispark.target.compile_fallback import compile_or_eager
 from minispark.model.checkpoint import apply_weights, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
@@ -134,6 +134,20 @@ def train_step(model: DraftModel, optimizer, scheduler, batch: Batch, config: Tr
     return stats, float(norm)
 
 
+
+def _require_recipe_sizes(reader: CacheReader, config: TrainConfig) -> None:
+    """The cache's block, window and layers are the recipe's; a mismatch names the recipe key and the override
+    that matches the cache (it said "window mismatch: it has 8, expected 16", not whose 16 or what to type)."""
+    for key, recipe_key, want in (("block", "block_size", config.block_size), ("window", "window", config.window),
+                                  ("layers", "feature_layers", config.feature_layers)):
+        have = reader.config.get(key)
+        if want is None or have == (list(want) if isinstance(want, tuple) else want):
+            continue
+        typed = ",".join(map(str, have)) if isinstance(have, list) else have
+        raise CacheMismatchError(f"{reader.manifest_path}: the cache was built with {key} {have!r}, the recipe's "
+                             f"{recipe_key} is {want!r}; add the override {recipe_key}={typed}, or build a cache "
+                             "that matches the recipe")
+
 class Trainer:
     """Model, optimiser and data plan of one run, with checkpoint save and restore."""
 
@@ -151,10 +165,8 @@ class Trainer:
         # Content hashes decide (a hub id and a local copy of it are the same target); the name only
         # when the target's files could not be hashed.
         known = identity["weights_hash"] != "unknown"
-        reader.require(target={k: v for k, v in identity.items() if k != "name" or not known},
-                       block=config.block_size, window=config.window)
-        if config.feature_layers is not None:
-            reader.require(layers=config.feature_layers)
+        reader.require(target={k: v for k, v in identity.items() if k != "name" or not known})
+        _require_recipe_sizes(reader, config)
         self.dims = dims = target_dims(target)
         check_target_dims(config, dims)
         self.draft_config = draft_config(config, dims, feature_layers=reader.layers,

@@ -91,7 +91,7 @@ RESUME_HINTS = {
 #: Where :class:`PlainHelpCommand` keeps the strings as typed (option name -> value or values) in click's context.
 TYPED_KEY = "minispark.typed"
 #: Path options that name a file, not a directory: one typed with a trailing '/' is refused as typed.
-FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image"})
+FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image", "--recipe"})
 #: String options and arguments that are paths, checked like the ``Path`` ones.
 PATH_TEXTS = frozenset({"--target", "--drafter", "--recipe", "PARTS"})
 

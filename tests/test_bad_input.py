@@ -112,6 +112,16 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
     table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
     (d / "tokens5.json").write_text(json.dumps(table))
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # past Python's recursion limit
+    (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (d / "dupkey.jsonl").write_text('{"prompt": "a", "prompt": "b"}\n')
+    (d / "cutline.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b')  # an interrupted write
+    shutil.copytree(d / "fakedrafter", d / "deepconfig")
+    shutil.copy(d / "deep.json", d / "deepconfig" / "config.json")
+    (d / "deepcache").mkdir()
+    shutil.copy(d / "deep.json", d / "deepcache" / "manifest.json")
+    shutil.copytree(d / "fakedrafter", d / "movedtarget")
+    (d / "movedtarget" / "target.json").write_text(json.dumps({"source": str(d / "moved-away"), "identity": "x@y"}))
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -466,6 +476,20 @@ CASES = [
     ("cache-mix-part-newline", ["cache-mix", "{emptydir}\n", "--out", "{out}"], "PARTS"),
     ("export-out-newline", ["export", "{fakedrafter}", "--out", "x\ny"], "--out 'x\\ny'"),
     ("train-recipe-newline", ["train", "--recipe", "tiny\n"], "--recipe 'tiny\\n'"),
+    ("train-recipe-trailing-slash", ["train", "--recipe", "{toplevel.toml}/"], "toplevel.toml/: names a directory"),
+    # round 7: the fifth probe
+    ("bench-prompts-deep", ["bench", "--prompts", "{deep.jsonl}"], "deep.jsonl:1: malformed JSON: nested too deeply"),
+    ("bench-prompts-duplicate-key", ["bench", "--prompts", "{dupkey.jsonl}"],
+     "dupkey.jsonl:1: key 'prompt' given twice"),  # the last one was used without a word
+    ("cache-prompts-cut-line", ["cache", "--prompts", "{cutline.jsonl}"],
+     "cutline.jsonl:2: malformed JSON: Unterminated string starting at column 12"),  # said "starting at at column"
+    ("gen-drafter-deep-config", ["generate", "--drafter", "{deepconfig}"], "deepconfig/config.json: unreadable config"),
+    ("sim-sps-deep", ["simulate", "--conf", "0.9", "--sps", "{deep.json}"], "deep.json: not readable as JSON"),
+    ("train-cache-deep-manifest", ["train", "--recipe", "tiny", "--cache", "{deepcache}"],
+     "deepcache/manifest.json: unreadable manifest"),
+    ("gen-drafter-symlink-loop", ["generate", "--drafter", "{looplink}"], "which does not exist (or loops)"),
+    ("gen-drafter-target-moved", ["generate", "--drafter", "{movedtarget}"],
+     "moved-away, does not exist (moved or deleted?); give the target with --target"),  # blamed --target, not typed
 ]
 
 
@@ -1523,3 +1547,38 @@ def test_profile_prints_no_progress_before_a_refusal(tiny_dir, tmp_path) -> None
                                       "--max-tokens", "5000", "--out", str(tmp_path / "t")])
     error = one_line_error(result)
     assert [line for line in result.stderr.splitlines() if line.strip()] == [error]
+
+
+@pytest.mark.parametrize("fault", ["nan", "int"])
+def test_a_drafter_with_damaged_weights_is_one_line(tiny_trained_drafter, tmp_path, fault: str) -> None:
+    """NaN weights ended in a ValueError traceback from the length policy; integer ones were cast silently."""
+    target, drafter = tiny_trained_drafter
+    damaged = shutil.copytree(drafter, tmp_path / "damaged")
+    weights = load_file(str(damaged / "model.safetensors"))
+    key = sorted(k for k, v in weights.items() if v.is_floating_point())[0]
+    weights[key] = torch.full_like(weights[key], float("nan")) if fault == "nan" else weights[key].to(torch.int32)
+    save_file(weights, str(damaged / "model.safetensors"))
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(damaged),
+                                                    "--prompt", "hi", "--max-new-tokens", "2"]))
+    assert f"weight {key!r}" in error and ("NaN or infinite" if fault == "nan" else "torch.int32") in error
+
+
+@pytest.mark.parametrize("command", ["cache", "answers"])
+def test_a_refused_resume_deletes_no_shard(tiny_dir, tmp_path, command: str) -> None:
+    """Growing a set whose next shard name holds someone's file (a planted symlink) is refused; the shard that was
+    to be rebuilt was deleted first, leaving a manifest that lists a missing shard."""
+    from tests.helpers import snapshot
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("One.", "Two.", "Three.")))
+    out = tmp_path / "out"
+    args = [command, "--target", str(tiny_dir("llama")), "--prompts", str(prompts), "--out", str(out),
+            "--max-new-tokens", "4", "--samples-per-shard", "2"] + (["--layers", "1,2"] if command == "cache" else [])
+    assert CliRunner().invoke(app, args + ["--num-samples", "3"]).exit_code == 0
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine\n")
+    name = "shard-00002.safetensors" if command == "cache" else "answers-00002.safetensors"
+    (out / name).symlink_to(mine)
+    before = snapshot(out)
+    error = one_line_error(CliRunner().invoke(app, args + ["--num-samples", "5"]))
+    assert name in error and snapshot(out) == before and mine.read_text() == "mine\n"

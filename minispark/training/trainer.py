@@ -33,7 +33,7 @@ from minispark.model.checkpoint import apply_weights, read_weights, save_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, first_line
 from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
 from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
@@ -272,8 +272,13 @@ class Trainer:
         latest = self.out / LATEST_FILE
         if not latest.is_file():
             raise MinisparkError(f"--resume: {self.out} holds no checkpoint ({LATEST_FILE} is missing)")
-        path = self.out / latest.read_text().strip()
-        state = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        path = self._latest_checkpoint(latest)
+        try:
+            state = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, ValueError) as exc:  # torch: "failed finding central directory"
+            reason = first_line(exc).split(". ")[0]  # torch's first sentence; the rest is advice on checkpoints
+            raise MinisparkError(f"--resume: {path / TRAINER_FILE}: unreadable ({reason}); a damaged or "
+                                 f"truncated copy? {self._other_checkpoints(path)}") from None
         saved = TrainConfig.from_dict(state["train_config"], str(path / TRAINER_FILE))
         changed = config_differences(saved, self.config, ignore=RESUMABLE_CHANGES)
         if changed:
@@ -293,3 +298,21 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.step = int(state["step"])
         return path
+
+    def _latest_checkpoint(self, latest: Path) -> Path:
+        """The checkpoint ``latest`` names: one of this run's (our name pattern, our trainer state), never what a
+        planted symlink or an edited file points to (a FileNotFoundError traceback before)."""
+        name = "" if latest.is_symlink() else latest.read_text(errors="replace").strip()
+        path = self.out / name
+        if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink() or not (path / TRAINER_FILE).is_file():
+            what = "is a symlink" if latest.is_symlink() else f"names {name[:80]!r}, which is not a checkpoint there"
+            raise MinisparkError(f"--resume: {latest} {what}; {self._other_checkpoints(None)}")
+        return path
+
+    def _other_checkpoints(self, bad: Path | None) -> str:
+        """What to do instead: the newest of this run's other checkpoints, if any."""
+        kept = sorted(p.name for p in self.out.glob("checkpoint-*") if p != bad and CHECKPOINT_NAME.fullmatch(p.name)
+                      and not p.is_symlink() and (p / TRAINER_FILE).is_file())
+        if not kept:
+            return "no other checkpoint is there: train into a new --out"
+        return f"write {kept[-1]} into {self.out / LATEST_FILE} to resume from that checkpoint"

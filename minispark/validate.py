@@ -27,6 +27,9 @@ MODES = ("fixed", "threshold", "schedule")
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
 MAX_IMAGE_PIXELS = 64_000_000
+#: Longer side over shorter side at most: Qwen-VL's resize (qwen-vl-utils, the processors) raises a ValueError
+#: past it, from inside the target's encode.
+MAX_IMAGE_ASPECT = 200
 #: Weight files that unpickle arbitrary Python objects when loaded.
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
@@ -435,6 +438,10 @@ def image(path: Path, flag: str = "--image") -> Path:
                 if width * height > MAX_IMAGE_PIXELS:
                     raise MinisparkError(f"{flag} {path}: {width}x{height} pixels is too large "
                                          f"(at most {MAX_IMAGE_PIXELS:,}); resize it first")
+                if max(width, height) > MAX_IMAGE_ASPECT * min(width, height):
+                    raise MinisparkError(f"{flag} {path}: {width}x{height} pixels: one side is more than "
+                                         f"{MAX_IMAGE_ASPECT} times the other, which vision-language targets refuse; "
+                                         "crop or pad it")
                 img.load()  # decodes: a truncated or corrupt file fails here, not inside the processor
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise MinisparkError(f"{flag} {path}: too many pixels (a decompression bomb?); resize it first") from None

@@ -122,6 +122,9 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     shutil.copy(d / "deep.json", d / "deepcache" / "manifest.json")
     shutil.copytree(d / "fakedrafter", d / "movedtarget")
     (d / "movedtarget" / "target.json").write_text(json.dumps({"source": str(d / "moved-away"), "identity": "x@y"}))
+    from PIL import Image
+
+    Image.new("RGB", (60_000, 2)).save(d / "strip.png")  # Qwen-VL's resize raised a ValueError traceback
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -490,6 +493,7 @@ CASES = [
     ("gen-drafter-symlink-loop", ["generate", "--drafter", "{looplink}"], "which does not exist (or loops)"),
     ("gen-drafter-target-moved", ["generate", "--drafter", "{movedtarget}"],
      "moved-away, does not exist (moved or deleted?); give the target with --target"),  # blamed --target, not typed
+    ("gen-image-strip", ["generate", "--image", "{strip.png}"], "60000x2 pixels: one side is more than 200 times"),
 ]
 
 
@@ -1582,3 +1586,42 @@ def test_a_refused_resume_deletes_no_shard(tiny_dir, tmp_path, command: str) -> 
     before = snapshot(out)
     error = one_line_error(CliRunner().invoke(app, args + ["--num-samples", "5"]))
     assert name in error and snapshot(out) == before and mine.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("latest-symlink", "latest is a symlink; write checkpoint-000030 into"),
+    ("latest-names-nothing", "latest names 'checkpoint-999999', which is not a checkpoint there"),
+    ("trainer-truncated", "trainer.pt: unreadable (PytorchStreamReader failed reading zip archive"),
+])
+def test_a_damaged_run_is_refused_on_resume_in_one_line(tiny_trained_drafter, tmp_path, damage: str, says: str) -> None:
+    """Each was a traceback (FileNotFoundError through `latest`, torch's RuntimeError); the planted link's target
+    is never read or written."""
+    drafter = Path(tiny_trained_drafter[1])
+    run = shutil.copytree(drafter.parent, tmp_path / "run", symlinks=True)
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine\n")
+    if damage == "latest-symlink":
+        (run / "latest").unlink()
+        (run / "latest").symlink_to(mine)
+    elif damage == "latest-names-nothing":
+        (run / "latest").write_text("checkpoint-999999\n")
+    else:
+        trainer = run / "checkpoint-000030" / "trainer.pt"
+        trainer.write_bytes(trainer.read_bytes()[:1000])
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(drafter.parents[1] / "cache"),
+                                      "--out", str(run), "--resume", "steps=30", "--no-progress"])
+    assert says in one_line_error(result) and mine.read_text() == "mine\n"
+
+
+def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tiny_trained_drafter, tmp_path) -> None:
+    """metrics.jsonl is appended to, not written atomically: a kill mid-line made --resume a JSONDecodeError
+    traceback. A resume of a finished run says there is nothing to train ('steps 31..30 ... loss nan' before)."""
+    drafter = Path(tiny_trained_drafter[1])
+    run = shutil.copytree(drafter.parent, tmp_path / "run", symlinks=True)
+    whole = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(whole + '{"loss": 4.2, "st')
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(drafter.parents[1] / "cache"),
+                                      "--out", str(run), "--resume", "steps=30", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (run / "metrics.jsonl").read_text() == whole
+    assert "nothing to train: the run was already at step 30" in result.stdout

@@ -294,11 +294,14 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
 
 
 def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] | None = None) -> Path | None:
-    """A PNG to write (:func:`output_file`) that replaces an existing file only if minispark wrote that one
-    (a figure of an earlier run): someone's image or document of the same name is refused, not replaced."""
+    """A PNG to write (:func:`output_file`), never among what minispark ships (:func:`not_shipped`), that replaces
+    an existing file only if minispark wrote that one (a figure of an earlier run): someone's image or document of
+    the same name is refused, not replaced."""
     from minispark.atomic import is_own_figure
 
     path = output_file(path, flag, inputs)
+    if path is not None:  # bench and calibrate wrote a figure among the shipped tables (a link to them)
+        not_shipped(path, flag, "write the figure elsewhere")
     if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
         raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
                              "(or delete it)")

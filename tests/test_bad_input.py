@@ -80,9 +80,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "ok.jsonl").write_text(json.dumps({"prompt": "Hi there"}) + "\n")
     (d / "corrupt.jsonl").write_text("{bad json\n")
     (d / "notutf8.jsonl").write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')  # Latin-1, line 2
-    from minispark.defaults import SHIPPED_DRAFTERS
+    from minispark.defaults import SHIPPED_DRAFTERS, SHIPPED_TABLES
 
     (d / "shiplink").symlink_to(next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if p.is_dir()))
+    (d / "shiptables").symlink_to(SHIPPED_TABLES)
     (d / "binonly").mkdir()
     shutil.copy(tiny_dir("llama") / "config.json", d / "binonly" / "config.json")
     (d / "binonly" / "pytorch_model.bin").write_bytes(b"pickle")
@@ -107,8 +108,6 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
                          ("fp64record", {"source": str(tiny_dir("llama")), "identity": "x@y", "dtype": "fp64"})):
         shutil.copytree(d / "fakedrafter", d / name)
         (d / name / "target.json").write_text(json.dumps(record))
-    from minispark.defaults import SHIPPED_TABLES
-
     table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
     table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
     (d / "tokens5.json").write_text(json.dumps(table))
@@ -494,6 +493,10 @@ CASES = [
     ("gen-drafter-target-moved", ["generate", "--drafter", "{movedtarget}"],
      "moved-away, does not exist (moved or deleted?); give the target with --target"),  # blamed --target, not typed
     ("gen-image-strip", ["generate", "--image", "{strip.png}"], "60000x2 pixels: one side is more than 200 times"),
+    ("bench-plot-in-shipped-tables", ["bench", "--plot", "{shiptables}/figure.png"],
+     "the SPS tables shipped with minispark"),  # through a link to them: the figure was written there
+    ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
+                                     "{shiplink}/figure.png"], "the drafters shipped with minispark"),
 ]
 
 

@@ -1402,11 +1402,12 @@ def test_written_files_take_the_umask(tmp_path) -> None:
     old = os.umask(0o027)
     try:
         write_json_atomic(tmp_path / "a.json", {})
-        write_dir_atomic(tmp_path / "d", lambda tmp: (tmp / "x").write_text("x"))
+        write_dir_atomic(tmp_path / "d", lambda tmp: save_file({"x": torch.zeros(1)}, str(tmp / "w.safetensors")))
     finally:
         os.umask(old)
-    modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in ("a.json", "d", "d/.minispark-written.json")}
-    assert modes == {"a.json": 0o640, "d": 0o750, "d/.minispark-written.json": 0o640}
+    names = ("a.json", "d", "d/.minispark-written.json", "d/w.safetensors")  # save_file makes 0600 files
+    modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in names}
+    assert modes == {"a.json": 0o640, "d": 0o750, "d/.minispark-written.json": 0o640, "d/w.safetensors": 0o640}
 
 
 def test_bench_caps_each_answer_to_the_context(tiny_dir, monkeypatch) -> None:

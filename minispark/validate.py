@@ -257,7 +257,20 @@ def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
                                  "choose another path")
         if place != path and place.exists() and not place.is_dir():
             raise MinisparkError(f"{flag} {path}: {place} is a file, not a directory")
+    writable(path, flag)
     return path
+
+
+def writable(path: Path, flag: str, named: Path | None = None) -> None:
+    """Refuse a directory to write into (``path``, or the nearest one of its parents that exists, where it would
+    be made) that this user may not write: caught before anything loads, not by the last write of a long run
+    (bench --plot wrote its figure after the whole bench, naming its temporary file). ``named``: what the flag
+    gave, when ``path`` is the directory of that file."""
+    named = named or path
+    place = next((p for p in (path, *path.parents) if p.exists()), None)
+    if place is not None and place.is_dir() and not os.access(place, os.W_OK | os.X_OK):
+        where = "" if place == named else f"{place} "
+        raise MinisparkError(f"{flag} {named}: {where}is not writable by this user (permission denied)")
 
 
 def file_name(text: str, flag: str) -> str:
@@ -289,6 +302,7 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
         return None
     if path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
+    writable(path.parent, flag, named=path)
     output_dir(path.parent, flag)
     return outside_inputs(path, flag, inputs or {})
 

@@ -1629,3 +1629,20 @@ def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tiny_trained_drafter,
     assert result.exit_code == 0, result.output
     assert (run / "metrics.jsonl").read_text() == whole
     assert "nothing to train: the run was already at step 30" in result.stdout
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "--plot", "{ro}/figure.png"], "--plot {ro}/figure.png: {ro} is not writable by this user"),
+    (["cache", "--out", "{ro}/cache/new"], "--out {ro}/cache/new: {ro} is not writable by this user"),
+    (["train", "--recipe", "tiny", "--cache", "{ro}", "--out", "{ro}"], "--out {ro}: is not writable by this user"),
+])
+def test_an_output_this_user_may_not_write_is_refused_before_loading(tmp_path, monkeypatch, argv, says) -> None:
+    """bench --plot into a read-only directory failed after the whole bench, naming its temporary file; now
+    it is the only line, before anything loads."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (Path(path) != ro or not mode & os.W_OK)
+                        and real(path, mode, **kw))  # a read-only directory, even for root
+    result = CliRunner().invoke(app, [arg.replace("{ro}", str(ro)) for arg in argv])
+    assert says.replace("{ro}", str(ro)) in one_line_error(result) and len(result.stderr.strip().splitlines()) == 1

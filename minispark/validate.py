@@ -219,10 +219,17 @@ def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
 
 
 # ---------------------------------------------------------------------- files and directories
+def dangling_link(path: Path, flag: str) -> None:
+    """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists."""
+    if path.is_symlink() and not path.exists():
+        raise MinisparkError(f"{flag} {path}: is a symlink to {os.readlink(path)}, which does not exist (or loops)")
+
+
 def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Path | None:
     """An existing, readable, non-empty regular file."""
     if path is None:
         return None
+    dangling_link(path, flag)
     if not path.exists():
         raise MinisparkError(f"{flag} {path}: file not found")
     if not path.is_file():
@@ -237,6 +244,7 @@ def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Pa
 def input_dir(path: Path | None, flag: str) -> Path | None:
     if path is None:
         return None
+    dangling_link(path, flag)
     if not path.exists():
         raise MinisparkError(f"{flag} {path}: no such directory")
     if not path.is_dir():
@@ -286,6 +294,8 @@ def typed_path(text: str, flag: str, *, names_file: bool = False) -> str:
     tab pasted into a name splits every log line, listing and shell command that shows it; always a quoting
     slip), and for a flag that ``names_file``, no trailing '/' (``file_name``: a ``Path`` drops it, so
     ``--plot figs/`` was checked, and would be written, as ``figs``)."""
+    if not text.strip():  # Path("") is ".": the current directory would be read, written or blamed
+        raise MinisparkError(f"{flag} {text!r}: empty; give a path")
     bad = next((char for char in text if ord(char) < 0x20 or ord(char) == 0x7F), None)
     if bad is not None:
         what = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"control character {bad!r}")
@@ -396,8 +406,7 @@ def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, 
     if spec.startswith("hybrid:"):
         checkpoint(Path(spec.partition(":")[2]), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
         return spec
-    if Path(spec).is_symlink() and not Path(spec).exists():
-        raise MinisparkError(f"{flag} {spec}: is a symlink to {os.readlink(spec)}, which does not exist (or loops)")
+    dangling_link(Path(spec), flag)
     if not Path(spec).exists():
         raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
                              "directory)")
@@ -485,6 +494,7 @@ def target_location(source: str) -> Path | None:
     location = expand_user(source, "--target")
     if location.is_dir():
         return location
+    dangling_link(location, "--target")
     if location.exists():
         raise MinisparkError(f"--target {source}: not a directory (give a model directory or a hub id org/name)")
     parts = source.split("/")

@@ -495,6 +495,17 @@ CASES = [
     ("gen-image-strip", ["generate", "--image", "{strip.png}"], "60000x2 pixels: one side is more than 200 times"),
     ("bench-plot-in-shipped-tables", ["bench", "--plot", "{shiptables}/figure.png"],
      "the SPS tables shipped with minispark"),  # through a link to them: the figure was written there
+    # an empty path is '.', the current directory: read, written into or blamed
+    ("cache-out-empty", ["cache", "--out", ""], "--out '': empty; give a path"),  # wrote a cache into an empty cwd
+    ("export-out-empty", ["export", "{fakedrafter}", "--out", ""], "--out '': empty"),
+    ("train-cache-empty", ["train", "--recipe", "tiny", "--cache", ""], "--cache '': empty"),  # blamed --out
+    ("cache-mix-part-empty", ["cache-mix", "", "{emptydir}", "--out", "{out}"], "PARTS '': empty"),
+    ("bench-plot-empty", ["bench", "--plot", ""], "--plot '': empty"),  # said '--plot .: is a directory'
+    # a symlink that leads nowhere is named as one, not as "not found"
+    ("gen-sps-dangling", ["generate", "--sps", "{danglinglink}"], "danglinglink: is a symlink to"),
+    ("bench-prompts-loop", ["bench", "--prompts", "{looplink}"], "looplink: is a symlink to"),
+    ("gen-target-loop", ["generate", "--target", "{looplink}"], "looplink: is a symlink to"),
+    ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
 ]

@@ -94,6 +94,9 @@ TYPED_KEY = "minispark.typed"
 FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image", "--recipe"})
 #: String options and arguments that are paths, checked like the ``Path`` ones.
 PATH_TEXTS = frozenset({"--target", "--drafter", "--recipe", "PARTS"})
+#: Path options where an empty string is a value of its own: --target '' is the embedded target, and
+#: --drafter '' has its own refusal (``validate.drafter_spec``).
+EMPTY_MEANS = frozenset({"--target", "--drafter"})
 
 
 @app.callback()
@@ -205,6 +208,8 @@ def _check_typed_paths(kwargs: dict[str, Any]) -> None:
             continue
         texts = typed[param.name]
         for text in texts if isinstance(texts, (list, tuple)) else [texts]:
+            if text == "" and flag in EMPTY_MEANS:
+                continue
             validate.typed_path(str(text), flag, names_file=flag in FILE_FLAGS)
 
 

@@ -82,6 +82,9 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
         fill(tmp)
+        for file in tmp.rglob("*"):  # safetensors' save_file creates 0600 files (0.8): the umask decides, as above
+            if file.is_file() and not file.is_symlink():
+                file.chmod(0o666 & ~_umask())
         _write_record(tmp, _hashes(tmp), by)
         old = None
         if path.exists():
@@ -159,7 +162,7 @@ def _record(directory: Path) -> dict[str, Any] | None:
         return None
     try:
         data = json.loads(record.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     ok = isinstance(data, dict) and data.get("format") == WRITTEN_FORMAT and isinstance(data.get("files"), dict)
     return data if ok else None

@@ -242,7 +242,7 @@ def _save_path(path: str) -> Path:
         try:
             saved = json.loads(file.read_text())
             ours = isinstance(saved, dict) and {"messages", "turns", "drafter_spec"} <= set(saved)
-        except (OSError, UnicodeDecodeError, ValueError):
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
             ours = False
         if not ours:
             raise MinisparkError(f"/save {path}: exists and is not a saved conversation; choose another name")

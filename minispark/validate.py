@@ -27,6 +27,9 @@ MODES = ("fixed", "threshold", "schedule")
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
 MAX_IMAGE_PIXELS = 64_000_000
+#: Longer side over shorter side at most: Qwen-VL's resize (qwen-vl-utils, the processors) raises a ValueError
+#: past it, from inside the target's encode.
+MAX_IMAGE_ASPECT = 200
 #: Weight files that unpickle arbitrary Python objects when loaded.
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
@@ -216,10 +219,17 @@ def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
 
 
 # ---------------------------------------------------------------------- files and directories
+def dangling_link(path: Path, flag: str) -> None:
+    """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists."""
+    if path.is_symlink() and not path.exists():
+        raise MinisparkError(f"{flag} {path}: is a symlink to {os.readlink(path)}, which does not exist (or loops)")
+
+
 def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Path | None:
     """An existing, readable, non-empty regular file."""
     if path is None:
         return None
+    dangling_link(path, flag)
     if not path.exists():
         raise MinisparkError(f"{flag} {path}: file not found")
     if not path.is_file():
@@ -234,6 +244,7 @@ def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Pa
 def input_dir(path: Path | None, flag: str) -> Path | None:
     if path is None:
         return None
+    dangling_link(path, flag)
     if not path.exists():
         raise MinisparkError(f"{flag} {path}: no such directory")
     if not path.is_dir():
@@ -254,7 +265,20 @@ def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
                                  "choose another path")
         if place != path and place.exists() and not place.is_dir():
             raise MinisparkError(f"{flag} {path}: {place} is a file, not a directory")
+    writable(path, flag)
     return path
+
+
+def writable(path: Path, flag: str, named: Path | None = None) -> None:
+    """Refuse a directory to write into (``path``, or the nearest one of its parents that exists, where it would
+    be made) that this user may not write: caught before anything loads, not by the last write of a long run
+    (bench --plot wrote its figure after the whole bench, naming its temporary file). ``named``: what the flag
+    gave, when ``path`` is the directory of that file."""
+    named = named or path
+    place = next((p for p in (path, *path.parents) if p.exists()), None)
+    if place is not None and place.is_dir() and not os.access(place, os.W_OK | os.X_OK):
+        where = "" if place == named else f"{place} "
+        raise MinisparkError(f"{flag} {named}: {where}is not writable by this user (permission denied)")
 
 
 def file_name(text: str, flag: str) -> str:
@@ -265,6 +289,21 @@ def file_name(text: str, flag: str) -> str:
     return text
 
 
+def typed_path(text: str, flag: str, *, names_file: bool = False) -> str:
+    """A path as typed on the command line, before it becomes a ``Path``: no control character (a line break or
+    tab pasted into a name splits every log line, listing and shell command that shows it; always a quoting
+    slip), and for a flag that ``names_file``, no trailing '/' (``file_name``: a ``Path`` drops it, so
+    ``--plot figs/`` was checked, and would be written, as ``figs``)."""
+    if not text.strip():  # Path("") is ".": the current directory would be read, written or blamed
+        raise MinisparkError(f"{flag} {text!r}: empty; give a path")
+    bad = next((char for char in text if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    if bad is not None:
+        what = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"control character {bad!r}")
+        raise MinisparkError(f"{flag} {text!r}: a path with {what} in it (a quoting slip?); give the path on one "
+                             "line, without control characters")
+    return file_name(text, flag) if names_file else text
+
+
 def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = None) -> Path | None:
     """A file to write: not an existing directory, its parent not a file; with ``inputs`` (flag → the file
     or directory it names; None, or a value that is no path on disk, is skipped), neither one of those
@@ -273,16 +312,20 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
         return None
     if path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
+    writable(path.parent, flag, named=path)
     output_dir(path.parent, flag)
     return outside_inputs(path, flag, inputs or {})
 
 
 def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] | None = None) -> Path | None:
-    """A PNG to write (:func:`output_file`) that replaces an existing file only if minispark wrote that one
-    (a figure of an earlier run): someone's image or document of the same name is refused, not replaced."""
+    """A PNG to write (:func:`output_file`), never among what minispark ships (:func:`not_shipped`), that replaces
+    an existing file only if minispark wrote that one (a figure of an earlier run): someone's image or document of
+    the same name is refused, not replaced."""
     from minispark.atomic import is_own_figure
 
     path = output_file(path, flag, inputs)
+    if path is not None:  # bench and calibrate wrote a figure among the shipped tables (a link to them)
+        not_shipped(path, flag, "write the figure elsewhere")
     if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
         raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
                              "(or delete it)")
@@ -363,6 +406,7 @@ def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, 
     if spec.startswith("hybrid:"):
         checkpoint(Path(spec.partition(":")[2]), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
         return spec
+    dangling_link(Path(spec), flag)
     if not Path(spec).exists():
         raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
                              "directory)")
@@ -382,7 +426,7 @@ def checkpoint(path: Path, flag: str) -> Path:
     try:
         if not isinstance(json.loads(config.read_text()), dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise MinisparkError(f"{flag} {config}: unreadable config ({str(exc).splitlines()[0]})") from None
     if not any(path.glob("*.safetensors")):
         raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
@@ -420,6 +464,10 @@ def image(path: Path, flag: str = "--image") -> Path:
                 if width * height > MAX_IMAGE_PIXELS:
                     raise MinisparkError(f"{flag} {path}: {width}x{height} pixels is too large "
                                          f"(at most {MAX_IMAGE_PIXELS:,}); resize it first")
+                if max(width, height) > MAX_IMAGE_ASPECT * min(width, height):
+                    raise MinisparkError(f"{flag} {path}: {width}x{height} pixels: one side is more than "
+                                         f"{MAX_IMAGE_ASPECT} times the other, which vision-language targets refuse; "
+                                         "crop or pad it")
                 img.load()  # decodes: a truncated or corrupt file fails here, not inside the processor
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
         raise MinisparkError(f"{flag} {path}: too many pixels (a decompression bomb?); resize it first") from None
@@ -446,6 +494,7 @@ def target_location(source: str) -> Path | None:
     location = expand_user(source, "--target")
     if location.is_dir():
         return location
+    dangling_link(location, "--target")
     if location.exists():
         raise MinisparkError(f"--target {source}: not a directory (give a model directory or a hub id org/name)")
     parts = source.split("/")

@@ -80,9 +80,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "ok.jsonl").write_text(json.dumps({"prompt": "Hi there"}) + "\n")
     (d / "corrupt.jsonl").write_text("{bad json\n")
     (d / "notutf8.jsonl").write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')  # Latin-1, line 2
-    from minispark.defaults import SHIPPED_DRAFTERS
+    from minispark.defaults import SHIPPED_DRAFTERS, SHIPPED_TABLES
 
     (d / "shiplink").symlink_to(next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if p.is_dir()))
+    (d / "shiptables").symlink_to(SHIPPED_TABLES)
     (d / "binonly").mkdir()
     shutil.copy(tiny_dir("llama") / "config.json", d / "binonly" / "config.json")
     (d / "binonly" / "pytorch_model.bin").write_bytes(b"pickle")
@@ -107,11 +108,22 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
                          ("fp64record", {"source": str(tiny_dir("llama")), "identity": "x@y", "dtype": "fp64"})):
         shutil.copytree(d / "fakedrafter", d / name)
         (d / name / "target.json").write_text(json.dumps(record))
-    from minispark.defaults import SHIPPED_TABLES
-
     table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
     table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
     (d / "tokens5.json").write_text(json.dumps(table))
+    (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # past Python's recursion limit
+    (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (d / "dupkey.jsonl").write_text('{"prompt": "a", "prompt": "b"}\n')
+    (d / "cutline.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b')  # an interrupted write
+    shutil.copytree(d / "fakedrafter", d / "deepconfig")
+    shutil.copy(d / "deep.json", d / "deepconfig" / "config.json")
+    (d / "deepcache").mkdir()
+    shutil.copy(d / "deep.json", d / "deepcache" / "manifest.json")
+    shutil.copytree(d / "fakedrafter", d / "movedtarget")
+    (d / "movedtarget" / "target.json").write_text(json.dumps({"source": str(d / "moved-away"), "identity": "x@y"}))
+    from PIL import Image
+
+    Image.new("RGB", (60_000, 2)).save(d / "strip.png")  # Qwen-VL's resize raised a ValueError traceback
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -454,6 +466,48 @@ CASES = [
      "holds a minispark-answers manifest (answers.json), not a minispark-cache"),  # said 'manifest.json: missing'
     ("gen-drafter-hybrid-missing", ["generate", "--drafter", "hybrid:/nonexistent-drafter"],
      "--drafter hybrid: /nonexistent-drafter: no such directory"),  # named only the directory
+    # round 7 (issue 22): paths as typed, before typer's Path drops a trailing '/'
+    ("bench-plot-trailing-slash", ["bench", "--plot", "{dir}/figs/"], "figs/: names a directory (it ends with '/')"),
+    ("cal-plot-trailing-slash", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
+                                 "{dir}/figs/"], "figs/: names a directory"),  # said 'figs: ... ending in .png'
+    ("bench-prompts-trailing-slash", ["bench", "--prompts", "{ok.jsonl}/"], "ok.jsonl/: names a directory"),
+    ("cache-out-newline", ["cache", "--out", "a\nb"], "--out 'a\\nb': a path with a line break in it"),
+    ("gen-image-tab", ["generate", "--image", "cat\t.png"], "--image 'cat\\t.png': a path with a tab in it"),
+    ("gen-target-newline", ["generate", "--target", "{tiny}\n"], "--target"),
+    ("gen-drafter-newline", ["generate", "--drafter", "lookup\n"], "--drafter 'lookup\\n': a path with a line"),
+    ("cache-mix-part-newline", ["cache-mix", "{emptydir}\n", "--out", "{out}"], "PARTS"),
+    ("export-out-newline", ["export", "{fakedrafter}", "--out", "x\ny"], "--out 'x\\ny'"),
+    ("train-recipe-newline", ["train", "--recipe", "tiny\n"], "--recipe 'tiny\\n'"),
+    ("train-recipe-trailing-slash", ["train", "--recipe", "{toplevel.toml}/"], "toplevel.toml/: names a directory"),
+    # round 7: the fifth probe
+    ("bench-prompts-deep", ["bench", "--prompts", "{deep.jsonl}"], "deep.jsonl:1: malformed JSON: nested too deeply"),
+    ("bench-prompts-duplicate-key", ["bench", "--prompts", "{dupkey.jsonl}"],
+     "dupkey.jsonl:1: key 'prompt' given twice"),  # the last one was used without a word
+    ("cache-prompts-cut-line", ["cache", "--prompts", "{cutline.jsonl}"],
+     "cutline.jsonl:2: malformed JSON: Unterminated string starting at column 12"),  # said "starting at at column"
+    ("gen-drafter-deep-config", ["generate", "--drafter", "{deepconfig}"], "deepconfig/config.json: unreadable config"),
+    ("sim-sps-deep", ["simulate", "--conf", "0.9", "--sps", "{deep.json}"], "deep.json: not readable as JSON"),
+    ("train-cache-deep-manifest", ["train", "--recipe", "tiny", "--cache", "{deepcache}"],
+     "deepcache/manifest.json: unreadable manifest"),
+    ("gen-drafter-symlink-loop", ["generate", "--drafter", "{looplink}"], "which does not exist (or loops)"),
+    ("gen-drafter-target-moved", ["generate", "--drafter", "{movedtarget}"],
+     "moved-away, does not exist (moved or deleted?); give the target with --target"),  # blamed --target, not typed
+    ("gen-image-strip", ["generate", "--image", "{strip.png}"], "60000x2 pixels: one side is more than 200 times"),
+    ("bench-plot-in-shipped-tables", ["bench", "--plot", "{shiptables}/figure.png"],
+     "the SPS tables shipped with minispark"),  # through a link to them: the figure was written there
+    # an empty path is '.', the current directory: read, written into or blamed
+    ("cache-out-empty", ["cache", "--out", ""], "--out '': empty; give a path"),  # wrote a cache into an empty cwd
+    ("export-out-empty", ["export", "{fakedrafter}", "--out", ""], "--out '': empty"),
+    ("train-cache-empty", ["train", "--recipe", "tiny", "--cache", ""], "--cache '': empty"),  # blamed --out
+    ("cache-mix-part-empty", ["cache-mix", "", "{emptydir}", "--out", "{out}"], "PARTS '': empty"),
+    ("bench-plot-empty", ["bench", "--plot", ""], "--plot '': empty"),  # said '--plot .: is a directory'
+    # a symlink that leads nowhere is named as one, not as "not found"
+    ("gen-sps-dangling", ["generate", "--sps", "{danglinglink}"], "danglinglink: is a symlink to"),
+    ("bench-prompts-loop", ["bench", "--prompts", "{looplink}"], "looplink: is a symlink to"),
+    ("gen-target-loop", ["generate", "--target", "{looplink}"], "looplink: is a symlink to"),
+    ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
+    ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
+                                     "{shiplink}/figure.png"], "the drafters shipped with minispark"),
 ]
 
 
@@ -1210,6 +1264,7 @@ def test_chat_help_says_an_empty_system_message_is_refused() -> None:
 def test_a_bad_environment_variable_is_one_line_before_loading(files, monkeypatch, variable, value, says) -> None:
     """Each was read only once a model had loaded (a traceback from mkdir after the embedded target's conversion;
     a table directory that is a file, silently no tables; the drafter blamed for the precision)."""
+    import minispark.measuring.profiler  # noqa: F401  imported before the patch: it binds load_target by name
     import minispark.target.loading
 
     def load(*args, **kwargs):
@@ -1358,11 +1413,12 @@ def test_written_files_take_the_umask(tmp_path) -> None:
     old = os.umask(0o027)
     try:
         write_json_atomic(tmp_path / "a.json", {})
-        write_dir_atomic(tmp_path / "d", lambda tmp: (tmp / "x").write_text("x"))
+        write_dir_atomic(tmp_path / "d", lambda tmp: save_file({"x": torch.zeros(1)}, str(tmp / "w.safetensors")))
     finally:
         os.umask(old)
-    modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in ("a.json", "d", "d/.minispark-written.json")}
-    assert modes == {"a.json": 0o640, "d": 0o750, "d/.minispark-written.json": 0o640}
+    names = ("a.json", "d", "d/.minispark-written.json", "d/w.safetensors")  # save_file makes 0600 files
+    modes = {name: os.stat(tmp_path / name).st_mode & 0o777 for name in names}
+    assert modes == {"a.json": 0o640, "d": 0o750, "d/.minispark-written.json": 0o640, "d/w.safetensors": 0o640}
 
 
 def test_bench_caps_each_answer_to_the_context(tiny_dir, monkeypatch) -> None:
@@ -1501,3 +1557,103 @@ def test_a_training_cache_as_heldout_names_the_flag(tiny_trained_drafter, tmp_pa
     result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--heldout-cache", str(cache),
                                       "--out", str(tmp_path / "run"), "steps=1"])
     assert f"--heldout-cache (recipe key heldout_cache) {cache}: is a training cache" in one_line_error(result)
+
+
+def test_profile_prints_no_progress_before_a_refusal(tiny_dir, tmp_path) -> None:
+    """A --max-tokens past the target's context is refused after loading; its error line came under an
+    empty `profile 0/?` progress bar."""
+    result = CliRunner().invoke(app, ["profile", "--target", str(tiny_dir("llama")), "--contexts", "16",
+                                      "--max-tokens", "5000", "--out", str(tmp_path / "t")])
+    error = one_line_error(result)
+    assert [line for line in result.stderr.splitlines() if line.strip()] == [error]
+
+
+@pytest.mark.parametrize("fault", ["nan", "int"])
+def test_a_drafter_with_damaged_weights_is_one_line(tiny_trained_drafter, tmp_path, fault: str) -> None:
+    """NaN weights ended in a ValueError traceback from the length policy; integer ones were cast silently."""
+    target, drafter = tiny_trained_drafter
+    damaged = shutil.copytree(drafter, tmp_path / "damaged")
+    weights = load_file(str(damaged / "model.safetensors"))
+    key = sorted(k for k, v in weights.items() if v.is_floating_point())[0]
+    weights[key] = torch.full_like(weights[key], float("nan")) if fault == "nan" else weights[key].to(torch.int32)
+    save_file(weights, str(damaged / "model.safetensors"))
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(damaged),
+                                                    "--prompt", "hi", "--max-new-tokens", "2"]))
+    assert f"weight {key!r}" in error and ("NaN or infinite" if fault == "nan" else "torch.int32") in error
+
+
+@pytest.mark.parametrize("command", ["cache", "answers"])
+def test_a_refused_resume_deletes_no_shard(tiny_dir, tmp_path, command: str) -> None:
+    """Growing a set whose next shard name holds someone's file (a planted symlink) is refused; the shard that was
+    to be rebuilt was deleted first, leaving a manifest that lists a missing shard."""
+    from tests.helpers import snapshot
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ("One.", "Two.", "Three.")))
+    out = tmp_path / "out"
+    args = [command, "--target", str(tiny_dir("llama")), "--prompts", str(prompts), "--out", str(out),
+            "--max-new-tokens", "4", "--samples-per-shard", "2"] + (["--layers", "1,2"] if command == "cache" else [])
+    assert CliRunner().invoke(app, args + ["--num-samples", "3"]).exit_code == 0
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine\n")
+    name = "shard-00002.safetensors" if command == "cache" else "answers-00002.safetensors"
+    (out / name).symlink_to(mine)
+    before = snapshot(out)
+    error = one_line_error(CliRunner().invoke(app, args + ["--num-samples", "5"]))
+    assert name in error and snapshot(out) == before and mine.read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("latest-symlink", "latest is a symlink; write checkpoint-000030 into"),
+    ("latest-names-nothing", "latest names 'checkpoint-999999', which is not a checkpoint there"),
+    ("trainer-truncated", "trainer.pt: unreadable (PytorchStreamReader failed reading zip archive"),
+])
+def test_a_damaged_run_is_refused_on_resume_in_one_line(tiny_trained_drafter, tmp_path, damage: str, says: str) -> None:
+    """Each was a traceback (FileNotFoundError through `latest`, torch's RuntimeError); the planted link's target
+    is never read or written."""
+    drafter = Path(tiny_trained_drafter[1])
+    run = shutil.copytree(drafter.parent, tmp_path / "run", symlinks=True)
+    mine = tmp_path / "mine.txt"
+    mine.write_text("mine\n")
+    if damage == "latest-symlink":
+        (run / "latest").unlink()
+        (run / "latest").symlink_to(mine)
+    elif damage == "latest-names-nothing":
+        (run / "latest").write_text("checkpoint-999999\n")
+    else:
+        trainer = run / "checkpoint-000030" / "trainer.pt"
+        trainer.write_bytes(trainer.read_bytes()[:1000])
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(drafter.parents[1] / "cache"),
+                                      "--out", str(run), "--resume", "steps=30", "--no-progress"])
+    assert says in one_line_error(result) and mine.read_text() == "mine\n"
+
+
+def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tiny_trained_drafter, tmp_path) -> None:
+    """metrics.jsonl is appended to, not written atomically: a kill mid-line made --resume a JSONDecodeError
+    traceback. A resume of a finished run says there is nothing to train ('steps 31..30 ... loss nan' before)."""
+    drafter = Path(tiny_trained_drafter[1])
+    run = shutil.copytree(drafter.parent, tmp_path / "run", symlinks=True)
+    whole = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_text(whole + '{"loss": 4.2, "st')
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(drafter.parents[1] / "cache"),
+                                      "--out", str(run), "--resume", "steps=30", "--no-progress"])
+    assert result.exit_code == 0, result.output
+    assert (run / "metrics.jsonl").read_text() == whole
+    assert "nothing to train: the run was already at step 30" in result.stdout
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["bench", "--plot", "{ro}/figure.png"], "--plot {ro}/figure.png: {ro} is not writable by this user"),
+    (["cache", "--out", "{ro}/cache/new"], "--out {ro}/cache/new: {ro} is not writable by this user"),
+    (["train", "--recipe", "tiny", "--cache", "{ro}", "--out", "{ro}"], "--out {ro}: is not writable by this user"),
+])
+def test_an_output_this_user_may_not_write_is_refused_before_loading(tmp_path, monkeypatch, argv, says) -> None:
+    """bench --plot into a read-only directory failed after the whole bench, naming its temporary file; now
+    it is the only line, before anything loads."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (Path(path) != ro or not mode & os.W_OK)
+                        and real(path, mode, **kw))  # a read-only directory, even for root
+    result = CliRunner().invoke(app, [arg.replace("{ro}", str(ro)) for arg in argv])
+    assert says.replace("{ro}", str(ro)) in one_line_error(result) and len(result.stderr.strip().splitlines()) == 1

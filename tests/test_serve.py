@@ -193,6 +193,7 @@ def test_every_limit_answers_its_status(llama: Target, vlm: Target, test_image: 
         expect(post(url, {**ok, "n": 2}, **key), 400)
         expect(post(url, {**ok, "temperature": "hot"}, **key), 400)
         expect(post(url, b"{not json", **key), 400)
+        expect(post(url, b"[" * 1500 + b"]" * 1500, **key), 400)  # past Python's recursion limit: a 500 before
         expect(post(url, {**ok, "messages": [{"role": "tool", "content": "x"}]}, **key), 400)
         expect(post(url, {**ok, "model": "gpt-4"}, **key), 404)
         expect(httpx.get(f"{url}/v1/nowhere", **key), 404)

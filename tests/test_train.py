@@ -183,8 +183,11 @@ def test_checkpoint_layout_loads_as_a_drafter(cache, target, tmp_path):
         train(recipe("steps=4", "checkpoint_every=2", "lr=1e-3"), cache, tmp_path, resume=True, target=target, log=None)
 
 
-@pytest.mark.parametrize("override, message", [("window=8", "window mismatch"), ("block_size=3", "block mismatch"),
-                                               ("feature_layers=1,3", "layers mismatch")])
+@pytest.mark.parametrize("override, message", [
+    ("window=8", "built with window 16, the recipe's window is 8; add the override window=16"),
+    ("block_size=3", "built with block 4, the recipe's block_size is 3; add the override block_size=4"),
+    ("feature_layers=1,3", r"built with layers \[1, 2\], the recipe's feature_layers is \[1, 3\]; add the override "
+                           "feature_layers=1,2")])
 def test_refuses_a_mismatched_cache(cache, target, tmp_path, override, message):
     with pytest.raises(CacheMismatchError, match=message):
         Trainer(recipe(override), CacheReader(cache), target, tmp_path)

@@ -56,7 +56,11 @@ class PlainHelpGroup(PlainHelp, TyperGroup):
 
 
 class PlainHelpCommand(PlainHelp, TyperCommand):
-    pass
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        # Each option's strings as typed, kept for :func:`_check_typed_paths`: typer's ``Path`` drops a trailing '/'.
+        opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
+        ctx.meta[TYPED_KEY] = opts
+        return super().parse_args(ctx, args)
 
 
 class PlainHelpTyper(typer.Typer):
@@ -82,6 +86,17 @@ RESUME_HINTS = {
              "written yet)",
     "demo": "finished stages, cache shards and checkpoints are kept; run the same command again to resume",
 }
+
+
+#: Where :class:`PlainHelpCommand` keeps the strings as typed (option name -> value or values) in click's context.
+TYPED_KEY = "minispark.typed"
+#: Path options that name a file, not a directory: one typed with a trailing '/' is refused as typed.
+FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image", "--recipe"})
+#: String options and arguments that are paths, checked like the ``Path`` ones.
+PATH_TEXTS = frozenset({"--target", "--drafter", "--recipe", "PARTS"})
+#: Path options where an empty string is a value of its own: --target '' is the embedded target, and
+#: --drafter '' has its own refusal (``validate.drafter_spec``).
+EMPTY_MEANS = frozenset({"--target", "--drafter"})
 
 
 @app.callback()
@@ -138,6 +153,7 @@ def one_line_errors(command: Callable) -> Callable:
         from minispark.atomic import NO_SPACE_ERRNOS, NoSpaceError, removed_if_left_empty
 
         try:
+            _check_typed_paths(kwargs)
             with removed_if_left_empty(kwargs.get("out")), warnings.catch_warnings():
                 warnings.showwarning = _one_line_warning
                 return command(*args, **kwargs)
@@ -172,6 +188,29 @@ def one_line_errors(command: Callable) -> Callable:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _check_typed_paths(kwargs: dict[str, Any]) -> None:
+    """Every path option and argument as typed (``validate.typed_path``): one place for every command, before
+    anything else is checked or loaded."""
+    try:  # typer vendors click from 0.25 on
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    typed = ctx.meta.get(TYPED_KEY, {}) if ctx is not None else {}
+    for param in ctx.command.params if typed else ():
+        flag = param.opts[0] if param.param_type_name == "option" else param.name.upper()
+        value = kwargs.get(param.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if param.name not in typed or not (flag in PATH_TEXTS or any(isinstance(v, Path) for v in values)):
+            continue
+        texts = typed[param.name]
+        for text in texts if isinstance(texts, (list, tuple)) else [texts]:
+            if text == "" and flag in EMPTY_MEANS:
+                continue
+            validate.typed_path(str(text), flag, names_file=flag in FILE_FLAGS)
 
 
 def _permission_denied(exc: PermissionError) -> str:

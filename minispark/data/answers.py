@@ -342,7 +342,7 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
         listed = {e["file"]: e for e in manifest["shards"]}
     for stale in [*out.glob(".answers-*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
         stale.unlink()  # our own atomic write cut short by a kill
-    done = {}
+    done, resample = {}, []
     for k, count in enumerate(counts):
         path = out / shard_name(k)
         entry = listed.get(path.name)
@@ -354,8 +354,10 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
         if intact and entry["samples"] == count:
             done[k] = entry
             continue
-        log(f"{path}: " + ("the set grows past this shard's samples; resampling it" if intact
-                           else "corrupt or truncated; resampling it"))
+        resample.append((path, "the set grows past this shard's samples; resampling it" if intact
+                         else "corrupt or truncated; resampling it"))
+    for path, why in resample:  # only once no later file is refused: a refused run deletes nothing
+        log(f"{path}: {why}")
         path.unlink()
     return done
 

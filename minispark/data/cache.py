@@ -310,7 +310,7 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
     for stale in [*out.glob(".shard-*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
         stale.unlink()  # our own write cut short by a kill (atomic writes use ".NAME.*.tmp")
     stamp = config_hash(cfg)
-    done = {}
+    done, rebuild = {}, []
     for k, count in enumerate(counts):
         path = out / shard_name(k)
         if not path.exists():
@@ -320,8 +320,7 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
             if entry["samples"] == count:
                 done[k] = entry
             else:
-                log(f"{path}: the cache grows past this shard's {entry['samples']} samples; rebuilding it")
-                path.unlink()
+                rebuild.append((path, f"the cache grows past this shard's {entry['samples']} samples; rebuilding it"))
             continue
         try:  # renamed but not yet listed (killed between the two), or corrupt
             shard = ShardFile(path)
@@ -336,8 +335,12 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
             done[k] = {"file": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path)} | \
                 shard_stats(tensors, len(cfg["layers"]), cfg["target_model"]["hidden_size"], cfg["dtype"])
         else:
-            log(f"{path}: corrupt, truncated or outdated shard; regenerating it")
-            path.unlink()
+            rebuild.append((path, "corrupt, truncated or outdated shard; regenerating it"))
+    # Deleted only once every shard name is known to be ours: a refusal further on (someone's file at a
+    # later shard's name) left the cache without a shard its manifest lists.
+    for path, why in rebuild:
+        log(f"{path}: {why}")
+        path.unlink()
     return done
 
 

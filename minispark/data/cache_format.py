@@ -174,7 +174,7 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
         if (other := _other_format(path.parent)) is not None:  # e.g. an answer set where a cache was asked for
             raise error(f"{path.parent}: holds a {other}, not a {fmt}") from None
         raise error(f"{path}: missing ({missing})") from None
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise error(f"{path}: unreadable manifest ({exc})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{path}: not a {fmt} manifest")
@@ -191,7 +191,7 @@ def _other_format(directory: Path) -> str | None:
             if candidate.stat().st_size > 2**20:
                 continue
             data = json.loads(candidate.read_text())
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if isinstance(data, dict) and str(data.get("format", "")).startswith("minispark-"):
             return f"{data['format']} manifest ({candidate.name})"

@@ -166,14 +166,32 @@ def refuse_heldout(path: Path | str, samples: Sequence[PromptSample]) -> None:
                                   "never train on it (an evaluation set takes --split heldout)")
 
 
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's pairs as a dict, refusing a key given twice (``{"prompt": "a", "prompt": "b"}``)."""
+    record: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in record:
+            raise _DuplicateKey(key)
+        record[key] = value
+    return record
+
+
 def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> PromptSample:
     def fail(reason: str) -> PromptFileError:
         return PromptFileError(path, number, reason)
 
     try:
-        record = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise fail(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
+        record = json.loads(raw, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as exc:  # "Unterminated string starting at": one "at"
+        raise fail(f"malformed JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
+    except _DuplicateKey as exc:
+        raise fail(f"key {exc.args[0]!r} given twice (JSON would silently keep the last one)") from None
+    except RecursionError:
+        raise fail("malformed JSON: nested too deeply") from None
     if not isinstance(record, dict):
         raise fail(f"expected a JSON object, got {type(record).__name__}")
     try:

@@ -286,7 +286,9 @@ def plot_sps(table: SPSTable, path: str | Path) -> Path:
 
 @contextlib.contextmanager
 def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[ProgressFn | None]:
-    """A rich progress bar on stderr as a ``progress`` callback (``None`` when disabled)."""
+    """A rich progress bar on stderr as a ``progress`` callback (``None`` when disabled). The bar appears at
+    the first progress reported: a check that fails before any (a step past the target's context, a busy
+    machine) prints its one error line alone, not under an empty ``0/?`` bar."""
     if not enabled:
         yield None
         return
@@ -299,10 +301,15 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
     task = bar.add_task("", total=None)
 
     def update(done: int, total: int, message: str) -> None:
+        if not bar.live.is_started:
+            bar.start()
         bar.update(task, completed=done, total=total, description=message)
 
-    with bar:
+    try:
         yield update
+    finally:
+        if bar.live.is_started:
+            bar.stop()
 
 
 # ---------------------------------------------------------------------- one call for the CLI

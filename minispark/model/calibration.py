@@ -101,7 +101,7 @@ class Calibration:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise CalibrationError(f"{path}: calibration file not found") from None
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested too deeply
             raise CalibrationError(f"{path}: not readable as JSON ({err})") from None
         except UnicodeDecodeError:
             raise CalibrationError(f"{path}: not UTF-8 text (a calibration is JSON)") from None

@@ -107,11 +107,20 @@ def read_weights(path: str | Path, device: torch.device | str,
 def apply_weights(model: DraftModel, weights: dict[str, torch.Tensor], path: str | Path) -> None:
     """Load stored ``weights`` into ``model`` (frozen weights excepted); a mismatch is a one-line
     error naming ``path``'s weights file."""
-    shapes = {k: v.shape for k, v in model.state_dict().items()}
+    state = model.state_dict()
     for key, tensor in weights.items():
-        if key in shapes and tensor.shape != shapes[key]:
+        if key not in state:
+            continue
+        if tensor.shape != state[key].shape:
             raise MinisparkError(f"{Path(path) / WEIGHTS_FILE}: weight {key!r} has shape {list(tensor.shape)}, its "
-                                 f"config.json makes it {list(shapes[key])} (weights and config of two drafters?)")
+                                 f"config.json makes it {list(state[key].shape)} (weights and config of two drafters?)")
+        if tensor.is_floating_point() != state[key].is_floating_point():  # load_state_dict would cast it silently
+            raise MinisparkError(f"{Path(path) / WEIGHTS_FILE}: weight {key!r} is stored as {tensor.dtype}, not as "
+                                 f"{'a floating-point' if state[key].is_floating_point() else 'an integer'} tensor; "
+                                 "a damaged or hand-made file?")
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():  # confidences of NaN later: a traceback
+            raise MinisparkError(f"{Path(path) / WEIGHTS_FILE}: weight {key!r} holds NaN or infinite values (a "
+                                 "diverged training run, or a damaged file); use another checkpoint")
     missing, unexpected = model.load_state_dict(weights, strict=False)
     missing = [k for k in missing if not k.startswith(FROZEN)]
     if missing or unexpected:

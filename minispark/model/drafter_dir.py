@@ -80,7 +80,7 @@ def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
         raw = json.loads(file.read_text())
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise UnreadableConfig(file, str(exc)) from None
     architectures = raw.get("architectures")
     deepspec = isinstance(architectures, list) and any(str(a).endswith("DSparkModel") for a in architectures)

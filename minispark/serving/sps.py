@@ -213,7 +213,7 @@ class SPSTable:
             data = json.loads(path.read_text())
         except FileNotFoundError:
             raise SPSTableError(f"{path}: SPS table not found") from None
-        except (OSError, json.JSONDecodeError) as err:
+        except (OSError, json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested too deeply
             raise SPSTableError(f"{path}: not readable as JSON ({err})") from None
         except UnicodeDecodeError:  # an image or other binary file given as a table
             raise SPSTableError(f"{path}: not UTF-8 text (an SPS table is JSON)") from None

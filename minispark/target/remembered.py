@@ -97,7 +97,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return _checked_record(data)
-        except (ValueError, TypeError) as exc:
+        except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise MinisparkError(f"{path}: not a target record ({exc}); delete it to load the target from "
                                  "--target") from None
     # a drafter trained before target.json, or a DeepSpec export minispark wrote (``minispark_target``): its
@@ -107,7 +107,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
         try:
             data = json.loads(config.read_text())
             identity = (data.get("target") or data.get(EXPORTED_TARGET_KEY)) if isinstance(data, dict) else None
-        except ValueError:
+        except (ValueError, RecursionError):
             identity = None
         if isinstance(identity, str) and "@" in identity and not identity.startswith("deepspec"):
             return TargetRecord(identity.rpartition("@")[0], identity)
@@ -116,7 +116,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
         try:
             data = json.loads(manifest.read_text())
             return record_from_manifest(data.get("config", data))
-        except (ValueError, KeyError, TypeError, AttributeError):  # AttributeError: a JSON list, not an object
+        except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # AttributeError: a JSON list, not an object
             return None
     return None
 
@@ -144,6 +144,9 @@ def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str 
     if target is not None:
         check_target(record, target, f"{flag} {artifact}")
         return given
+    if Path(record.source).is_absolute() and not Path(record.source).exists():  # not "--target X", never typed
+        raise MinisparkError(f"{flag} {artifact}: the target it records, {record.source}, does not exist (moved "
+                             "or deleted?); give the target with --target")
     cuda = _device_type(device) == "cuda"
     explicit_quant = load_in_4bit or load_in_8bit
     q4 = load_in_4bit or (cuda and not explicit_quant and record.quantization == "4bit")

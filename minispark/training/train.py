@@ -77,6 +77,8 @@ class TrainReport:
                 "metrics": self.metrics, "evaluations": self.evaluations}
 
     def summary(self) -> str:
+        if self.last_step < self.first_step:  # a resumed run that had already reached its last step
+            return f"nothing to train: the run was already at step {self.last_step}; drafter at {self.drafter}"
         last = self.metrics[-1] if self.metrics else {}
         acc = " ".join("-" if a is None else f"{a:.2f}" for a in last.get("acceptance", []))
         return (f"steps {self.first_step}..{self.last_step} in {self.seconds:.0f} s; loss "
@@ -187,7 +189,7 @@ def _start(trainer: Trainer, config: TrainConfig, out: Path, resume: bool, log: 
         path = trainer.restore()
         for mine in (BEST_DIR, DRAFTER_DIR):  # this run's own, written by a minispark that kept no record
             adopt_written(out / mine)
-        kept = [line for line in _read_lines(metrics_path) if json.loads(line)["step"] <= trainer.step]
+        kept = [line for line in _read_lines(metrics_path) if _logged_step(line) <= trainer.step]
         write_text_atomic(metrics_path, "".join(kept))
         if log:
             log(f"resumed from {path} at step {trainer.step}")
@@ -260,6 +262,16 @@ def online_memory(config: TrainConfig, source: OnlineSource) -> str:
     pool = config.online_pool * longest * (len(source.layers) + 1) * source.target.hidden_size * 4
     return (f" + online: target weights {weights / 1e9:.2f} GB on {source.target.device.type}, one pool's features "
             f"{pool / 1e9:.2f} GB in CPU memory")
+
+
+def _logged_step(line: str) -> float:
+    """The step a metrics line logs; a line cut short by a kill mid-append (or damaged) is dropped on resume as
+    one past the checkpoint (a JSONDecodeError traceback before)."""
+    try:
+        row = json.loads(line)
+        return float(row["step"]) if isinstance(row, dict) else math.inf
+    except (ValueError, KeyError, TypeError, RecursionError):
+        return math.inf
 
 
 def _read_lines(path: Path) -> list[str]:

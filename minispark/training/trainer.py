@@ -27,13 +27,13 @@ import torch.utils.checkpoint
 
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import write_text_atomic
-from minispark.data.cache_format import CacheReader, config_hash
+from minispark.data.cache_format import CacheMismatchError, CacheReader, config_hash
 from minispark.target.compile_fallback import compile_or_eager
 from minispark.model.checkpoint import apply_weights, read_weights, save_drafter, start_from_drafter
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, first_line
 from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
 from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
@@ -134,6 +134,20 @@ def train_step(model: DraftModel, optimizer, scheduler, batch: Batch, config: Tr
     return stats, float(norm)
 
 
+
+def _require_recipe_sizes(reader: CacheReader, config: TrainConfig) -> None:
+    """The cache's block, window and layers are the recipe's; a mismatch names the recipe key and the override
+    that matches the cache (it said "window mismatch: it has 8, expected 16", not whose 16 or what to type)."""
+    for key, recipe_key, want in (("block", "block_size", config.block_size), ("window", "window", config.window),
+                                  ("layers", "feature_layers", config.feature_layers)):
+        have = reader.config.get(key)
+        if want is None or have == (list(want) if isinstance(want, tuple) else want):
+            continue
+        typed = ",".join(map(str, have)) if isinstance(have, list) else have
+        raise CacheMismatchError(f"{reader.manifest_path}: the cache was built with {key} {have!r}, the recipe's "
+                             f"{recipe_key} is {want!r}; add the override {recipe_key}={typed}, or build a cache "
+                             "that matches the recipe")
+
 class Trainer:
     """Model, optimiser and data plan of one run, with checkpoint save and restore."""
 
@@ -151,10 +165,8 @@ class Trainer:
         # Content hashes decide (a hub id and a local copy of it are the same target); the name only
         # when the target's files could not be hashed.
         known = identity["weights_hash"] != "unknown"
-        reader.require(target={k: v for k, v in identity.items() if k != "name" or not known},
-                       block=config.block_size, window=config.window)
-        if config.feature_layers is not None:
-            reader.require(layers=config.feature_layers)
+        reader.require(target={k: v for k, v in identity.items() if k != "name" or not known})
+        _require_recipe_sizes(reader, config)
         self.dims = dims = target_dims(target)
         check_target_dims(config, dims)
         self.draft_config = draft_config(config, dims, feature_layers=reader.layers,
@@ -260,8 +272,13 @@ class Trainer:
         latest = self.out / LATEST_FILE
         if not latest.is_file():
             raise MinisparkError(f"--resume: {self.out} holds no checkpoint ({LATEST_FILE} is missing)")
-        path = self.out / latest.read_text().strip()
-        state = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        path = self._latest_checkpoint(latest)
+        try:
+            state = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=True)
+        except (RuntimeError, OSError, EOFError, ValueError) as exc:  # torch: "failed finding central directory"
+            reason = first_line(exc).split(". ")[0]  # torch's first sentence; the rest is advice on checkpoints
+            raise MinisparkError(f"--resume: {path / TRAINER_FILE}: unreadable ({reason}); a damaged or "
+                                 f"truncated copy? {self._other_checkpoints(path)}") from None
         saved = TrainConfig.from_dict(state["train_config"], str(path / TRAINER_FILE))
         changed = config_differences(saved, self.config, ignore=RESUMABLE_CHANGES)
         if changed:
@@ -281,3 +298,21 @@ class Trainer:
             torch.cuda.set_rng_state_all(state["cuda_rng"])
         self.step = int(state["step"])
         return path
+
+    def _latest_checkpoint(self, latest: Path) -> Path:
+        """The checkpoint ``latest`` names: one of this run's (our name pattern, our trainer state), never what a
+        planted symlink or an edited file points to (a FileNotFoundError traceback before)."""
+        name = "" if latest.is_symlink() else latest.read_text(errors="replace").strip()
+        path = self.out / name
+        if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink() or not (path / TRAINER_FILE).is_file():
+            what = "is a symlink" if latest.is_symlink() else f"names {name[:80]!r}, which is not a checkpoint there"
+            raise MinisparkError(f"--resume: {latest} {what}; {self._other_checkpoints(None)}")
+        return path
+
+    def _other_checkpoints(self, bad: Path | None) -> str:
+        """What to do instead: the newest of this run's other checkpoints, if any."""
+        kept = sorted(p.name for p in self.out.glob("checkpoint-*") if p != bad and CHECKPOINT_NAME.fullmatch(p.name)
+                      and not p.is_symlink() and (p / TRAINER_FILE).is_file())
+        if not kept:
+            return "no other checkpoint is there: train into a new --out"
+        return f"write {kept[-1]} into {self.out / LATEST_FILE} to resume from that checkpoint"

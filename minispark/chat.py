@@ -201,7 +201,7 @@ class ChatREPL:
     def stats(self) -> None:
         totals = self.conversation.totals()
         self.console.print(
-            f"{totals['turns']} turns · {totals['new_tokens']} tokens in {totals['wall_s']:.2f}s "
+            f"{totals['turns']} turn{'' if totals['turns'] == 1 else 's'} · {totals['new_tokens']} tokens in {totals['wall_s']:.2f}s "
             f"({totals['tokens_per_s']:.1f} tok/s) · τ {totals['tau']:.2f} · {totals['drafts_per_round']:.1f} "
             f"drafts/round · {totals['skipped_rounds']}/{totals['rounds']} rounds draft-skipped · "
             f"drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n"

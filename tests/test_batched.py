@@ -41,6 +41,15 @@ def requests(target: Target) -> list[BatchRequest]:
     return [BatchRequest(target.encode(prompt=p), max_new_tokens=n) for p, n in zip(PROMPTS, LIMITS)]
 
 
+def decode_all(target: Target, drafter, **settings) -> tuple[BatchDecoder, list[BatchRequest]]:
+    """Every prompt decoded by a 3-slot, γ 4 :class:`BatchDecoder` (``settings``: its table, skip policy)."""
+    decoder = BatchDecoder(target, drafter, slots=3, gamma=4, **settings)
+    try:
+        return decoder, decoder.run(requests(target))
+    finally:
+        decoder.close()
+
+
 def test_batched_step_equals_one_step_per_request(target: Target) -> None:
     """Two sessions of different cache lengths: the batched forward gives each the logits, features
     and cache a lone step gives."""
@@ -136,11 +145,7 @@ def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[
     draft = ({"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter)
              or (make_hybrid(random_dspark(target)) if drafter == "hybrid" else random_dspark(target)))
     table = SPSTable.from_inline([1.0 / (1.0 + 0.05 * n) for n in range(16)])  # cheap tokens: long admissions
-    decoder = BatchDecoder(target, draft, slots=3, gamma=4, sps_table=table)
-    try:
-        done = decoder.run(requests(target))
-    finally:
-        decoder.close()
+    decoder, done = decode_all(target, draft, sps_table=table)
     for request, want in zip(done, reference):
         assert request.token_ids == want
         assert request.stop_reason in ("eos", "max_tokens")
@@ -148,7 +153,6 @@ def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[
         assert decoder.scheduled and decoder.budget_per_request() > 1.0  # drafts were verified
     if drafter == "none":
         assert decoder.budget_per_request() == 1.0
-
 
 
 @pytest.mark.parametrize("widening", [0.0, 10.0])
@@ -159,16 +163,13 @@ def test_admission_reads_the_batched_grid(target: Target, reference: list[list[i
     table = SPSTable.from_inline([1.0] + [1 / 11.0] * 15)
     table.batched = {"context": 0, "requests": [2, 3], "widths": list(range(1, 17)),
                      "seconds": [[1.0 + widening * (w - 1) for w in range(1, 17)]] * 2}
-    decoder = BatchDecoder(target, random_dspark(target), slots=3, gamma=4, sps_table=table)
-    try:
-        done = decoder.run(requests(target))
-    finally:
-        decoder.close()
+    decoder, done = decode_all(target, random_dspark(target), sps_table=table)
     assert [r.token_ids for r in done] == reference
     if widening:
         assert decoder.budget_per_request() == 1.0
     else:
         assert decoder.budget_per_request() > 1.5
+
 
 def test_batch_draft_skip_leaves_losing_rounds_out_and_keeps_parity(target: Target, reference: list[list[int]],
                                                                     monkeypatch) -> None:
@@ -183,16 +184,13 @@ def test_batch_draft_skip_leaves_losing_rounds_out_and_keeps_parity(target: Targ
         return together(*args, **kwargs)
 
     monkeypatch.setattr(DSparkDrafter, "propose_together", staticmethod(dear))
-    decoder = BatchDecoder(target, random_dspark(target), slots=3, gamma=4, skip=BatchDraftSkip())
-    try:
-        done = decoder.run(requests(target))
-    finally:
-        decoder.close()
+    decoder, done = decode_all(target, random_dspark(target), skip=BatchDraftSkip())
     for request, want in zip(done, reference):
         assert request.token_ids == want
     assert decoder.skipped_rounds > decoder.rounds / 2
     assert {s for r in done for s in r.stats.sources} == {"dspark", "skipped"}
     assert sum(r.stats.skipped_rounds for r in done) == sum(r.stats.sources.count("skipped") for r in done)
+
 
 def test_a_slot_keeps_its_cache_for_the_next_turn(target: Target) -> None:
     """A request whose prompt extends a finished one lands in that slot and prefills only the rest."""

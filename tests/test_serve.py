@@ -72,6 +72,7 @@ def test_openai_client_round_trip(llama: Target, slots: int) -> None:
         assert reply.usage.completion_tokens <= 16 and reply.usage.prompt_tokens > 0
         figures = reply.model_extra["minispark"]
         assert figures["rounds"] > 0 and figures["tau"] >= 1.0 and figures["mode"] == "schedule"
+        assert 0 <= figures["skipped_rounds"] <= figures["rounds"]
         chunks = list(client.chat.completions.create(model=model, messages=HELLO, temperature=0, max_tokens=16,
                                                      stream=True, stream_options={"include_usage": True}))
         assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want

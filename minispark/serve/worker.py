@@ -224,7 +224,8 @@ class Worker:
 
 def metrics(stats: GenerationStats, setup: ServingSetup) -> dict:
     """Per-request speculative figures (the response's ``minispark`` field)."""
-    return {"drafter": setup.drafter.name, "mode": setup.mode, "rounds": stats.rounds, "tau": stats.tau,
+    return {"drafter": setup.drafter.name, "mode": setup.mode, "rounds": stats.rounds,
+            "skipped_rounds": stats.skipped_rounds, "tau": stats.tau,
             "drafted_tokens": sum(stats.proposed_lengths), "accepted_tokens": sum(stats.accepted_lengths),
             "acceptance_per_position": stats.acceptance_per_position, "prefill_tokens": stats.prefill_tokens,
             "reused_tokens": stats.reused_tokens, "wall_s": stats.wall_s, "tokens_per_s": stats.tokens_per_s}

@@ -276,3 +276,27 @@ def test_the_command_refuses_bad_flags_in_one_line(argv: list[str], says: str) -
 
     result = CliRunner().invoke(app, ["serve", *argv])
     assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("temperature", 1e-320, "a positive temperature must be at least"),  # hung: the decoding thread refused it
+    ("seed", 10**23, "'seed' must be an integer in [-2**63, 2**63 - 1]"),  # a 500 to every request in flight
+    ("stop", ["caf\udce9"], "'stop' holds half a character"),  # would never match the decoded text
+    ("stream_options", "yes", "'stream_options' must be an object"),  # was ignored without a word
+])
+def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str, tmp_path: Path) -> None:
+    """Refused by the request check (issue 22, sixth probe), not by the decoding thread afterwards."""
+    from minispark.serve.protocol import APIError, parse_chat_request
+
+    body = {"model": "m", "messages": HELLO, "max_tokens": 2, field: value}
+    with pytest.raises(APIError) as caught:
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
+
+
+def test_a_tiny_temperature_is_answered_with_slots(llama: Target) -> None:
+    """With several slots a temperature the sampler refuses left the request unanswered, and Ctrl-C waiting."""
+    ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2}
+    with server(llama, slots=2) as url:
+        expect(post(url, {**ok, "temperature": 1e-40}), 400)
+        assert post(url, ok).status_code == 200

@@ -1657,3 +1657,18 @@ def test_an_output_this_user_may_not_write_is_refused_before_loading(tmp_path, m
                         and real(path, mode, **kw))  # a read-only directory, even for root
     result = CliRunner().invoke(app, [arg.replace("{ro}", str(ro)) for arg in argv])
     assert says.replace("{ro}", str(ro)) in one_line_error(result) and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_calibrate_refuses_a_drafter_it_may_not_write_before_loading(tiny_trained_drafter, files, tmp_path,
+                                                                      monkeypatch) -> None:
+    """calibration.json goes into the drafter directory: a read-only one failed after the rollouts, naming
+    the temporary file (issue 22, sixth probe)."""
+    ro = tmp_path / "ro"
+    shutil.copytree(tiny_trained_drafter[1], ro)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (Path(path) != ro or not mode & os.W_OK)
+                        and real(path, mode, **kw))  # a read-only directory, even for root
+    monkeypatch.setattr("minispark.cli.measure._load", lambda *a, **k: pytest.fail("loaded the target"))
+    result = CliRunner().invoke(app, ["calibrate", "--drafter", str(ro), "--prompts", files["ok.jsonl"]])
+    assert f"--drafter {ro}: is not writable by this user" in one_line_error(result)
+    assert sorted(p.name for p in ro.iterdir()) == sorted(p.name for p in tiny_trained_drafter[1].iterdir())

@@ -309,6 +309,7 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     # cp -rL: the contents, also through a symlink to the shipped directory (cp -r would copy the link)
     validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")
+    validate.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
     _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(gamma, "--gamma", 1)

@@ -506,6 +506,9 @@ CASES = [
     ("bench-prompts-loop", ["bench", "--prompts", "{looplink}"], "looplink: is a symlink to"),
     ("gen-target-loop", ["generate", "--target", "{looplink}"], "looplink: is a symlink to"),
     ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
+    # round 8 (issue 22): the sixth probe
+    ("train-all-loss-weights-zero", ["train", "--recipe", "tiny", "alpha_ce=0", "alpha_tv=0", "alpha_conf=0"],
+     "all 0, so the loss is 0 and training would change nothing"),  # trained nothing without a word
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
 ]

@@ -111,6 +111,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
     table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
     (d / "tokens5.json").write_text(json.dumps(table))
+    table["tokens"] = [n - 4 for n in table["tokens"]]
+    table["seconds"] = table["seconds_min"] = [[1e-320] * len(table["tokens"])] * len(table["contexts"])
+    (d / "subnormal.json").write_text(json.dumps(table))  # 1 / 1e-320 steps per second: Θ was inf
+    (d / "hugeint.jsonl").write_text('{"prompt": "a", "category": 1' + "0" * 5000 + "}\n")
     (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # past Python's recursion limit
     (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     (d / "dupkey.jsonl").write_text('{"prompt": "a", "prompt": "b"}\n')
@@ -507,6 +511,10 @@ CASES = [
     ("gen-target-loop", ["generate", "--target", "{looplink}"], "looplink: is a symlink to"),
     ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
     # round 8 (issue 22): the sixth probe
+    ("answers-prompts-huge-number", ["answers", "--prompts", "{hugeint.jsonl}", "--out", "{out}"],
+     "hugeint.jsonl:1: malformed JSON: a number too long to read"),  # a ValueError traceback
+    ("sim-sps-seconds-subnormal", ["simulate", "--conf", "0.9", "--sps", "{subnormal.json}"],
+     "field 'seconds': [0][0]: 1e-320 seconds per step is outside [1e-06, 1e+06]"),  # Θ was printed as inf
     ("train-all-loss-weights-zero", ["train", "--recipe", "tiny", "alpha_ce=0", "alpha_tv=0", "alpha_conf=0"],
      "all 0, so the loss is 0 and training would change nothing"),  # trained nothing without a word
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",

@@ -517,6 +517,15 @@ CASES = [
      "field 'seconds': [0][0]: 1e-320 seconds per step is outside [1e-06, 1e+06]"),  # Θ was printed as inf
     ("train-all-loss-weights-zero", ["train", "--recipe", "tiny", "alpha_ce=0", "alpha_tv=0", "alpha_conf=0"],
      "all 0, so the loss is 0 and training would change nothing"),  # trained nothing without a word
+    # --threshold shapes only the threshold mode: with another one it was ignored without a word
+    ("gen-threshold-with-fixed-mode", ["generate", "--mode", "fixed", "--threshold", "0.9"],
+     "--threshold 0.9: only the threshold mode uses it, and this run decodes in fixed mode"),
+    ("gen-threshold-mode-chosen", ["generate", "--target", "{tiny}", "--drafter", "lookup", "--threshold", "0.9"],
+     "this run decodes in fixed mode"),  # lookup has no confidences: fixed is chosen after loading
+    ("chat-drafter-none-with-threshold", ["chat", "--drafter", "none", "--threshold", "0.9"],
+     "so --threshold would have no effect"),
+    ("bench-threshold-without-its-mode", ["bench", "--modes", "target,lookup", "--threshold", "0.9"],
+     "--modes target,lookup leaves it out"),
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
 ]

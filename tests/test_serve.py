@@ -300,3 +300,28 @@ def test_a_tiny_temperature_is_answered_with_slots(llama: Target) -> None:
     with server(llama, slots=2) as url:
         expect(post(url, {**ok, "temperature": 1e-40}), 400)
         assert post(url, ok).status_code == 200
+
+
+def test_bad_image_urls_are_a_4xx_that_names_no_server_file(test_image: Path, tmp_path: Path) -> None:
+    """A data URL without its type, or one without ';base64', was read as a file name: a 500 'internal error:
+    OSError' (name too long); a decompression bomb was 'not an image PIL can read'; a truncated image named the
+    server's scratch file (issue 22, sixth probe)."""
+    from minispark.serve.protocol import APIError, parse_chat_request
+    from tests.test_bad_input import bomb_png
+
+    data = base64.b64encode(test_image.read_bytes()).decode()
+    cut = base64.b64encode(test_image.read_bytes()[:200]).decode()
+    bomb = base64.b64encode(bomb_png(tmp_path / "bomb.png").read_bytes()).decode()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for url, status, says in ((f"data:;base64,{data}", 400, "a data URL must read data:image/TYPE;base64,DATA"),
+                              (f"data:image/png,{data}", 400, "a data URL must read"),
+                              ("x" * 5000, 400, "is not a file under the server's --image-dir"),
+                              (f"data:image/png;base64,{bomb}", 413, "far more pixels than PIL opens"),
+                              (f"data:image/png;base64,{cut}", 400, "messages[0].content[0]: corrupt or truncated")):
+        body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}]}
+        with pytest.raises(APIError) as caught:
+            parse_chat_request(body, ServeLimits(), tmp_path, scratch, vision=True)
+        assert caught.value.status == status and says in caught.value.message, caught.value.message
+        assert str(scratch) not in caught.value.message

@@ -195,6 +195,8 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
             raise APIError(400, f"{where}: the data URL is not valid base64", "messages") from None
         path = scratch / f"{hashlib.sha256(data).hexdigest()[:24]}.img"
         path.write_bytes(data)
+    elif url[:5].lower() == "data:":  # "data:;base64,..." was read as a file name: a 500 (name too long)
+        raise APIError(400, f"{where}: a data URL must read data:image/TYPE;base64,DATA", "messages")
     elif re.match(r"[a-z][a-z0-9+.-]*://", url, re.I) and not url.lower().startswith("file://"):
         raise APIError(400, f"{where}: only data: URLs (and files under the server's --image-dir) are "
                             "accepted; this server never fetches from the network", "messages")
@@ -203,8 +205,12 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
             raise APIError(400, f"{where}: local image files are off (the server was started without "
                                 "--image-dir); send the image as a data: URL", "messages")
         path = Path(url[len("file://"):] if url.lower().startswith("file://") else url)
-        path = (image_dir / path if not path.is_absolute() else path).resolve()
-        if not path.is_relative_to(image_dir.resolve()) or not path.is_file():
+        try:
+            path = (image_dir / path if not path.is_absolute() else path).resolve()
+            usable = path.is_relative_to(image_dir.resolve()) and path.is_file()
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such file, not a 500
+            usable = False
+        if not usable:
             raise APIError(400, f"{where}: {url} is not a file under the server's --image-dir", "messages")
     _check_pixels(path, where, limits)
     return str(path)
@@ -218,12 +224,15 @@ def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:
     try:
         with Image.open(path) as image:
             width, height = image.size
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:  # PIL refuses to open one claiming billions of pixels: too large, not unreadable
+        raise APIError(413, f"{where}: far more pixels than PIL opens; at most {limits.max_image_pixels:,} per image",
+                       "messages", "image_too_large") from None
+    except (UnidentifiedImageError, OSError):
         raise APIError(400, f"{where}: not an image PIL can read", "messages") from None
     if width * height > limits.max_image_pixels:
         raise APIError(413, f"{where}: {width}x{height} pixels; at most {limits.max_image_pixels:,} per image",
                        "messages", "image_too_large")
     try:
         validate.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
-    except MinisparkError as exc:
-        raise APIError(400, str(exc), "messages") from None
+    except MinisparkError as exc:  # without the server's scratch file name, which means nothing to the client
+        raise APIError(400, str(exc).replace(f"{where} {path}:", f"{where}:"), "messages") from None

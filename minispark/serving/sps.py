@@ -205,6 +205,12 @@ class SPSTable:
         return Path(directory) / name
 
     def save(self, path: str | Path) -> Path:
+        """Write the table at ``path``, replacing only a table already there (an earlier profile): someone's
+        file of the same name, or a symlink planted there, is refused, not replaced."""
+        path = Path(path)
+        if path.is_symlink() or (path.exists() and not _is_table(path)):
+            raise SPSTableError(f"{path}: exists and is not an SPS table minispark wrote; move it away or choose "
+                                "another --out")
         return write_json_atomic(path, asdict(self))
 
     @staticmethod
@@ -222,6 +228,14 @@ class SPSTable:
             raise SPSTableError(f"{path}: not readable as JSON ({str(err).partition(':')[0]})") from None
         _validate(data, str(path))
         return SPSTable(**data)
+
+
+def _is_table(path: Path) -> bool:
+    try:
+        SPSTable.load(path)
+    except MinisparkError:
+        return False
+    return True
 
 
 def monotone_envelope(curve: list[float]) -> tuple[list[float], list[int]]:

@@ -135,6 +135,14 @@ def sps_values(text: str, flag: str = "--sps-inline") -> list[float]:
     return values
 
 
+def threshold_mode(threshold: float | None, mode: str | None, flag: str = "--threshold") -> None:
+    """A ``--threshold`` given (not None) with a length mode other than ``threshold`` (None: not chosen yet), which
+    would ignore it without a word."""
+    if threshold is not None and mode is not None and mode != "threshold":
+        raise MinisparkError(f"{flag} {threshold:g}: only the threshold mode uses it, and this run decodes in {mode} "
+                             "mode; drop it or give --mode threshold")
+
+
 def choice(value: str | None, flag: str, choices: Sequence[str]) -> str | None:
     if value is not None and value not in choices:
         raise MinisparkError(f"{flag} {value}: choose from {', '.join(choices)}")

@@ -111,6 +111,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
     table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
     (d / "tokens5.json").write_text(json.dumps(table))
+    table["tokens"] = [n - 4 for n in table["tokens"]]
+    table["seconds"] = table["seconds_min"] = [[1e-320] * len(table["tokens"])] * len(table["contexts"])
+    (d / "subnormal.json").write_text(json.dumps(table))  # 1 / 1e-320 steps per second: Θ was inf
+    (d / "hugeint.jsonl").write_text('{"prompt": "a", "category": 1' + "0" * 5000 + "}\n")
     (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # past Python's recursion limit
     (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
     (d / "dupkey.jsonl").write_text('{"prompt": "a", "prompt": "b"}\n')
@@ -506,6 +510,22 @@ CASES = [
     ("bench-prompts-loop", ["bench", "--prompts", "{looplink}"], "looplink: is a symlink to"),
     ("gen-target-loop", ["generate", "--target", "{looplink}"], "looplink: is a symlink to"),
     ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
+    # round 8 (issue 22): the sixth probe
+    ("answers-prompts-huge-number", ["answers", "--prompts", "{hugeint.jsonl}", "--out", "{out}"],
+     "hugeint.jsonl:1: malformed JSON: a number too long to read"),  # a ValueError traceback
+    ("sim-sps-seconds-subnormal", ["simulate", "--conf", "0.9", "--sps", "{subnormal.json}"],
+     "field 'seconds': [0][0]: 1e-320 seconds per step is outside [1e-06, 1e+06]"),  # Θ was printed as inf
+    ("train-all-loss-weights-zero", ["train", "--recipe", "tiny", "alpha_ce=0", "alpha_tv=0", "alpha_conf=0"],
+     "all 0, so the loss is 0 and training would change nothing"),  # trained nothing without a word
+    # --threshold shapes only the threshold mode: with another one it was ignored without a word
+    ("gen-threshold-with-fixed-mode", ["generate", "--mode", "fixed", "--threshold", "0.9"],
+     "--threshold 0.9: only the threshold mode uses it, and this run decodes in fixed mode"),
+    ("gen-threshold-mode-chosen", ["generate", "--target", "{tiny}", "--drafter", "lookup", "--threshold", "0.9"],
+     "this run decodes in fixed mode"),  # lookup has no confidences: fixed is chosen after loading
+    ("chat-drafter-none-with-threshold", ["chat", "--drafter", "none", "--threshold", "0.9"],
+     "so --threshold would have no effect"),
+    ("bench-threshold-without-its-mode", ["bench", "--modes", "target,lookup", "--threshold", "0.9"],
+     "--modes target,lookup leaves it out"),
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
 ]
@@ -587,7 +607,7 @@ def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_pat
     with pytest.raises(PromptFileError, match=r"prompts.jsonl:2:"):
         load_prompt_inputs(target, path, 2)
     conversation = Conversation(target, NoDrafter(), max_new_tokens=4)
-    with pytest.raises(MinisparkError, match="the conversation: .* /reset"):
+    with pytest.raises(MinisparkError, match="your message: .* shorten it"):  # a first message: /reset won't help
         conversation.say(long)
     assert conversation.messages == [] or len(conversation.messages) <= 1  # nothing was added
     assert len(conversation.say("Hi there.").token_ids) > 0
@@ -1657,3 +1677,18 @@ def test_an_output_this_user_may_not_write_is_refused_before_loading(tmp_path, m
                         and real(path, mode, **kw))  # a read-only directory, even for root
     result = CliRunner().invoke(app, [arg.replace("{ro}", str(ro)) for arg in argv])
     assert says.replace("{ro}", str(ro)) in one_line_error(result) and len(result.stderr.strip().splitlines()) == 1
+
+
+def test_calibrate_refuses_a_drafter_it_may_not_write_before_loading(tiny_trained_drafter, files, tmp_path,
+                                                                      monkeypatch) -> None:
+    """calibration.json goes into the drafter directory: a read-only one failed after the rollouts, naming
+    the temporary file (issue 22, sixth probe)."""
+    ro = tmp_path / "ro"
+    shutil.copytree(tiny_trained_drafter[1], ro)
+    real = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode, **kw: (Path(path) != ro or not mode & os.W_OK)
+                        and real(path, mode, **kw))  # a read-only directory, even for root
+    monkeypatch.setattr("minispark.cli.measure._load", lambda *a, **k: pytest.fail("loaded the target"))
+    result = CliRunner().invoke(app, ["calibrate", "--drafter", str(ro), "--prompts", files["ok.jsonl"]])
+    assert f"--drafter {ro}: is not writable by this user" in one_line_error(result)
+    assert sorted(p.name for p in ro.iterdir()) == sorted(p.name for p in tiny_trained_drafter[1].iterdir())

@@ -144,3 +144,15 @@ def test_embedded_second_turn_reuses_the_whole_first_turn(embedded_target: Targe
     assert second.stats.reused_tokens == first.prompt_tokens + len(first.token_ids) - 1
     print(f"\nembedded turn 2: reused {second.stats.reused_tokens}, prefilled {second.stats.prefill_tokens} "
           f"of {second.prompt_tokens - 1} prompt tokens")
+
+
+def test_a_first_message_too_long_is_blamed_not_the_conversation(tiny_llama: Target) -> None:
+    """Alone past the context, a first message is the fault: "/reset" would not help (issue 22, sixth probe)."""
+    from minispark.errors import MinisparkError
+
+    with Conversation(tiny_llama, LookupDrafter(), policy=FixedLength(3), max_new_tokens=2) as conversation:
+        with pytest.raises(MinisparkError, match="^your message: .*; shorten it$"):
+            conversation.say("word " * 5000)
+        conversation.say("Hello!")
+        with pytest.raises(MinisparkError, match="^the conversation: .*; /reset to start a new one$"):
+            conversation.say("word " * 5000)

@@ -277,3 +277,52 @@ def test_the_command_refuses_bad_flags_in_one_line(argv: list[str], says: str) -
 
     result = CliRunner().invoke(app, ["serve", *argv])
     assert result.exit_code == 2 and says in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("temperature", 1e-320, "a positive temperature must be at least"),  # hung: the decoding thread refused it
+    ("seed", 10**23, "'seed' must be an integer in [-2**63, 2**63 - 1]"),  # a 500 to every request in flight
+    ("stop", ["caf\udce9"], "'stop' holds half a character"),  # would never match the decoded text
+    ("stream_options", "yes", "'stream_options' must be an object"),  # was ignored without a word
+])
+def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str, tmp_path: Path) -> None:
+    """Refused by the request check (issue 22, sixth probe), not by the decoding thread afterwards."""
+    from minispark.serve.protocol import APIError, parse_chat_request
+
+    body = {"model": "m", "messages": HELLO, "max_tokens": 2, field: value}
+    with pytest.raises(APIError) as caught:
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
+
+
+def test_a_tiny_temperature_is_answered_with_slots(llama: Target) -> None:
+    """With several slots a temperature the sampler refuses left the request unanswered, and Ctrl-C waiting."""
+    ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2}
+    with server(llama, slots=2) as url:
+        expect(post(url, {**ok, "temperature": 1e-40}), 400)
+        assert post(url, ok).status_code == 200
+
+
+def test_bad_image_urls_are_a_4xx_that_names_no_server_file(test_image: Path, tmp_path: Path) -> None:
+    """A data URL without its type, or one without ';base64', was read as a file name: a 500 'internal error:
+    OSError' (name too long); a decompression bomb was 'not an image PIL can read'; a truncated image named the
+    server's scratch file (issue 22, sixth probe)."""
+    from minispark.serve.protocol import APIError, parse_chat_request
+    from tests.test_bad_input import bomb_png
+
+    data = base64.b64encode(test_image.read_bytes()).decode()
+    cut = base64.b64encode(test_image.read_bytes()[:200]).decode()
+    bomb = base64.b64encode(bomb_png(tmp_path / "bomb.png").read_bytes()).decode()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    for url, status, says in ((f"data:;base64,{data}", 400, "a data URL must read data:image/TYPE;base64,DATA"),
+                              (f"data:image/png,{data}", 400, "a data URL must read"),
+                              ("x" * 5000, 400, "is not a file under the server's --image-dir"),
+                              (f"data:image/png;base64,{bomb}", 413, "far more pixels than PIL opens"),
+                              (f"data:image/png;base64,{cut}", 400, "messages[0].content[0]: corrupt or truncated")):
+        body = {"model": "m", "max_tokens": 2, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": url}}, {"type": "text", "text": "hi"}]}]}
+        with pytest.raises(APIError) as caught:
+            parse_chat_request(body, ServeLimits(), tmp_path, scratch, vision=True)
+        assert caught.value.status == status and says in caught.value.message, caught.value.message
+        assert str(scratch) not in caught.value.message

@@ -202,3 +202,21 @@ def test_monotone_envelope():
     assert envelope == [curve[0], curve[4], curve[4], curve[4], curve[4], curve[5]]
     assert all(a >= b for a, b in zip(envelope, envelope[1:]))
     assert monotone_envelope([1.0, 0.5, 0.5]) == ([1.0, 0.5, 0.5], [0, 1, 2])  # ties: no padding
+
+
+def test_save_replaces_only_a_table(tmp_path: Path) -> None:
+    """profile --out DIR replaced a user's file of the table's name (issue 22, sixth probe): only an earlier
+    table is replaced; someone's file, or a symlink planted there, is refused and left as it was."""
+    from minispark.serving.sps import SPSTableError
+
+    table = SPSTable.from_inline([1.0, 0.5])
+    path = table.save(tmp_path / "t.json")
+    assert table.save(path) == path  # an earlier profile's table: replaced
+    notes = tmp_path / "notes.json"
+    notes.write_text("my notes\n")
+    with pytest.raises(SPSTableError, match="exists and is not an SPS table minispark wrote"):
+        table.save(notes)
+    assert notes.read_text() == "my notes\n"
+    (tmp_path / "link.json").symlink_to(path)
+    with pytest.raises(SPSTableError, match="is not an SPS table minispark wrote"):
+        table.save(tmp_path / "link.json")

@@ -30,22 +30,28 @@ DraftSkipOpt = typer.Option(None, "--draft-skip/--no-draft-skip",
                                   "(default: on in schedule mode).")
 
 
+ThresholdOpt = typer.Option(None, "--threshold", help=f"Confidence threshold in [0, 1] of the threshold mode (default: "
+                            f"{DEFAULT_THRESHOLD:g}); refused with another mode, which would ignore it.")
+
+
 def _check_images(images: list[Path]) -> None:
     for path in images:
         validate.image(path)
 
 
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
-                   gamma: Optional[int], threshold: float, sps: Optional[Path], temperature: float, top_p: float,
+                   gamma: Optional[int], threshold: Optional[float], sps: Optional[Path], temperature: float, top_p: float,
                    top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = ()) -> None:
     """The flags generate and chat share."""
     validate.prompt(prompt)
     validate.stop_strings(stop)
     _check_images(images)
-    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
+    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
-    validate.number(threshold, "--threshold", 0.0, 1.0)
+    if threshold is not None:
+        validate.number(threshold, "--threshold", 0.0, 1.0)
+    validate.threshold_mode(threshold, mode)
     checked_table_file(sps)
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
@@ -71,7 +77,7 @@ def generate(
     mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
                                        "schedule with a confidence head and an SPS table, else threshold/fixed)."),
     gamma: Optional[int] = GammaOpt,
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
+    threshold: Optional[float] = ThresholdOpt,
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: the one for this "
                                        "device, target and dtype)."),
     strict: bool = StrictOpt,
@@ -98,7 +104,9 @@ def generate(
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
+    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD if threshold is None else threshold, sps,
+                          sampling, strict, draft_skip=draft_skip)
+    validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
         err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
     draft, policy = setup.drafter, setup.policy
@@ -126,7 +134,7 @@ def chat(
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
                                                            "an SPS table, else threshold; fixed without confidences)."),
     gamma: Optional[int] = GammaOpt,
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] (threshold mode)."),
+    threshold: Optional[float] = ThresholdOpt,
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
     strict: bool = StrictOpt,
     draft_skip: Optional[bool] = DraftSkipOpt,
@@ -157,7 +165,9 @@ def chat(
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
-    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
+    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD if threshold is None else threshold, sps,
+                          sampling, strict, draft_skip=draft_skip)
+    validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
                       system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)

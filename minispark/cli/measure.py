@@ -47,7 +47,8 @@ def bench(
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     gamma: Optional[int] = GammaOpt,
-    threshold: float = typer.Option(DEFAULT_THRESHOLD, "--threshold", help="Confidence threshold in [0, 1] of the threshold mode."),
+    threshold: Optional[float] = typer.Option(None, "--threshold", help="Confidence threshold in [0, 1] of the threshold "
+                                              f"mode (default: {DEFAULT_THRESHOLD:g}); refused when --modes leaves it out."),
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table for the schedule modes (default: the one for "
                                        "this device, target and dtype)."),
     strict: bool = StrictOpt,
@@ -75,7 +76,7 @@ def bench(
 
 def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: Optional[int], category: Optional[str],
                   modes: Optional[str], max_new_tokens: int, temperature: float, top_p: float, top_k: int,
-                  gamma: Optional[int], threshold: float, sps: Optional[Path], repeats: int, seed: int,
+                  gamma: Optional[int], threshold: Optional[float], sps: Optional[Path], repeats: int, seed: int,
                   plot: Optional[Path]) -> tuple[Any, bool]:
     """bench, resolving its inputs: every flag checked and the ``BenchConfig`` built before the target loads;
     with whether --modes named the modes (if not, :func:`_with_drafter_modes` adds the drafter's)."""
@@ -92,12 +93,15 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     names = None if modes is None else [m.strip() for m in modes.split(",") if m.strip()]
     if names is not None and not names:
         raise MinisparkError(f"--modes {modes!r}: name at least one mode")
+    if threshold is not None and names is not None and "threshold" not in names:  # it would be ignored without a word
+        raise MinisparkError(f"--threshold {threshold:g}: only the threshold mode uses it, and --modes {modes} leaves "
+                             "it out; drop --threshold or add threshold to --modes")
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
     checked_table_file(sps)
     validate.output_file(plot, "--plot")
     config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
-                         threshold=threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
+                         threshold=DEFAULT_THRESHOLD if threshold is None else threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
                          repeats=repeats, seed=seed)  # checks the rest before the target loads
     return config, names is not None
 
@@ -309,6 +313,7 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     # cp -rL: the contents, also through a symlink to the shipped directory (cp -r would copy the link)
     validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")
+    validate.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
     _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(gamma, "--gamma", 1)

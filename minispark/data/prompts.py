@@ -192,6 +192,8 @@ def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> Prompt
         raise fail(f"key {exc.args[0]!r} given twice (JSON would silently keep the last one)") from None
     except RecursionError:
         raise fail("malformed JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more than 4300 digits: Python refuses to convert it
+        raise fail(f"malformed JSON: a number too long to read ({str(exc).partition(':')[0]})") from None
     if not isinstance(record, dict):
         raise fail(f"expected a JSON object, got {type(record).__name__}")
     try:

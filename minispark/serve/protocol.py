@@ -86,6 +86,14 @@ def _integer(body: dict, name: str) -> int | None:
     return value
 
 
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, scratch: Path,
                        vision: bool) -> ChatRequest:
     """Check ``body`` (parsed JSON) against ``limits``; images are written/validated under ``scratch``."""
@@ -105,19 +113,28 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     stop = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
         raise APIError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "stop")
+    if not all(_is_text(s) for s in stop):  # a lone surrogate would never match the decoded text
+        raise APIError(400, "'stop' holds half a character (a lone surrogate), which is not text; send UTF-8", "stop")
     seed = _integer(body, "seed")
+    if seed is not None and not -2**63 <= seed < 2**63:  # past int64 the generator raised: a 500 to every request in flight
+        raise APIError(400, f"'seed' must be an integer in [-2**63, 2**63 - 1], got {seed}", "seed")
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise APIError(400, f"'stream' must be true or false, got {stream!r}", "stream")
-    options = body.get("stream_options") or {}
-    include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):  # was ignored without a word
+        raise APIError(400, f"'stream_options' must be an object, got {options!r}", "stream_options")
+    include_usage = bool((options or {}).get("include_usage"))
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "'messages' must be a non-empty list", "messages")
     if len(messages) > limits.max_messages:
         raise APIError(400, f"{len(messages)} messages: at most {limits.max_messages} per request", "messages")
-    request = ChatRequest(model=model, messages=[], max_tokens=max_tokens,
-                          temperature=_number(body, "temperature", 1.0, 0.0, 2.0),
+    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+    if 0 < temperature < defaults.MIN_TEMPERATURE:  # refused later, by the decoding thread: the request hung
+        raise APIError(400, f"'temperature' {temperature:g}: a positive temperature must be at least "
+                       f"{defaults.MIN_TEMPERATURE:g} (0 is greedy)", "temperature")
+    request = ChatRequest(model=model, messages=[], max_tokens=max_tokens, temperature=temperature,
                           top_p=_number(body, "top_p", 1.0, 1e-6, 1.0), stop=stop, seed=seed, stream=stream,
                           include_usage=include_usage)
     for index, message in enumerate(messages):
@@ -178,6 +195,8 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
             raise APIError(400, f"{where}: the data URL is not valid base64", "messages") from None
         path = scratch / f"{hashlib.sha256(data).hexdigest()[:24]}.img"
         path.write_bytes(data)
+    elif url[:5].lower() == "data:":  # "data:;base64,..." was read as a file name: a 500 (name too long)
+        raise APIError(400, f"{where}: a data URL must read data:image/TYPE;base64,DATA", "messages")
     elif re.match(r"[a-z][a-z0-9+.-]*://", url, re.I) and not url.lower().startswith("file://"):
         raise APIError(400, f"{where}: only data: URLs (and files under the server's --image-dir) are "
                             "accepted; this server never fetches from the network", "messages")
@@ -186,8 +205,12 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
             raise APIError(400, f"{where}: local image files are off (the server was started without "
                                 "--image-dir); send the image as a data: URL", "messages")
         path = Path(url[len("file://"):] if url.lower().startswith("file://") else url)
-        path = (image_dir / path if not path.is_absolute() else path).resolve()
-        if not path.is_relative_to(image_dir.resolve()) or not path.is_file():
+        try:
+            path = (image_dir / path if not path.is_absolute() else path).resolve()
+            usable = path.is_relative_to(image_dir.resolve()) and path.is_file()
+        except (OSError, ValueError):  # a name too long, a NUL byte: no such file, not a 500
+            usable = False
+        if not usable:
             raise APIError(400, f"{where}: {url} is not a file under the server's --image-dir", "messages")
     _check_pixels(path, where, limits)
     return str(path)
@@ -201,12 +224,15 @@ def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:
     try:
         with Image.open(path) as image:
             width, height = image.size
-    except (UnidentifiedImageError, OSError, Image.DecompressionBombError):
+    except Image.DecompressionBombError:  # PIL refuses to open one claiming billions of pixels: too large, not unreadable
+        raise APIError(413, f"{where}: far more pixels than PIL opens; at most {limits.max_image_pixels:,} per image",
+                       "messages", "image_too_large") from None
+    except (UnidentifiedImageError, OSError):
         raise APIError(400, f"{where}: not an image PIL can read", "messages") from None
     if width * height > limits.max_image_pixels:
         raise APIError(413, f"{where}: {width}x{height} pixels; at most {limits.max_image_pixels:,} per image",
                        "messages", "image_too_large")
     try:
         validate.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
-    except MinisparkError as exc:
-        raise APIError(400, str(exc), "messages") from None
+    except MinisparkError as exc:  # without the server's scratch file name, which means nothing to the client
+        raise APIError(400, str(exc).replace(f"{where} {path}:", f"{where}:"), "messages") from None

@@ -110,8 +110,9 @@ class Conversation:
         paths = [str(p) for p in images]
         content = [{"type": "image", "image": p} for p in paths] + [{"type": "text", "text": text}]
         inputs = self.target.encode(self.messages + [{"role": "user", "content": content if paths else text}])
-        max_new_tokens = fit_context(self.target, inputs.length, self.max_new_tokens, what="the conversation",
-                                     fix="/reset to start a new one")
+        # a first message too long on its own: /reset would not help
+        what, fix = ("the conversation", "/reset to start a new one") if self.turns else ("your message", "shorten it")
+        max_new_tokens = fit_context(self.target, inputs.length, self.max_new_tokens, what=what, fix=fix)
         cached = self.session.cache_length
         result = speculative_generate(
             self.session, inputs, self.drafter, sampling=self.sampling, policy=self.policy,

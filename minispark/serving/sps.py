@@ -35,6 +35,7 @@ from minispark.atomic import write_json_atomic
 from minispark.defaults import SHIPPED_TABLES  # noqa: F401  (re-exported: the tables looked up after the user's)
 from minispark.errors import MinisparkError
 from minispark.identity import dtype_name, quantization_name
+from minispark.validate import SPS_RANGE
 
 SCHEMA_VERSION = 1
 #: Fallback cost model: each verified token beyond the first adds this fraction of a one-token
@@ -204,6 +205,12 @@ class SPSTable:
         return Path(directory) / name
 
     def save(self, path: str | Path) -> Path:
+        """Write the table at ``path``, replacing only a table already there (an earlier profile): someone's
+        file of the same name, or a symlink planted there, is refused, not replaced."""
+        path = Path(path)
+        if path.is_symlink() or (path.exists() and not _is_table(path)):
+            raise SPSTableError(f"{path}: exists and is not an SPS table minispark wrote; move it away or choose "
+                                "another --out")
         return write_json_atomic(path, asdict(self))
 
     @staticmethod
@@ -217,8 +224,18 @@ class SPSTable:
             raise SPSTableError(f"{path}: not readable as JSON ({err})") from None
         except UnicodeDecodeError:  # an image or other binary file given as a table
             raise SPSTableError(f"{path}: not UTF-8 text (an SPS table is JSON)") from None
+        except ValueError as err:  # an integer of more than 4300 digits: Python refuses to convert it
+            raise SPSTableError(f"{path}: not readable as JSON ({str(err).partition(':')[0]})") from None
         _validate(data, str(path))
         return SPSTable(**data)
+
+
+def _is_table(path: Path) -> bool:
+    try:
+        SPSTable.load(path)
+    except MinisparkError:
+        return False
+    return True
 
 
 def monotone_envelope(curve: list[float]) -> tuple[list[float], list[int]]:
@@ -261,7 +278,7 @@ def _validate(data: Any, source: str) -> None:
         fail(name, "unknown field (typo, or a newer minispark wrote this table?)")
     for name in sorted(known - set(data) - set(_OPTIONAL)):
         fail(name, "missing")
-    if data["version"] != SCHEMA_VERSION:
+    if data["version"] != SCHEMA_VERSION or isinstance(data["version"], bool):  # true == 1 in Python
         fail("version", f"expected {SCHEMA_VERSION}, got {data['version']!r}")
     for name in ("device", "target", "dtype", "quantization"):
         if not isinstance(data[name], str) or not data[name]:
@@ -291,6 +308,8 @@ def _validate(data: Any, source: str) -> None:
                 ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
                 if not ok or v < 0 or (name != "seconds_spread" and v == 0):
                     fail(name, f"[{i}][{j}]: expected a finite positive number, got {v!r}")
+                if name != "seconds_spread":
+                    _step_seconds(v, f"{name}", f"[{i}][{j}]", fail)
     for i, (med, low) in enumerate(zip(data["seconds"], data["seconds_min"])):
         for j, (m, lo) in enumerate(zip(med, low)):
             if lo > m:
@@ -330,6 +349,14 @@ def _validate_batched(grid: Any, max_tokens: int, fail: Any) -> None:
         for j, v in enumerate(row):
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
                 fail("batched.seconds", f"[{i}][{j}]: expected a finite positive number, got {v!r}")
+            _step_seconds(v, "batched.seconds", f"[{i}][{j}]", fail)
+
+
+def _step_seconds(value: float, name: str, where: str, fail: Any) -> None:
+    """A step time whose steps per second (1 / seconds) are in ``SPS_RANGE``, as ``--sps-inline`` requires:
+    past it Θ = τ · SPS overflowed to inf (1e-320 s) or printed as 0 (1e308 s) without a word."""
+    if not 1 / SPS_RANGE[1] <= value <= 1 / SPS_RANGE[0]:
+        fail(name, f"{where}: {value!r} seconds per step is outside [{1 / SPS_RANGE[1]:g}, {1 / SPS_RANGE[0]:g}]")
 
 
 def _len(value: Any) -> str:

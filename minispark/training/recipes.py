@@ -156,6 +156,10 @@ class TrainConfig:
                     "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
             if not 0 <= getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
+        weights = ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau")
+        if not any(getattr(self, key) for key in weights):  # the loss would be 0: steps that train nothing
+            raise MinisparkError(f"{', '.join(weights)}: all 0, so the loss is 0 and training would change nothing; "
+                                 "give at least one a positive weight")
         if not 0 <= self.warmup_frac < 1:
             raise MinisparkError(f"warmup_frac: must be in [0, 1), got {self.warmup_frac}")
         for key in ("hidden_size", "vocab_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):

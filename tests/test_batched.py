@@ -12,6 +12,7 @@ import time
 import pytest
 import torch
 
+from minispark.serving import batched as batched_module
 from minispark.serving.batched import BatchDecoder, BatchRequest, batched_step
 from minispark.serving.draft_skip import BatchDraftSkip
 from minispark.serving.drafters.base import NoDrafter
@@ -191,6 +192,27 @@ def test_batch_draft_skip_leaves_losing_rounds_out_and_keeps_parity(target: Targ
     assert {s for r in done for s in r.stats.sources} == {"dspark", "skipped"}
     assert sum(r.stats.skipped_rounds for r in done) == sum(r.stats.sources.count("skipped") for r in done)
 
+
+
+def test_batch_draft_skip_with_a_hybrid_drafter_keeps_parity(target: Target, reference: list[list[int]],
+                                                              monkeypatch) -> None:
+    """A hybrid drafter under batch draft-skip (no round exempt, lookup ones included) with a dear wide
+    verify: the policy skips most rounds, every request keeps its greedy output, and each round is
+    counted under its block's source."""
+    from minispark.serving.drafters.hybrid import make_hybrid
+
+    step = batched_module.batched_step
+
+    def dear(sessions, blocks):
+        if max(block.numel() for block in blocks) > 1:
+            time.sleep(0.05)
+        return step(sessions, blocks)
+
+    monkeypatch.setattr(batched_module, "batched_step", dear)
+    decoder, done = decode_all(target, make_hybrid(random_dspark(target)), skip=BatchDraftSkip())
+    assert [r.token_ids for r in done] == reference
+    assert decoder.skipped_rounds > decoder.rounds / 2
+    assert {source for r in done for source in r.stats.sources} <= {"dspark", "lookup", "skipped"}
 
 def test_a_slot_keeps_its_cache_for_the_next_turn(target: Target) -> None:
     """A request whose prompt extends a finished one lands in that slot and prefills only the rest."""

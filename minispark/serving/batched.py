@@ -5,8 +5,8 @@ Each request keeps its own :class:`~minispark.target.session.TargetSession` (KV 
 (``engine.prefill`` / ``commit`` / ``settle``). A round of :class:`BatchDecoder`:
 
 0. draft-skip (schedule mode): the round drafts for every request or for none, decided from earlier
-   rounds at this number of requests in flight (``draft_skip.BatchDraftSkip``); a skipped round is a
-   plain R-row target step;
+   rounds at this number of requests in flight (``draft_skip.BatchDraftSkip``; hybrid lookup rounds
+   included: their whole blocks widen the padded verify); a skipped round is a plain R-row target step;
 1. propose:  each request's drafter returns its lazy draft block (DSpark forks of one drafter: one
    backbone forward for all of them, ``propose_all``);
 2. schedule: Algorithm 1 across requests (``batch_schedule.admit_across``, SPS of the whole padded verify)
@@ -270,14 +270,16 @@ class BatchDecoder:
         t_start = time.perf_counter()
         sessions = [self.sessions[r.slot] for r in active]
         drafters = [self.drafters[r.slot] for r in active]
-        # From committed ids alone: a round a drafter takes without its forward neither asks nor teaches skip.
-        exempt = self.skip is not None and any(d.skip_exempt(r.state.ids) for d, r in zip(drafters, active))
-        drafting = self.gamma > 0 and (self.skip is None or exempt or self.skip.should_draft(len(active)))
+        # Unlike one request's engine, no round is exempt (a hybrid's lookup rounds cost no drafter forward,
+        # but their blocks widen every padded row, which the hybrid's own rule does not price).
+        drafting = self.gamma > 0 and (self.skip is None or self.skip.should_draft(len(active)))
         if drafting:
             blocks = propose_all(drafters, active, sessions)
             proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
+            sources = [b.source or d.name for b, d in zip(blocks, drafters)]
         else:
             proposals = [Proposal.empty() for _ in active]
+            sources = ["skipped" if self.gamma else "plain"] * len(active)
         t_proposed = time.perf_counter()
         verified = batched_step(sessions, [torch.cat([r.state.anchor, p.tokens.cpu()])  # (1+ℓ_r,) each
                                            for r, p in zip(active, proposals)])
@@ -292,16 +294,16 @@ class BatchDecoder:
             commit(session, drafter, request.state, proposal, accepted, next_token, out)
             outcomes.append(accepted)
         t_committed = time.perf_counter()
-        if self.skip is not None and not exempt:
+        if self.skip is not None:
             self.skip.observe(len(active), drafting, sum(len(p) for p in proposals), sum(outcomes),
                               t_proposed - t_start, t_committed - t_proposed)
         finished = []
-        for request, drafter, proposal, accepted in zip(active, drafters, proposals, outcomes):
+        for request, source, proposal, accepted in zip(active, sources, proposals, outcomes):
             stats = request.stats
             stats.rounds += 1
             stats.skipped_rounds += self.gamma > 0 and not drafting
             stats.proposed_lengths.append(len(proposal))
-            stats.sources.append((drafter.name if drafting else "skipped") if self.gamma else "plain")
+            stats.sources.append(source)
             stats.accepted_lengths.append(accepted)
             stats.propose_s += t_proposed - t_start
             stats.verify_s += t_verified - t_proposed

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+import struct
+import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -395,3 +397,17 @@ def build_scaled_vl(out: Path, *, hidden: int = 256, vocab: int = 18_944, layers
         stale.unlink()
     model.save_pretrained(out)
     return out
+
+
+# ---- images ------------------------------------------------------------------------------------
+
+def _png_chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+
+def bomb_png(path: Path, side: int = 100_000) -> Path:
+    """A valid ~100-byte PNG whose header claims side × side pixels (10 gigapixels)."""
+    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
+                     + _png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + _png_chunk(b"IEND", b""))
+    return path

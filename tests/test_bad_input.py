@@ -12,8 +12,6 @@ import json
 import os
 import re
 import shutil
-import struct
-import zlib
 from pathlib import Path
 
 import pytest
@@ -23,20 +21,9 @@ from typer.testing import CliRunner
 
 from minispark.cli import app
 from minispark.tiny_models import make_test_image
+from tests.helpers import bomb_png
 
 LONG_PROMPT = "word " * 5000  # more tokens than the tiny models' 4096 positions
-
-
-def _png_chunk(tag: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
-
-
-def bomb_png(path: Path, side: int = 100_000) -> Path:
-    """A valid ~100-byte PNG whose header claims side × side pixels (10 gigapixels)."""
-    header = struct.pack(">IIBBBBB", side, side, 8, 0, 0, 0, 0)
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
-                     + _png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + _png_chunk(b"IEND", b""))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -308,7 +308,7 @@ def test_bad_image_urls_are_a_4xx_that_names_no_server_file(test_image: Path, tm
     OSError' (name too long); a decompression bomb was 'not an image PIL can read'; a truncated image named the
     server's scratch file (issue 22, sixth probe)."""
     from minispark.serve.protocol import APIError, parse_chat_request
-    from tests.test_bad_input import bomb_png
+    from tests.helpers import bomb_png
 
     data = base64.b64encode(test_image.read_bytes()).decode()
     cut = base64.b64encode(test_image.read_bytes()[:200]).decode()

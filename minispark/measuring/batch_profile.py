@@ -27,7 +27,7 @@ from minispark.target.loading import Target
 
 def batched_sizes(config: ProfileConfig) -> list[tuple[int, int]]:
     """Every (R, W) cell of the grid, R from ``config.batch_requests``, W = 1..max_tokens."""
-    return [(requests, width) for requests in config.batch_requests for width in range(1, config.max_tokens + 1)]
+    return [(requests, width) for requests in config.batch_requests for width in config.tokens]
 
 
 def profile_batched(target: Target, config: ProfileConfig, context: int, measure: StepTimer,
@@ -57,8 +57,7 @@ def profile_batched(target: Target, config: ProfileConfig, context: int, measure
     finally:
         for session in sessions:
             session.close()
-    widths = list(range(1, config.max_tokens + 1))
-    grid = {"context": context, "requests": list(config.batch_requests), "widths": widths,
-            "seconds": [[statistics.median(result.samples[(requests, width)]) for width in widths]
+    grid = {"context": context, "requests": list(config.batch_requests), "widths": config.tokens,
+            "seconds": [[statistics.median(result.samples[(requests, width)]) for width in config.tokens]
                         for requests in config.batch_requests]}
     return grid, result

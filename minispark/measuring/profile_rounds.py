@@ -136,7 +136,7 @@ def _quantile(values: list[float], q: float) -> float:
 
 @dataclass
 class MeasuredRounds:
-    samples: dict[int, list[float]]  # n tokens → kept timings (one per kept round)
+    samples: dict[Any, list[float]]  # size (n tokens, or (R, W)) → kept timings (one per kept round)
     baselines_s: list[float]         # the first baseline, then one per re-baselining
     drifts: list[float]              # |drift| of every attempted round, in order
     remeasured: int                  # attempts discarded for drift
@@ -154,11 +154,11 @@ def build_cache(session: TargetSession, ids: torch.Tensor) -> None:
         session.step(ids[0, start:start + PREFILL_CHUNK])
 
 
-def _one_round(timed: Callable[[int], float], sizes: list[int], ref: int, rng: random.Random,
-               on_step: Callable[[], None]) -> tuple[float, dict[int, float]]:
+def _one_round(timed: Callable[[Any], float], sizes: list, ref: Any, rng: random.Random,
+               on_step: Callable[[], None]) -> tuple[float, dict[Any, float]]:
     """Every size once in a fresh shuffled order, bracketed by the reference size.
 
-    Returns the median of the two reference timings and {n tokens: seconds}.
+    Returns the median of the two reference timings and {size: seconds}.
     """
     order = list(sizes)
     rng.shuffle(order)

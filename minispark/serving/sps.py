@@ -305,11 +305,10 @@ def _validate(data: Any, source: str) -> None:
                     f"row {i}: expected {shape[1]} values (one per token count), got {_len(row)}",
                 )
             for j, v in enumerate(row):
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-                if not ok or v < 0 or (name != "seconds_spread" and v == 0):
-                    fail(name, f"[{i}][{j}]: expected a finite positive number, got {v!r}")
                 if name != "seconds_spread":
-                    _step_seconds(v, f"{name}", f"[{i}][{j}]", fail)
+                    _step_seconds(v, name, f"[{i}][{j}]", fail)
+                elif not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0):
+                    fail(name, f"[{i}][{j}]: expected a finite positive number, got {v!r}")
     for i, (med, low) in enumerate(zip(data["seconds"], data["seconds_min"])):
         for j, (m, lo) in enumerate(zip(med, low)):
             if lo > m:
@@ -347,14 +346,14 @@ def _validate_batched(grid: Any, max_tokens: int, fail: Any) -> None:
         if not isinstance(row, list) or len(row) != len(grid["widths"]):
             fail("batched.seconds", f"row {i}: expected {len(grid['widths'])} values (one per width), got {_len(row)}")
         for j, v in enumerate(row):
-            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0):
-                fail("batched.seconds", f"[{i}][{j}]: expected a finite positive number, got {v!r}")
             _step_seconds(v, "batched.seconds", f"[{i}][{j}]", fail)
 
 
-def _step_seconds(value: float, name: str, where: str, fail: Any) -> None:
-    """A step time whose steps per second (1 / seconds) are in ``SPS_RANGE``, as ``--sps-inline`` requires:
-    past it Θ = τ · SPS overflowed to inf (1e-320 s) or printed as 0 (1e308 s) without a word."""
+def _step_seconds(value: Any, name: str, where: str, fail: Any) -> None:
+    """A step time: a finite positive number whose steps per second (1 / seconds) are in ``SPS_RANGE``, as
+    ``--sps-inline`` requires: past it Θ = τ · SPS overflowed to inf (1e-320 s) or printed as 0 (1e308 s)."""
+    if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0):
+        fail(name, f"{where}: expected a finite positive number, got {value!r}")
     if not 1 / SPS_RANGE[1] <= value <= 1 / SPS_RANGE[0]:
         fail(name, f"{where}: {value!r} seconds per step is outside [{1 / SPS_RANGE[1]:g}, {1 / SPS_RANGE[0]:g}]")
 

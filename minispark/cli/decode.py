@@ -104,8 +104,7 @@ def generate(
                    max_new_tokens, stop)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD if threshold is None else threshold, sps,
-                          sampling, strict, draft_skip=draft_skip)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
         err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
@@ -165,8 +164,7 @@ def chat(
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
-    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD if threshold is None else threshold, sps,
-                          sampling, strict, draft_skip=draft_skip)
+    setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
                       system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
@@ -219,7 +217,7 @@ def serve(
     if image_dir is not None and not image_dir.is_dir():
         raise MinisparkError(f"--image-dir {image_dir}: not a directory")
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    setup = build_serving(loaded, drafter, mode, gamma, DEFAULT_THRESHOLD, sps)
+    setup = build_serving(loaded, drafter, mode, gamma, sps=sps)
     for hint in setup.hints:
         err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)
     slots = max_concurrent or defaults.serve_slots(loaded.device.type)

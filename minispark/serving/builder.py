@@ -94,10 +94,13 @@ def matching_sps_table(target: Target, path: Path | None, strict: bool = False) 
 
 
 def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
-                  threshold: float = DEFAULT_THRESHOLD, sps: Path | None = None,
+                  threshold: float | None = None, sps: Path | None = None,
                   sampling: SamplingConfig | None = None, strict: bool = False,
                   draft_skip: bool | None = None) -> ServingSetup:
-    """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`."""
+    """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`; ``threshold``
+    None is ``DEFAULT_THRESHOLD``."""
+    if threshold is None:
+        threshold = DEFAULT_THRESHOLD
     from minispark.model.checkpoint import load_calibration
     from minispark.serving.generate import make_drafter, shipped_drafter
 

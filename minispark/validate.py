@@ -190,16 +190,26 @@ def listen_address(host: str, port: int) -> int:
         raise MinisparkError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
 
 
-def utf8_text(text: str, flag: str) -> str:
-    """``text`` if it is UTF-8: bytes that are not (a Latin-1 ``é`` in a command line) reach Python as lone
-    surrogates, which no tokenizer encodes and no model output can ever match."""
+def lone_surrogate(text: str) -> int | None:
+    """Where ``text`` holds a lone surrogate (half a character: an undecodable command-line byte, a JSON
+    ``\\udce9`` escape), which UTF-8 cannot encode, no tokenizer encodes and no model output matches; None if
+    nowhere."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        byte = ord(text[exc.start]) - 0xDC00 if 0xDC80 <= ord(text[exc.start]) <= 0xDCFF else None
+        return exc.start
+    return None
+
+
+def utf8_text(text: str, flag: str) -> str:
+    """``text`` if it is UTF-8: bytes that are not (a Latin-1 ``é`` in a command line) reach Python as lone
+    surrogates, which no tokenizer encodes and no model output can ever match."""
+    index = lone_surrogate(text)
+    if index is not None:
+        byte = ord(text[index]) - 0xDC00 if 0xDC80 <= ord(text[index]) <= 0xDCFF else None
         what = f" (byte 0x{byte:02x})" if byte is not None else ""
-        raise MinisparkError(f"{flag}: not UTF-8 text{what} at character {exc.start + 1}; give it in UTF-8, "
-                             "as your terminal or editor can encode it") from None
+        raise MinisparkError(f"{flag}: not UTF-8 text{what} at character {index + 1}; give it in UTF-8, "
+                             "as your terminal or editor can encode it")
     return text
 
 

@@ -196,11 +196,11 @@ def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> Prompt
         raise fail(f"malformed JSON: a number too long to read ({str(exc).partition(':')[0]})") from None
     if not isinstance(record, dict):
         raise fail(f"expected a JSON object, got {type(record).__name__}")
-    try:
-        json.dumps(record, ensure_ascii=False).encode("utf-8")
-    except UnicodeEncodeError as exc:  # no tokenizer encodes it (a TypeError deep in transformers)
-        raise fail(f"holds {exc.object[exc.start]!r}, a \\u escape of half a character (a lone surrogate), "
-                   "which is not text") from None
+    text = json.dumps(record, ensure_ascii=False)
+    index = validate.lone_surrogate(text)
+    if index is not None:  # no tokenizer encodes it (a TypeError deep in transformers)
+        raise fail(f"holds {text[index]!r}, a \\u escape of half a character (a lone surrogate), "
+                   "which is not text")
     unknown = sorted(set(record) - SAMPLE_KEYS)
     if unknown:
         raise fail(f"unknown key {unknown[0]!r} (allowed: {', '.join(sorted(SAMPLE_KEYS))})")

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minispark import defaults
+from minispark import defaults, validate
 from minispark.errors import MinisparkError
 
 
@@ -86,14 +86,6 @@ def _integer(body: dict, name: str) -> int | None:
     return value
 
 
-def _is_text(value: str) -> bool:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, scratch: Path,
                        vision: bool) -> ChatRequest:
     """Check ``body`` (parsed JSON) against ``limits``; images are written/validated under ``scratch``."""
@@ -113,7 +105,7 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     stop = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
         raise APIError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "stop")
-    if not all(_is_text(s) for s in stop):  # a lone surrogate would never match the decoded text
+    if any(validate.lone_surrogate(s) is not None for s in stop):  # it would never match the decoded text
         raise APIError(400, "'stop' holds half a character (a lone surrogate), which is not text; send UTF-8", "stop")
     seed = _integer(body, "seed")
     if seed is not None and not -2**63 <= seed < 2**63:  # past int64 the generator raised: a 500 to every request in flight
@@ -218,8 +210,6 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
 
 def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:
     from PIL import Image, UnidentifiedImageError
-
-    from minispark import validate
 
     try:
         with Image.open(path) as image:

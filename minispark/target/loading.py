@@ -28,8 +28,8 @@ from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.errors import MinisparkError, first_line
 from minispark.identity import torch_dtype
-from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, target_location,
-                                target_weights)
+from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, lone_surrogate,
+                                target_location, target_weights)
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
@@ -384,11 +384,10 @@ def _eos_ids(model: torch.nn.Module, tokenizer: Any) -> set[int]:
 def _utf8(text: str) -> str:
     """The rendered prompt, refused (one line) when it holds a lone surrogate, which no tokenizer encodes:
     an undecodable command-line byte, or a JSON ``\\udce9`` escape of half a character in a request."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise MinisparkError(f"a message holds {exc.object[exc.start]!r}, half a character (a lone surrogate), "
-                             "which is not text; send UTF-8") from None
+    index = lone_surrogate(text)
+    if index is not None:
+        raise MinisparkError(f"a message holds {text[index]!r}, half a character (a lone surrogate), "
+                             "which is not text; send UTF-8")
     return text
 
 

@@ -198,6 +198,9 @@ SERVE_MAX_IMAGE_PIXELS = 4_000_000
 SERVE_MAX_TOKENS = 2048  # the most max_tokens a request may ask for
 SERVE_DEFAULT_MAX_TOKENS = 256  # when it asks for none
 SERVE_QUEUE = 32  # requests waiting for a slot before 429
+#: --max-concurrent at most: every slot holds a KV cache of its context (a 3B Qwen-VL target, 4k tokens: ~150 MB
+#: each in bf16), and one verify forward pads them all; past this no single card holds them.
+SERVE_MAX_SLOTS = 256
 SERVE_DRAIN_S = 60.0  # Ctrl-C: how long in-flight requests get to finish
 
 

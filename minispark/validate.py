@@ -91,15 +91,25 @@ def sampling(temp: float, top_p: float, top_k: int) -> None:
     integer(top_k, "--top-k", 0)
 
 
+def items(text: str, flag: str, what: str) -> list[str]:
+    """The comma-separated items of ``text``, stripped; an empty item (``2,,4``, a trailing comma) is refused,
+    not dropped: it is a typo more often than not, and the run would quietly use a shorter list."""
+    parts = [part.strip() for part in text.split(",")]
+    if not any(parts):
+        raise MinisparkError(f"{flag}: expected at least one {what}, got {text!r}")
+    if not all(parts):
+        raise MinisparkError(f"{flag}: empty item {parts.index('') + 1} in {text!r} (a doubled or trailing comma?)")
+    return parts
+
+
 def floats(text: str, flag: str, *, low: float | None = None, high: float | None = None,
            low_open: bool = False) -> list[float]:
     """Comma-separated finite numbers (at least one), each in the given range."""
+    parts = items(text, flag, "number")
     try:
-        values = [float(part) for part in text.split(",") if part.strip()]
+        values = [float(part) for part in parts]
     except ValueError:
         raise MinisparkError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise MinisparkError(f"{flag}: expected at least one number, got {text!r}")
     for value in values:
         number(value, flag, low, high, low_open=low_open)
     return values
@@ -107,9 +117,7 @@ def floats(text: str, flag: str, *, low: float | None = None, high: float | None
 
 def integers(text: str, flag: str, minimum: int, maximum: int | None = None) -> list[int]:
     """Comma-separated whole numbers (at least one), each in [minimum, maximum] (default: ``MAX_INT``)."""
-    parts = [part.strip() for part in text.split(",") if part.strip()]
-    if not parts:
-        raise MinisparkError(f"{flag}: expected at least one whole number, got {text!r}")
+    parts = items(text, flag, "whole number")
     try:
         values = [int(part) for part in parts]
     except ValueError:

@@ -255,3 +255,19 @@ def test_batched_verify_grid_is_profiled_and_read_by_the_batched_scheduler(tiny_
     assert [sps(w) for w in (1, 2, 3)] == pytest.approx([1 / s for s in four])
     with pytest.raises(MinisparkError, match="--batch-requests: counts >= 2 only"):
         ProfileConfig(max_tokens=3, batch_requests=[1])
+
+def test_a_users_file_at_the_tables_name_is_refused_before_measuring(tiny_dir, tmp_path, monkeypatch):
+    """profile --out DIR where DIR holds someone's file of the table's name: refused once the target loads (the
+    name needs its device and name), not after minutes of measuring; the file is left as it was."""
+    from minispark.measuring import profiler
+    from minispark.serving.sps import SPSTableError
+
+    measured = []
+    monkeypatch.setattr(profiler, "profile_target", lambda *a, **k: measured.append(a))
+    target = load_target(str(tiny_dir("llama")))
+    clash = tmp_path / table_filename(profiler.device_name(target.device), target.name)
+    clash.write_text("my notes\n")
+    with pytest.raises(SPSTableError, match="is not an SPS table minispark wrote"):
+        profiler.run_profile(ProfileConfig(**SMALL), target=str(tiny_dir("llama")), out_dir=tmp_path,
+                             show_progress=False)
+    assert measured == [] and clash.read_text() == "my notes\n"

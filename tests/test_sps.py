@@ -110,6 +110,7 @@ def test_generic_is_decreasing():
         (lambda d: d["seconds_min"][0].__setitem__(0, 1.0), "seconds_min"),
         (lambda d: d["metadata"].pop("driver"), "metadata.driver"),
         (lambda d: d.update(batched={"context": 0}), "batched"),
+        (lambda d: d.update(batched=dict(GRID, context=500)), "batched.context"),  # not one of the contexts
         (lambda d: d.update(batched=dict(GRID, requests=[1, 4])), "batched.requests"),
         (lambda d: d.update(batched=dict(GRID, widths=[1, 3])), "batched.widths"),
         (lambda d: d.update(batched=dict(GRID, widths=[1, 2, 3, 4, 5], seconds=[[1.0] * 5] * 2)), "batched.widths"),

@@ -211,7 +211,7 @@ def serve(
     if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(defaults.API_KEY_ENV) == ""):
         raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): empty; omit it (and unset the variable) to serve "
                              "without a key")
-    validate.integer(max_concurrent, "--max-concurrent", 1)
+    validate.integer(max_concurrent, "--max-concurrent", 1, defaults.SERVE_MAX_SLOTS)
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)
     if image_dir is not None and not image_dir.is_dir():

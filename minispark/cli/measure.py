@@ -90,9 +90,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
         validate.integer(value, flag, 1)
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
-    names = None if modes is None else [m.strip() for m in modes.split(",") if m.strip()]
-    if names is not None and not names:
-        raise MinisparkError(f"--modes {modes!r}: name at least one mode")
+    names = None if modes is None else validate.items(modes, "--modes", "mode")
     if threshold is not None and names is not None and "threshold" not in names:  # it would be ignored without a word
         raise MinisparkError(f"--threshold {threshold:g}: only the threshold mode uses it, and --modes {modes} leaves "
                              "it out; drop --threshold or add threshold to --modes")

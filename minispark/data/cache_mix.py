@@ -50,6 +50,9 @@ def parse_part(spec: str) -> MixPart:
     """``DIR`` or ``DIR:N`` → :class:`MixPart`; a bad count is a one-line error naming the spec."""
     directory, sep, count = spec.rpartition(":")
     if not sep or not count.lstrip("+-").isdigit():
+        if sep and not Path(spec).exists() and Path(directory).is_dir():  # "DIR:abc", "DIR:1.5": a count mistyped
+            raise CacheError(f"cache-mix part {spec!r}: after {directory}: expected a whole number of samples, "
+                             f"got {count!r}")
         return MixPart(Path(spec))
     if int(count) <= 0:  # "DIR:-1" and "DIR:0" are counts, not directories of that name
         raise CacheError(f"cache-mix part {spec!r}: the sample count must be positive")

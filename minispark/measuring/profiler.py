@@ -61,7 +61,7 @@ from minispark.measuring import system_load as load
 from minispark.measuring.batch_profile import profile_batched
 from minispark.measuring.profile_rounds import (MeasuredRounds, ProfileConfig, StepTimer, build_cache,
                                                 measure_rounds, spread)
-from minispark.serving.sps import SPSTable, user_tables_dir
+from minispark.serving.sps import SPSTable, replaceable_table_path, table_path, user_tables_dir
 from minispark.target.loading import Target, load_target
 from minispark.validate import not_shipped
 
@@ -334,6 +334,9 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
         torch.set_num_threads(threads)
     loaded = load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                          load_in_8bit=load_in_8bit)
+    # where the table will go, refused now if someone's file holds the name, not after minutes of measuring
+    replaceable_table_path(table_path(out_dir, device_name(loaded.device), loaded.name,
+                                      eager_cpu=loaded.runtime == "eager" and loaded.device.type == "cpu"))
     with rich_progress(show_progress) as progress:
         table = profile_target(loaded, config, progress)
     path = table.save(table.path_in(out_dir))

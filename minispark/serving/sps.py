@@ -68,6 +68,23 @@ def table_filename(device: str, target: str) -> str:
     return f"{sanitize_name(device)}__{sanitize_name(target)}.json"
 
 
+def table_path(directory: str | Path, device: str, target: str, *, eager_cpu: bool = False) -> Path:
+    """Where ``profile`` files a table: ``<device>__<target>.json``, with ``__eager`` for a CPU table of the
+    eager runtime, so comparing runtimes never overwrites the default (packed) one."""
+    name = table_filename(device, target)
+    return Path(directory) / (name.removesuffix(".json") + "__eager.json" if eager_cpu else name)
+
+
+def replaceable_table_path(path: str | Path) -> Path:
+    """``path`` if a table may be written there: nothing yet, or a table (an earlier profile's). Someone's file
+    of the same name, or a symlink planted there, is refused, not replaced (profile checks before measuring)."""
+    path = Path(path)
+    if path.is_symlink() or (path.exists() and not _is_table(path)):
+        raise SPSTableError(f"{path}: exists and is not an SPS table minispark wrote; move it away or choose "
+                            "another --out")
+    return path
+
+
 @dataclass
 class SPSTable:
     """Profiled target step times on one device.
@@ -197,21 +214,13 @@ class SPSTable:
     # -- files ----------------------------------------------------------------------------------
 
     def path_in(self, directory: str | Path) -> Path:
-        """Where ``profile`` files this table: ``<device>__<target>.json``, with ``__eager`` for a CPU
-        table of the eager runtime, so comparing runtimes never overwrites the default (packed) one."""
-        name = table_filename(self.device, self.target)
-        if table_runtime(self) == "eager" and self.metadata.get("torch_device") == "cpu":
-            name = name.removesuffix(".json") + "__eager.json"
-        return Path(directory) / name
+        """Where ``profile`` files this table (see :func:`table_path`)."""
+        return table_path(directory, self.device, self.target,
+                          eager_cpu=table_runtime(self) == "eager" and self.metadata.get("torch_device") == "cpu")
 
     def save(self, path: str | Path) -> Path:
-        """Write the table at ``path``, replacing only a table already there (an earlier profile): someone's
-        file of the same name, or a symlink planted there, is refused, not replaced."""
-        path = Path(path)
-        if path.is_symlink() or (path.exists() and not _is_table(path)):
-            raise SPSTableError(f"{path}: exists and is not an SPS table minispark wrote; move it away or choose "
-                                "another --out")
-        return write_json_atomic(path, asdict(self))
+        """Write the table at ``path``, replacing only a table already there (an earlier profile)."""
+        return write_json_atomic(replaceable_table_path(path), asdict(self))
 
     @staticmethod
     def load(path: str | Path) -> SPSTable:
@@ -314,7 +323,7 @@ def _validate(data: Any, source: str) -> None:
             if lo > m:
                 fail("seconds_min", f"[{i}][{j}]: min {lo} exceeds median {m}")
     if data.get("batched") is not None:
-        _validate_batched(data["batched"], data["tokens"][-1], fail)
+        _validate_batched(data["batched"], data["tokens"][-1], data["contexts"], fail)
     meta = data["metadata"]
     if not isinstance(meta, dict):
         fail("metadata", "expected an object")
@@ -323,13 +332,14 @@ def _validate(data: Any, source: str) -> None:
             fail(f"metadata.{key}", "missing (expected a string)")
 
 
-def _validate_batched(grid: Any, max_tokens: int, fail: Any) -> None:
-    """The ``batched`` grid: a context, increasing request counts and widths, positive seconds [R][W]."""
+def _validate_batched(grid: Any, max_tokens: int, contexts: list[int], fail: Any) -> None:
+    """The ``batched`` grid: one of the table's contexts (R = 1 is the table's own row there), increasing
+    request counts and widths, positive seconds [R][W]."""
     if not isinstance(grid, dict) or set(grid) != {"context", "requests", "widths", "seconds"}:
         fail("batched", "expected an object with context, requests, widths and seconds")
     context = grid["context"]
-    if not isinstance(context, int) or isinstance(context, bool) or context < 0:
-        fail("batched.context", f"expected an integer >= 0, got {context!r}")
+    if not isinstance(context, int) or isinstance(context, bool) or context not in contexts:
+        fail("batched.context", f"expected one of the table's contexts {contexts}, got {context!r}")
     for name, least in (("requests", 2), ("widths", 1)):
         axis = grid[name]
         if (not isinstance(axis, list) or not axis or not all(isinstance(v, int) and not isinstance(v, bool)

@@ -45,6 +45,17 @@ def test_rtx3050_settings():
     assert (config.alpha_ce, config.alpha_tv, config.alpha_conf, config.loss_decay_gamma) == (0.1, 0.9, 1.0, 4.0)
 
 
+@pytest.mark.parametrize("kernels", [True, False])
+def test_auto_dtype_is_bf16_where_the_cpu_has_bf16_kernels(monkeypatch, kernels):
+    """dtype = "auto" on a CPU: bf16 autocast where oneDNN has bf16 kernels (a step 1.5-2.8× faster there),
+    fp32 where bf16 is emulated."""
+    from minispark.target import runtime
+
+    monkeypatch.setattr(runtime, "cpu_bf16_kernels", lambda: kernels)
+    config = load_recipe("tiny", ["dtype=auto", "device=cpu"])
+    assert config.compute_dtype == ("bf16" if kernels else "fp32")
+
+
 def test_overrides_are_typed():
     config = load_recipe("tiny", ["steps=7", "train.lr=1e-3", "feature_layers=1,2", "grad_checkpointing=yes",
                                   "mask_token_id=none", "head=rnn"])

@@ -213,10 +213,15 @@ class TrainConfig:
 
     @property
     def compute_dtype(self) -> str:
-        """"bf16" (autocast) or "fp32"; "auto" is bf16 on CUDA, fp32 on CPU."""
+        """"bf16" (autocast) or "fp32"; "auto" is bf16 on CUDA and on a CPU with bf16 kernels (avx512_bf16 or
+        AMX: a training step 1.5-2.8× faster there), fp32 on other CPUs (bf16 emulated: many times slower)."""
         if self.dtype != "auto":
             return self.dtype
-        return "bf16" if self.resolved_device == "cuda" else "fp32"
+        if self.resolved_device == "cuda":
+            return "bf16"
+        from minispark.target.runtime import cpu_bf16_kernels
+
+        return "bf16" if cpu_bf16_kernels() else "fp32"
 
     @property
     def optimizer_name(self) -> str:

@@ -155,7 +155,8 @@ def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any
     elif target is None:
         from minispark.target.loading import load_target
 
-        # Online, the target computes features as training goes: on the training device, in fp32 on a CPU.
+        # Online, the target computes features as training goes, on the training device and in the compute dtype: a
+        # drafter trained on bf16 features scored the same on fp32 ones (held-out τ 1.321 both; the lab book).
         target = load_target(config.target or data.config["target"]["name"],
                              device=config.resolved_device if online else "cpu",
                              dtype="bf16" if config.compute_dtype == "bf16" else None)

@@ -115,6 +115,15 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     from PIL import Image
 
     Image.new("RGB", (60_000, 2)).save(d / "strip.png")  # Qwen-VL's resize raised a ValueError traceback
+    huge = "1" + "0" * 5000  # past the 4300 digits Python converts: its error advises raising its own limit
+    (d / "deep.toml").write_text("[train]\nsteps = " + "[" * 5000 + "]" * 5000 + "\n")
+    (d / "bigint.toml").write_text(f"[train]\nsteps = {huge}\n")
+    shutil.copytree(d / "fakedrafter", d / "bigconfig")
+    (d / "bigconfig" / "config.json").write_text(f'{{"block_size": {huge}}}')
+    shutil.copytree(d / "fakedrafter", d / "bigrecord")
+    (d / "bigrecord" / "target.json").write_text(f'{{"source": "x", "identity": "x@y", "n": {huge}}}')
+    (d / "bigcache").mkdir()
+    (d / "bigcache" / "manifest.json").write_text(f'{{"format": "minispark-cache", "num_samples": {huge}}}')
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -523,6 +532,16 @@ CASES = [
      "--modes target,lookup leaves it out"),
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
+    # round 9 (issue 22): the seventh probe
+    ("train-recipe-deep", ["train", "--recipe", "{deep.toml}"], "deep.toml: unreadable recipe (nested too deeply)"),
+    ("train-recipe-huge-number", ["train", "--recipe", "{bigint.toml}"],
+     "bigint.toml: unreadable recipe (a number too long to read"),  # a ValueError traceback
+    ("gen-drafter-config-huge-number", ["generate", "--drafter", "{bigconfig}"],
+     "unreadable config (a number too long to read (more than 4300 digits))"),  # advised set_int_max_str_digits
+    ("gen-drafter-record-huge-number", ["generate", "--drafter", "{bigrecord}"],
+     "bigrecord/target.json: not a target record (a number too long to read"),
+    ("train-cache-manifest-huge-number", ["train", "--recipe", "tiny", "--cache", "{bigcache}"],
+     "bigcache/manifest.json: unreadable manifest (a number too long to read"),
 ]
 
 
@@ -1687,3 +1706,75 @@ def test_calibrate_refuses_a_drafter_it_may_not_write_before_loading(tiny_traine
     result = CliRunner().invoke(app, ["calibrate", "--drafter", str(ro), "--prompts", files["ok.jsonl"]])
     assert f"--drafter {ro}: is not writable by this user" in one_line_error(result)
     assert sorted(p.name for p in ro.iterdir()) == sorted(p.name for p in tiny_trained_drafter[1].iterdir())
+
+
+# round 9 (issue 22): the seventh probe
+
+@pytest.mark.parametrize("key, value, says", [
+    ("rms_eps", -1.0, "rms_eps must be a finite number > 0, got -1.0"),  # NaN confidences: a ValueError traceback
+    ("rope_theta", 0, "rope_theta must be a finite number > 0, got 0"),
+    ("window", 10**20, "window must be at most 2147483647"),  # an OverflowError traceback at the first round
+    ("block_size", 2**31 - 1, "block_size must be at most 1024"),
+])
+def test_a_drafter_config_past_what_it_can_run_is_one_line(tiny_trained_drafter, tmp_path, key, value, says) -> None:
+    target, drafter = tiny_trained_drafter
+    damaged = shutil.copytree(drafter, tmp_path / "damaged")
+    config = json.loads((damaged / "config.json").read_text())
+    (damaged / "config.json").write_text(json.dumps(config | {key: value}))
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(damaged),
+                                                    "--prompt", "hi", "--max-new-tokens", "2"]))
+    assert says in error
+
+
+def test_a_calibration_with_a_huge_number_is_one_line(tmp_path) -> None:
+    """An integer of more than 4300 digits was a ValueError traceback."""
+    from minispark.model.calibration import Calibration, CalibrationError
+
+    path = tmp_path / "calibration.json"
+    path.write_text('{"rounds": 1' + "0" * 5000 + "}")
+    with pytest.raises(CalibrationError, match="a number too long to read"):
+        Calibration.load(path)
+
+
+@pytest.mark.parametrize("damage, command, says", [
+    ("no-shards", "cache-mix", "its shards hold 0 samples, its totals say 8"),  # an IndexError traceback
+    ("shards-object", "train", "'shards' is not a list"),  # said the cache holds no anchors
+    ("shard-outside", "train", "a shard named '/etc/passwd', not a file of the cache directory"),  # blamed as cut
+    ("shard-up", "cache-mix", "a shard named '../cache/shard-00000.safetensors'"),
+])
+def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, damage, command, says) -> None:
+    cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
+    damaged = shutil.copytree(cache, tmp_path / "damaged")
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    if damage in ("no-shards", "shards-object"):
+        manifest["shards"] = [] if damage == "no-shards" else {}
+    else:
+        manifest["shards"][0]["file"] = "/etc/passwd" if damage == "shard-outside" else "../cache/shard-00000.safetensors"
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    argv = (["cache-mix", str(cache), str(damaged), "--out", str(tmp_path / "mix")] if command == "cache-mix" else
+            ["train", "--recipe", "tiny", "--cache", str(damaged), "--out", str(tmp_path / "run"), "steps=1"])
+    assert says in one_line_error(CliRunner().invoke(app, argv))
+
+
+@pytest.mark.parametrize("source, argv, says", [
+    ("cache", ["answers", "--out"], "holds a minispark-cache manifest (manifest.json), not this command's output"),
+    ("drafter", ["cache", "--out"], "holds a drafter or checkpoint minispark wrote, not this command's output"),
+    ("run", ["answers", "--out"], "holds a minispark training run (train_config.json), not this command's output"),
+    ("run", ["export", "{drafter}", "--out"], "holds a minispark training run (train_config.json), not an earlier"),
+    ("cache+notes", ["cache", "--out"], "holds notes.txt, which minispark did not write"),  # the user's file is named
+])
+def test_an_out_holding_another_minispark_output_says_which(tiny_trained_drafter, tmp_path, source, argv,
+                                                             says) -> None:
+    """It said 'holds .minispark-written.json (or manifest.json, checkpoint-000030/), which minispark did not
+    write' of minispark's own files."""
+    from tests.helpers import snapshot
+
+    drafter = Path(tiny_trained_drafter[1])
+    cache, run = drafter.parents[1] / "cache", drafter.parent
+    out = shutil.copytree({"cache": cache, "cache+notes": cache, "drafter": drafter, "run": run}[source],
+                          tmp_path / "out", symlinks=True)
+    if source == "cache+notes":
+        (out / "notes.txt").write_text("mine\n")
+    before = snapshot(out)
+    args = [arg.replace("{cache}", str(cache)).replace("{drafter}", str(drafter)) for arg in argv] + [str(out)]
+    assert says in one_line_error(CliRunner().invoke(app, args)) and snapshot(out) == before

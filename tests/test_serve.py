@@ -295,6 +295,14 @@ def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str,
     assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
 
 
+def test_a_number_too_long_to_read_is_a_400_in_words(llama: Target) -> None:
+    """Its message told the client to call sys.set_int_max_str_digits() (issue 22, seventh probe)."""
+    body = b'{"model": "m", "messages": [], "max_tokens": 1' + b"0" * 5000 + b"}"
+    with server(llama, slots=1) as url:
+        message = expect(post(url, body), 400)["message"]
+    assert "a number too long to read" in message and "set_int_max_str_digits" not in message
+
+
 def test_a_tiny_temperature_is_answered_with_slots(llama: Target) -> None:
     """With several slots a temperature the sampler refuses left the request unanswered, and Ctrl-C waiting."""
     ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2}

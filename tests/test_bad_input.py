@@ -533,6 +533,17 @@ CASES = [
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
     # round 9 (issue 22): the seventh probe
+    ("gen-drafter-none-with-draft-skip", ["generate", "--drafter", "none", "--draft-skip"],
+     "--drafter none drafts nothing, so --draft-skip would have no effect"),  # ignored without a word
+    ("chat-drafter-none-with-no-draft-skip", ["chat", "--drafter", "none", "--no-draft-skip"],
+     "so --no-draft-skip would have no effect"),
+    ("sim-draws-without-appendix-a", ["simulate", "--conf", "0.9", "--sps-inline", "1,0.5", "--draws", "5"],
+     "--draws: only --appendix-a draws at random"),  # ignored without a word
+    ("sim-seed-without-appendix-a", ["simulate", "--conf", "0.9", "--sps-inline", "1,0.5", "--seed", "5"],
+     "--seed: only --appendix-a draws at random"),
+    ("serve-api-key-newline", ["serve", "--api-key", "a\nb"], "holds '\\n', which no HTTP client can send"),
+    ("serve-api-key-padded", ["serve", "--api-key", " key"], "no space at either end"),  # no request matched it
+    ("serve-api-key-not-ascii", ["serve", "--api-key", "café"], "holds 'é'"),
     ("train-recipe-deep", ["train", "--recipe", "{deep.toml}"], "deep.toml: unreadable recipe (nested too deeply)"),
     ("train-recipe-huge-number", ["train", "--recipe", "{bigint.toml}"],
      "bigint.toml: unreadable recipe (a number too long to read"),  # a ValueError traceback
@@ -1778,3 +1789,12 @@ def test_an_out_holding_another_minispark_output_says_which(tiny_trained_drafter
     before = snapshot(out)
     args = [arg.replace("{cache}", str(cache)).replace("{drafter}", str(drafter)) for arg in argv] + [str(out)]
     assert says in one_line_error(CliRunner().invoke(app, args)) and snapshot(out) == before
+
+
+def test_a_diverging_run_stops_with_one_line(tiny_trained_drafter, tmp_path) -> None:
+    """lr=1e308 trained to a NaN loss, exited 0 and saved a drafter of NaN weights."""
+    cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out", str(tmp_path / "run"),
+                                      "lr=1e308", "steps=4", "--no-progress"])
+    assert "training diverged: the loss at step" in one_line_error(result) and "lower lr (now 1e+308)" in result.stderr
+    assert not (tmp_path / "run" / "drafter").exists()

@@ -284,6 +284,7 @@ def test_the_command_refuses_bad_flags_in_one_line(argv: list[str], says: str) -
     ("seed", 10**23, "'seed' must be an integer in [-2**63, 2**63 - 1]"),  # a 500 to every request in flight
     ("stop", ["caf\udce9"], "'stop' holds half a character"),  # would never match the decoded text
     ("stream_options", "yes", "'stream_options' must be an object"),  # was ignored without a word
+    ("stream_options", {"include_usage": "no"}, "'stream_options.include_usage' must be true or false"),  # was true
 ])
 def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str, tmp_path: Path) -> None:
     """Refused by the request check (issue 22, sixth probe), not by the decoding thread afterwards."""

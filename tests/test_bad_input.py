@@ -1798,3 +1798,13 @@ def test_a_diverging_run_stops_with_one_line(tiny_trained_drafter, tmp_path) -> 
                                       "lr=1e308", "steps=4", "--no-progress"])
     assert "training diverged: the loss at step" in one_line_error(result) and "lower lr (now 1e+308)" in result.stderr
     assert not (tmp_path / "run" / "drafter").exists()
+
+
+def test_chat_save_refuses_control_characters_and_inputs(tiny_dir, tmp_path) -> None:
+    """/save wrote a name holding a tab, and into the target's own directory."""
+    target = shutil.copytree(tiny_dir("llama"), tmp_path / "target")
+    lines = [f"/save {tmp_path}/a\tb.json", f"/save {target}/chat.json", f"/save {tmp_path}/ok.json"]
+    result = CliRunner().invoke(app, ["chat", "--target", str(target), "--drafter", "none"], input="\n".join(lines) + "\n")
+    assert "a path with a tab in it" in result.output and "is inside the --target directory" in result.output
+    assert not (target / "chat.json").exists() and (tmp_path / "ok.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.json", "target"]

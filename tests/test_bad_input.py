@@ -544,6 +544,7 @@ CASES = [
     ("serve-api-key-newline", ["serve", "--api-key", "a\nb"], "holds '\\n', which no HTTP client can send"),
     ("serve-api-key-padded", ["serve", "--api-key", " key"], "no space at either end"),  # no request matched it
     ("serve-api-key-not-ascii", ["serve", "--api-key", "café"], "holds 'é'"),
+    ("demo-out-without-train", ["demo", "--out", "{out}"], "only demo --train writes a pipeline directory"),
     ("train-recipe-deep", ["train", "--recipe", "{deep.toml}"], "deep.toml: unreadable recipe (nested too deeply)"),
     ("train-recipe-huge-number", ["train", "--recipe", "{bigint.toml}"],
      "bigint.toml: unreadable recipe (a number too long to read"),  # a ValueError traceback

@@ -21,7 +21,7 @@ from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
                   TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
-                  _remembered, app, console, err_console, one_line_errors)
+                  _remembered, app, console, err_console, one_line_errors, typed_on_command_line)
 
 
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
@@ -262,6 +262,9 @@ def demo(
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
     if not train:
+        if typed_on_command_line("out"):  # the plain demo writes nothing: --out was ignored without a word
+            raise MinisparkError(f"--out {out}: only demo --train writes a pipeline directory (the plain demo keeps "
+                                 "nothing); add --train or drop --out")
         validate.drafter_spec(drafter)
 
         def notice(line: str) -> None:

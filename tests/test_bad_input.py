@@ -1809,3 +1809,17 @@ def test_chat_save_refuses_control_characters_and_inputs(tiny_dir, tmp_path) -> 
     assert "a path with a tab in it" in result.output and "is inside the --target directory" in result.output
     assert not (target / "chat.json").exists() and (tmp_path / "ok.json").is_file()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.json", "target"]
+
+
+@pytest.mark.parametrize("flag", ["--load-in-8bit", "--load-in-4bit"])
+def test_bitsandbytes_notices_stay_out_of_the_answer(tiny_dir, caplog, flag: str) -> None:
+    """8-bit on a CPU logged 'MatMul8bitLt: inputs will be cast ...' at every forward, inside the streamed answer;
+    4-bit advised `pip install kernels`."""
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:  # not imported here: its import logs the kernels advice
+        pytest.skip("bitsandbytes is not installed")
+    result = CliRunner().invoke(app, ["generate", "--target", str(tiny_dir("llama")), "--drafter", "none",
+                                      "--prompt", "hi", "--max-new-tokens", "3", flag])
+    assert result.exit_code == 0, result.output
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("bitsandbytes")]

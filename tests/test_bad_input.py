@@ -122,6 +122,11 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "bigconfig" / "config.json").write_text(f'{{"block_size": {huge}}}')
     shutil.copytree(d / "fakedrafter", d / "bigrecord")
     (d / "bigrecord" / "target.json").write_text(f'{{"source": "x", "identity": "x@y", "n": {huge}}}')
+    for name, sizes in (("maxpix0", {"max_pixels": 0}), ("minabovemax", {"min_pixels": 10**6, "max_pixels": 10**4}),
+                        ("resized0", {"resized_height": 0, "resized_width": 0}), ("resizedalone", {"resized_height": 28}),
+                        ("pixtext", {"max_pixels": "big"})):  # tracebacks once a vision target encoded them
+        part = {"type": "image", "image": "full.png"} | sizes
+        (d / f"{name}.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": [part]}]}) + "\n")
     (d / "bigcache").mkdir()
     (d / "bigcache" / "manifest.json").write_text(f'{{"format": "minispark-cache", "num_samples": {huge}}}')
     names = {p.name: str(p) for p in d.iterdir()}
@@ -545,6 +550,15 @@ CASES = [
     ("serve-api-key-padded", ["serve", "--api-key", " key"], "no space at either end"),  # no request matched it
     ("serve-api-key-not-ascii", ["serve", "--api-key", "café"], "holds 'é'"),
     ("demo-out-without-train", ["demo", "--out", "{out}"], "only demo --train writes a pipeline directory"),
+    ("bench-prompts-max-pixels-zero", ["bench", "--prompts", "{maxpix0.jsonl}"],
+     "maxpix0.jsonl:1: messages[0].content[0]: 'max_pixels' must be a whole number in [3136, 2147483647], got 0"),
+    ("bench-prompts-max-pixels-text", ["bench", "--prompts", "{pixtext.jsonl}"], "'max_pixels' must be a whole number"),
+    ("cache-prompts-min-above-max-pixels", ["cache", "--prompts", "{minabovemax.jsonl}"],
+     "'min_pixels' 1000000 is above 'max_pixels' 10000"),  # an AssertionError traceback
+    ("bench-prompts-resized-zero", ["bench", "--prompts", "{resized0.jsonl}"],
+     "'resized_height' must be a whole number in [28"),  # a ZeroDivisionError traceback
+    ("bench-prompts-resized-alone", ["bench", "--prompts", "{resizedalone.jsonl}"],
+     "'resized_height' and 'resized_width' go together"),  # one alone was ignored without a word
     ("train-recipe-deep", ["train", "--recipe", "{deep.toml}"], "deep.toml: unreadable recipe (nested too deeply)"),
     ("train-recipe-huge-number", ["train", "--recipe", "{bigint.toml}"],
      "bigint.toml: unreadable recipe (a number too long to read"),  # a ValueError traceback

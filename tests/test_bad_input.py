@@ -1765,7 +1765,7 @@ def test_a_calibration_with_a_huge_number_is_one_line(tmp_path) -> None:
 @pytest.mark.parametrize("damage, command, says", [
     ("no-shards", "cache-mix", "its shards hold 0 samples, its totals say 8"),  # an IndexError traceback
     ("shards-object", "train", "'shards' is not a list"),  # said the cache holds no anchors
-    ("shard-outside", "train", "a shard named '/etc/passwd', not a file of the cache directory"),  # blamed as cut
+    ("shard-outside", "train", "a shard named '/etc/passwd', not a file of its directory"),  # blamed as cut
     ("shard-up", "cache-mix", "a shard named '../cache/shard-00000.safetensors'"),
 ])
 def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, damage, command, says) -> None:
@@ -1780,6 +1780,28 @@ def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, da
     argv = (["cache-mix", str(cache), str(damaged), "--out", str(tmp_path / "mix")] if command == "cache-mix" else
             ["train", "--recipe", "tiny", "--cache", str(damaged), "--out", str(tmp_path / "run"), "steps=1"])
     assert says in one_line_error(CliRunner().invoke(app, argv))
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("shard-outside", "a shard named '/etc/passwd', not a file of its directory"),  # '/etc/passwd: missing or truncated'
+    ("shard-of-another-set", "a shard named '../other/answers-00000.safetensors'"),  # trained on without a word
+    ("shards-object", "'shards' is not a list"),
+])
+def test_a_damaged_answer_set_manifest_is_one_line(tiny_dir, files, tmp_path, damage, says) -> None:
+    other = tmp_path / "other"
+    args = ["answers", "--target", str(tiny_dir("llama")), "--prompts", files["ok.jsonl"], "--num-samples", "1",
+            "--max-new-tokens", "4"]
+    assert CliRunner().invoke(app, args + ["--out", str(other)]).exit_code == 0
+    damaged = shutil.copytree(other, tmp_path / "damaged")
+    manifest = json.loads((damaged / "answers.json").read_text())
+    if damage == "shards-object":
+        manifest["shards"] = {}
+    else:
+        manifest["shards"][0]["file"] = "/etc/passwd" if damage == "shard-outside" else "../other/answers-00000.safetensors"
+    (damaged / "answers.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--answers", str(damaged), "--out",
+                                      str(tmp_path / "run"), "steps=1"])
+    assert says in one_line_error(result)
 
 
 @pytest.mark.parametrize("source, argv, says", [

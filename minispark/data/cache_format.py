@@ -184,6 +184,20 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
     return manifest
 
 
+def shard_entries(manifest: dict[str, Any], path: Path, error: type[MinisparkError], fix: str) -> list[dict]:
+    """The shard entries of the manifest at ``path`` (a cache's or an answer set's), each naming a file of the
+    manifest's own directory: '/etc/passwd' or '../other/shard' was read from outside it (another set's shard
+    trained on without a word, or the file blamed as a truncated shard)."""
+    entries = manifest["shards"]
+    if not isinstance(entries, list):
+        raise error(f"{path}: 'shards' is not a list; the manifest is damaged: {fix}")
+    for entry in entries:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+            raise error(f"{path}: a shard named {name!r}, not a file of its directory; the manifest is damaged: {fix}")
+    return entries
+
+
 def _other_format(directory: Path) -> str | None:
     """The format of another minispark artifact's manifest in ``directory`` (``minispark-answers``, …), if any."""
     for candidate in sorted(directory.glob("*.json")) if directory.is_dir() else []:
@@ -365,16 +379,8 @@ class CacheReader(CacheFacts):
                              "flags to resume")
         expected_hash = config_hash(self.config)
         self.shards: list[ShardFile] = []
-        entries = self.manifest["shards"]
-        if not isinstance(entries, list):
-            raise CacheError(f"{manifest_path}: 'shards' is not a list; the manifest is damaged: rebuild the cache")
-        for entry in entries:
-            name = entry.get("file") if isinstance(entry, dict) else None
-            if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
-                # '/etc/passwd' or '../x' was read (and blamed as a truncated shard) outside the cache directory
-                raise CacheError(f"{manifest_path}: a shard named {name!r}, not a file of the cache directory; the "
-                                 "manifest is damaged: rebuild the cache")
-            path = self.directory / name
+        for entry in shard_entries(self.manifest, manifest_path, CacheError, "rebuild the cache"):
+            path = self.directory / entry["file"]
             if not path.is_file():
                 raise CacheError(f"{path}: missing shard")
             if path.stat().st_size != entry["bytes"]:

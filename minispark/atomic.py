@@ -182,6 +182,26 @@ def written_by(directory: str | Path) -> str | None:
     return by if isinstance(by, str) else None
 
 
+def minispark_artifact(directory: str | Path) -> tuple[str, str] | None:
+    """What another minispark command left in ``directory`` (a drafter, a cache, a training run) as a phrase, and
+    the top-level file that marks it; or None. A refusal to write there names it instead of calling minispark's
+    own files someone else's."""
+    directory = Path(directory)
+    if _record(directory) is not None:
+        by = written_by(directory)
+        return (f"what `minispark {by}` wrote" if by else "a drafter or checkpoint minispark wrote"), WRITTEN_MANIFEST
+    for candidate in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            data = json.loads(candidate.read_text()) if candidate.stat().st_size <= 2**20 else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(data, dict) and str(data.get("format", "")).startswith("minispark-"):
+            return f"a {data['format']} manifest ({candidate.name})", candidate.name
+    if (directory / "train_config.json").is_file():
+        return "a minispark training run (train_config.json)", "train_config.json"
+    return None
+
+
 def foreign_entry(path: str | Path, by: str | None = None) -> str | None:
     """Why ``path`` may not be replaced as a whole (one phrase naming the first file at fault), or None when
     it is absent, empty, or holds only files minispark's record lists, each unchanged since it was written;
@@ -192,6 +212,8 @@ def foreign_entry(path: str | Path, by: str | None = None) -> str | None:
     if not path.exists() or not any(path.iterdir()):
         return None
     written = _written(path)
+    if written is None and (artifact := minispark_artifact(path)) is not None:
+        return f"holds {artifact[0]}, not an earlier `minispark {by}` output" if by else f"holds {artifact[0]}"
     for entry in sorted(path.rglob("*")):
         name = entry.relative_to(path).as_posix()
         if entry.name == WRITTEN_MANIFEST and entry.parent == path:

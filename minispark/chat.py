@@ -16,7 +16,7 @@ import json
 import signal
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from rich.console import Console
@@ -212,7 +212,8 @@ class ChatREPL:
     def save(self, path: str) -> None:
         data = {**self.conversation.to_json(), "drafter_spec": self.setup.drafter_spec, "mode": self.setup.mode}
         try:
-            written = write_json_atomic(_save_path(path), data)
+            inputs = {"--target": self.conversation.target.name, "--drafter": self.setup.drafter_spec}
+            written = write_json_atomic(_save_path(path, inputs), data)
         except MinisparkError as exc:
             self.error(str(exc))
             return
@@ -232,12 +233,14 @@ class ChatREPL:
         self.console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
-def _save_path(path: str) -> Path:
+def _save_path(path: str, inputs: dict[str, Any] | None = None) -> Path:
     """Where ``/save path`` writes: a new file, or one an earlier ``/save`` wrote (replaced); never a
-    directory, a path under a file, or someone's other file."""
-    from minispark.validate import file_name, output_file
+    directory, a path under a file, someone's other file, a name with a control character, or a file among
+    ``inputs`` (the target's and the drafter's directories) or what minispark ships."""
+    from minispark.validate import not_shipped, output_file, typed_path
 
-    file = output_file(expand_user(file_name(path, "/save"), "/save"), "/save")
+    file = output_file(expand_user(typed_path(path, "/save", names_file=True), "/save"), "/save", inputs)
+    not_shipped(file, "/save", "save the conversation elsewhere")
     if file.exists():
         try:
             saved = json.loads(file.read_text())

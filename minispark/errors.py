@@ -23,3 +23,14 @@ def out_of_memory(exc: BaseException) -> str | None:
         return (f"out of memory ({text}); the sizes asked for (a recipe's, a batch) need more memory than this "
                 "machine has: use smaller ones (`minispark train --dry-run` predicts a recipe's peak)")
     return None
+
+
+def json_reason(exc: BaseException) -> str:
+    """Why JSON (or TOML) text could not be read, in words a user can act on: Python refuses an integer of more
+    than 4300 digits with advice to raise its own limit (``sys.set_int_max_str_digits``), which no user can take."""
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    text = first_line(exc)
+    if isinstance(exc, ValueError) and "integer string conversion" in text:
+        return "a number too long to read (more than 4300 digits)"
+    return text

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from minispark.defaults import MAX_INT  # flags are refused past it (its home is defaults)
-from minispark.errors import MinisparkError, first_line
+from minispark.errors import MinisparkError, first_line, json_reason
 
 DTYPES = ("fp32", "bf16", "fp16")
 MODES = ("fixed", "threshold", "schedule")
@@ -386,11 +386,18 @@ def resumable_dir(path: Path, flag: str, writes: Sequence[str]) -> Path:
     output_dir(path, flag)
     if not path.is_dir():
         return path
-    for entry in sorted(path.iterdir()):
-        if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in writes):
-            name = entry.name + ("/" if entry.is_dir() and not entry.is_symlink() else "")
-            raise MinisparkError(f"{flag} {path}: holds {name}, which minispark did not write; minispark writes only "
-                                 "into a new or empty directory, or one it wrote itself: choose another directory")
+    from minispark.atomic import minispark_artifact
+
+    foreign = [entry for entry in sorted(path.iterdir())
+               if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in writes)]
+    artifact = minispark_artifact(path) if foreign else None
+    if artifact is not None and artifact[1] in {entry.name for entry in foreign}:  # minispark's own, of another kind
+        raise MinisparkError(f"{flag} {path}: holds {artifact[0]}, not this command's output; choose a new or empty "
+                             "directory")
+    if foreign:
+        name = foreign[0].name + ("/" if foreign[0].is_dir() and not foreign[0].is_symlink() else "")
+        raise MinisparkError(f"{flag} {path}: holds {name}, which minispark did not write; minispark writes only "
+                             "into a new or empty directory, or one it wrote itself: choose another directory")
     return path
 
 
@@ -453,7 +460,7 @@ def checkpoint(path: Path, flag: str) -> Path:
         if not isinstance(json.loads(config.read_text()), dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
-        raise MinisparkError(f"{flag} {config}: unreadable config ({str(exc).splitlines()[0]})") from None
+        raise MinisparkError(f"{flag} {config}: unreadable config ({json_reason(exc)})") from None
     if not any(path.glob("*.safetensors")):
         raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
     safetensors_headers(path, flag)

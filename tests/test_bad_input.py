@@ -115,6 +115,20 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     from PIL import Image
 
     Image.new("RGB", (60_000, 2)).save(d / "strip.png")  # Qwen-VL's resize raised a ValueError traceback
+    huge = "1" + "0" * 5000  # past the 4300 digits Python converts: its error advises raising its own limit
+    (d / "deep.toml").write_text("[train]\nsteps = " + "[" * 5000 + "]" * 5000 + "\n")
+    (d / "bigint.toml").write_text(f"[train]\nsteps = {huge}\n")
+    shutil.copytree(d / "fakedrafter", d / "bigconfig")
+    (d / "bigconfig" / "config.json").write_text(f'{{"block_size": {huge}}}')
+    shutil.copytree(d / "fakedrafter", d / "bigrecord")
+    (d / "bigrecord" / "target.json").write_text(f'{{"source": "x", "identity": "x@y", "n": {huge}}}')
+    for name, sizes in (("maxpix0", {"max_pixels": 0}), ("minabovemax", {"min_pixels": 10**6, "max_pixels": 10**4}),
+                        ("resized0", {"resized_height": 0, "resized_width": 0}), ("resizedalone", {"resized_height": 28}),
+                        ("pixtext", {"max_pixels": "big"})):  # tracebacks once a vision target encoded them
+        part = {"type": "image", "image": "full.png"} | sizes
+        (d / f"{name}.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": [part]}]}) + "\n")
+    (d / "bigcache").mkdir()
+    (d / "bigcache" / "manifest.json").write_text(f'{{"format": "minispark-cache", "num_samples": {huge}}}')
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -523,6 +537,37 @@ CASES = [
      "--modes target,lookup leaves it out"),
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
+    # round 9 (issue 22): the seventh probe
+    ("gen-drafter-none-with-draft-skip", ["generate", "--drafter", "none", "--draft-skip"],
+     "--drafter none drafts nothing, so --draft-skip would have no effect"),  # ignored without a word
+    ("chat-drafter-none-with-no-draft-skip", ["chat", "--drafter", "none", "--no-draft-skip"],
+     "so --no-draft-skip would have no effect"),
+    ("sim-draws-without-appendix-a", ["simulate", "--conf", "0.9", "--sps-inline", "1,0.5", "--draws", "5"],
+     "--draws: only --appendix-a draws at random"),  # ignored without a word
+    ("sim-seed-without-appendix-a", ["simulate", "--conf", "0.9", "--sps-inline", "1,0.5", "--seed", "5"],
+     "--seed: only --appendix-a draws at random"),
+    ("serve-api-key-newline", ["serve", "--api-key", "a\nb"], "holds '\\n', which no HTTP client can send"),
+    ("serve-api-key-padded", ["serve", "--api-key", " key"], "no space at either end"),  # no request matched it
+    ("serve-api-key-not-ascii", ["serve", "--api-key", "café"], "holds 'é'"),
+    ("demo-out-without-train", ["demo", "--out", "{out}"], "only demo --train writes a pipeline directory"),
+    ("bench-prompts-max-pixels-zero", ["bench", "--prompts", "{maxpix0.jsonl}"],
+     "maxpix0.jsonl:1: messages[0].content[0]: 'max_pixels' must be a whole number in [3136, 2147483647], got 0"),
+    ("bench-prompts-max-pixels-text", ["bench", "--prompts", "{pixtext.jsonl}"], "'max_pixels' must be a whole number"),
+    ("cache-prompts-min-above-max-pixels", ["cache", "--prompts", "{minabovemax.jsonl}"],
+     "'min_pixels' 1000000 is above 'max_pixels' 10000"),  # an AssertionError traceback
+    ("bench-prompts-resized-zero", ["bench", "--prompts", "{resized0.jsonl}"],
+     "'resized_height' must be a whole number in [28"),  # a ZeroDivisionError traceback
+    ("bench-prompts-resized-alone", ["bench", "--prompts", "{resizedalone.jsonl}"],
+     "'resized_height' and 'resized_width' go together"),  # one alone was ignored without a word
+    ("train-recipe-deep", ["train", "--recipe", "{deep.toml}"], "deep.toml: unreadable recipe (nested too deeply)"),
+    ("train-recipe-huge-number", ["train", "--recipe", "{bigint.toml}"],
+     "bigint.toml: unreadable recipe (a number too long to read"),  # a ValueError traceback
+    ("gen-drafter-config-huge-number", ["generate", "--drafter", "{bigconfig}"],
+     "unreadable config (a number too long to read (more than 4300 digits))"),  # advised set_int_max_str_digits
+    ("gen-drafter-record-huge-number", ["generate", "--drafter", "{bigrecord}"],
+     "bigrecord/target.json: not a target record (a number too long to read"),
+    ("train-cache-manifest-huge-number", ["train", "--recipe", "tiny", "--cache", "{bigcache}"],
+     "bigcache/manifest.json: unreadable manifest (a number too long to read"),
 ]
 
 
@@ -1687,3 +1732,130 @@ def test_calibrate_refuses_a_drafter_it_may_not_write_before_loading(tiny_traine
     result = CliRunner().invoke(app, ["calibrate", "--drafter", str(ro), "--prompts", files["ok.jsonl"]])
     assert f"--drafter {ro}: is not writable by this user" in one_line_error(result)
     assert sorted(p.name for p in ro.iterdir()) == sorted(p.name for p in tiny_trained_drafter[1].iterdir())
+
+
+# round 9 (issue 22): the seventh probe
+
+@pytest.mark.parametrize("key, value, says", [
+    ("rms_eps", -1.0, "rms_eps must be a finite number > 0, got -1.0"),  # NaN confidences: a ValueError traceback
+    ("rope_theta", 0, "rope_theta must be a finite number > 0, got 0"),
+    ("window", 10**20, "window must be at most 2147483647"),  # an OverflowError traceback at the first round
+    ("block_size", 2**31 - 1, "block_size must be at most 1024"),
+])
+def test_a_drafter_config_past_what_it_can_run_is_one_line(tiny_trained_drafter, tmp_path, key, value, says) -> None:
+    target, drafter = tiny_trained_drafter
+    damaged = shutil.copytree(drafter, tmp_path / "damaged")
+    config = json.loads((damaged / "config.json").read_text())
+    (damaged / "config.json").write_text(json.dumps(config | {key: value}))
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(damaged),
+                                                    "--prompt", "hi", "--max-new-tokens", "2"]))
+    assert says in error
+
+
+def test_a_calibration_with_a_huge_number_is_one_line(tmp_path) -> None:
+    """An integer of more than 4300 digits was a ValueError traceback."""
+    from minispark.model.calibration import Calibration, CalibrationError
+
+    path = tmp_path / "calibration.json"
+    path.write_text('{"rounds": 1' + "0" * 5000 + "}")
+    with pytest.raises(CalibrationError, match="a number too long to read"):
+        Calibration.load(path)
+
+
+@pytest.mark.parametrize("damage, command, says", [
+    ("no-shards", "cache-mix", "its shards hold 0 samples, its totals say 8"),  # an IndexError traceback
+    ("shards-object", "train", "'shards' is not a list"),  # said the cache holds no anchors
+    ("shard-outside", "train", "a shard named '/etc/passwd', not a file of its directory"),  # blamed as cut
+    ("shard-up", "cache-mix", "a shard named '../cache/shard-00000.safetensors'"),
+])
+def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, damage, command, says) -> None:
+    cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
+    damaged = shutil.copytree(cache, tmp_path / "damaged")
+    manifest = json.loads((damaged / "manifest.json").read_text())
+    if damage in ("no-shards", "shards-object"):
+        manifest["shards"] = [] if damage == "no-shards" else {}
+    else:
+        manifest["shards"][0]["file"] = "/etc/passwd" if damage == "shard-outside" else "../cache/shard-00000.safetensors"
+    (damaged / "manifest.json").write_text(json.dumps(manifest))
+    argv = (["cache-mix", str(cache), str(damaged), "--out", str(tmp_path / "mix")] if command == "cache-mix" else
+            ["train", "--recipe", "tiny", "--cache", str(damaged), "--out", str(tmp_path / "run"), "steps=1"])
+    assert says in one_line_error(CliRunner().invoke(app, argv))
+
+
+@pytest.mark.parametrize("damage, says", [
+    ("shard-outside", "a shard named '/etc/passwd', not a file of its directory"),  # '/etc/passwd: missing or truncated'
+    ("shard-of-another-set", "a shard named '../other/answers-00000.safetensors'"),  # trained on without a word
+    ("shards-object", "'shards' is not a list"),
+])
+def test_a_damaged_answer_set_manifest_is_one_line(tiny_dir, files, tmp_path, damage, says) -> None:
+    other = tmp_path / "other"
+    args = ["answers", "--target", str(tiny_dir("llama")), "--prompts", files["ok.jsonl"], "--num-samples", "1",
+            "--max-new-tokens", "4"]
+    assert CliRunner().invoke(app, args + ["--out", str(other)]).exit_code == 0
+    damaged = shutil.copytree(other, tmp_path / "damaged")
+    manifest = json.loads((damaged / "answers.json").read_text())
+    if damage == "shards-object":
+        manifest["shards"] = {}
+    else:
+        manifest["shards"][0]["file"] = "/etc/passwd" if damage == "shard-outside" else "../other/answers-00000.safetensors"
+    (damaged / "answers.json").write_text(json.dumps(manifest))
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--answers", str(damaged), "--out",
+                                      str(tmp_path / "run"), "steps=1"])
+    assert says in one_line_error(result)
+
+
+@pytest.mark.parametrize("source, argv, says", [
+    ("cache", ["answers", "--out"], "holds a minispark-cache manifest (manifest.json), not this command's output"),
+    ("drafter", ["cache", "--out"], "holds a drafter or checkpoint minispark wrote, not this command's output"),
+    ("run", ["answers", "--out"], "holds a minispark training run (train_config.json), not this command's output"),
+    ("run", ["export", "{drafter}", "--out"], "holds a minispark training run (train_config.json), not an earlier"),
+    ("cache+notes", ["cache", "--out"], "holds notes.txt, which minispark did not write"),  # the user's file is named
+])
+def test_an_out_holding_another_minispark_output_says_which(tiny_trained_drafter, tmp_path, source, argv,
+                                                             says) -> None:
+    """It said 'holds .minispark-written.json (or manifest.json, checkpoint-000030/), which minispark did not
+    write' of minispark's own files."""
+    from tests.helpers import snapshot
+
+    drafter = Path(tiny_trained_drafter[1])
+    cache, run = drafter.parents[1] / "cache", drafter.parent
+    out = shutil.copytree({"cache": cache, "cache+notes": cache, "drafter": drafter, "run": run}[source],
+                          tmp_path / "out", symlinks=True)
+    if source == "cache+notes":
+        (out / "notes.txt").write_text("mine\n")
+    before = snapshot(out)
+    args = [arg.replace("{cache}", str(cache)).replace("{drafter}", str(drafter)) for arg in argv] + [str(out)]
+    assert says in one_line_error(CliRunner().invoke(app, args)) and snapshot(out) == before
+
+
+def test_a_diverging_run_stops_with_one_line(tiny_trained_drafter, tmp_path) -> None:
+    """lr=1e308 trained to a NaN loss, exited 0 and saved a drafter of NaN weights."""
+    cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out", str(tmp_path / "run"),
+                                      "lr=1e308", "steps=4", "--no-progress"])
+    assert "training diverged: the loss at step" in one_line_error(result) and "lower lr (now 1e+308)" in result.stderr
+    assert not (tmp_path / "run" / "drafter").exists()
+
+
+def test_chat_save_refuses_control_characters_and_inputs(tiny_dir, tmp_path) -> None:
+    """/save wrote a name holding a tab, and into the target's own directory."""
+    target = shutil.copytree(tiny_dir("llama"), tmp_path / "target")
+    lines = [f"/save {tmp_path}/a\tb.json", f"/save {target}/chat.json", f"/save {tmp_path}/ok.json"]
+    result = CliRunner().invoke(app, ["chat", "--target", str(target), "--drafter", "none"], input="\n".join(lines) + "\n")
+    assert "a path with a tab in it" in result.output and "is inside the --target directory" in result.output
+    assert not (target / "chat.json").exists() and (tmp_path / "ok.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.json", "target"]
+
+
+@pytest.mark.parametrize("flag", ["--load-in-8bit", "--load-in-4bit"])
+def test_bitsandbytes_notices_stay_out_of_the_answer(tiny_dir, caplog, flag: str) -> None:
+    """8-bit on a CPU logged 'MatMul8bitLt: inputs will be cast ...' at every forward, inside the streamed answer;
+    4-bit advised `pip install kernels`."""
+    import importlib.util
+
+    if importlib.util.find_spec("bitsandbytes") is None:  # not imported here: its import logs the kernels advice
+        pytest.skip("bitsandbytes is not installed")
+    result = CliRunner().invoke(app, ["generate", "--target", str(tiny_dir("llama")), "--drafter", "none",
+                                      "--prompt", "hi", "--max-new-tokens", "3", flag])
+    assert result.exit_code == 0, result.output
+    assert not [r.getMessage() for r in caplog.records if r.name.startswith("bitsandbytes")]

@@ -284,6 +284,7 @@ def test_the_command_refuses_bad_flags_in_one_line(argv: list[str], says: str) -
     ("seed", 10**23, "'seed' must be an integer in [-2**63, 2**63 - 1]"),  # a 500 to every request in flight
     ("stop", ["caf\udce9"], "'stop' holds half a character"),  # would never match the decoded text
     ("stream_options", "yes", "'stream_options' must be an object"),  # was ignored without a word
+    ("stream_options", {"include_usage": "no"}, "'stream_options.include_usage' must be true or false"),  # was true
 ])
 def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str, tmp_path: Path) -> None:
     """Refused by the request check (issue 22, sixth probe), not by the decoding thread afterwards."""
@@ -293,6 +294,14 @@ def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str,
     with pytest.raises(APIError) as caught:
         parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
     assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
+
+
+def test_a_number_too_long_to_read_is_a_400_in_words(llama: Target) -> None:
+    """Its message told the client to call sys.set_int_max_str_digits() (issue 22, seventh probe)."""
+    body = b'{"model": "m", "messages": [], "max_tokens": 1' + b"0" * 5000 + b"}"
+    with server(llama, slots=1) as url:
+        message = expect(post(url, body), 400)["message"]
+    assert "a number too long to read" in message and "set_int_max_str_digits" not in message
 
 
 def test_a_tiny_temperature_is_answered_with_slots(llama: Target) -> None:

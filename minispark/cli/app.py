@@ -213,6 +213,17 @@ def _check_typed_paths(kwargs: dict[str, Any]) -> None:
             validate.typed_path(str(text), flag, names_file=flag in FILE_FLAGS)
 
 
+def typed_on_command_line(name: str) -> bool:
+    """Whether the option ``name`` (its parameter name, ``out``) was typed, not left at its default."""
+    try:  # typer vendors click from 0.25 on
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+
+    ctx = get_current_context(silent=True)
+    return ctx is not None and name in ctx.meta.get(TYPED_KEY, {})
+
+
 def _permission_denied(exc: PermissionError) -> str:
     name = exc.filename or "a file"
     real = os.path.realpath(name) if exc.filename else name

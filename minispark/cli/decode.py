@@ -21,7 +21,7 @@ from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
                   TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
-                  _remembered, app, console, err_console, one_line_errors)
+                  _remembered, app, console, err_console, one_line_errors, typed_on_command_line)
 
 
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
@@ -41,12 +41,15 @@ def _check_images(images: list[Path]) -> None:
 
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
                    gamma: Optional[int], threshold: Optional[float], sps: Optional[Path], temperature: float, top_p: float,
-                   top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = ()) -> None:
+                   top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = (),
+                   draft_skip: Optional[bool] = None) -> None:
     """The flags generate and chat share."""
     validate.prompt(prompt)
     validate.stop_strings(stop)
     _check_images(images)
-    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps})
+    skip_flag = "--draft-skip" if draft_skip else "--no-draft-skip"  # either is ignored by a drafter that drafts nothing
+    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
+                                             skip_flag: draft_skip})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     if threshold is not None:
@@ -101,7 +104,7 @@ def generate(
     from minispark.serving.builder import build_serving
 
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop)
+                   max_new_tokens, stop, draft_skip)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
@@ -158,7 +161,7 @@ def chat(
     from minispark.serving.builder import build_serving
 
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop)
+                   max_new_tokens, stop, draft_skip)
     validate.system_message(system)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
@@ -211,6 +214,12 @@ def serve(
     if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(defaults.API_KEY_ENV) == ""):
         raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): empty; omit it (and unset the variable) to serve "
                              "without a key")
+    key = api_key or ""
+    odd = next((char for char in key if not " " <= char <= "~"), " " if key != key.strip() else None)
+    if odd is not None:  # a client sends the key in its Authorization header, which cannot carry it: no request passes
+        raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): holds {odd!r}, which no HTTP client can send in "
+                             "an Authorization header (every request would be refused); use visible ASCII characters, "
+                             "no space at either end")
     validate.integer(max_concurrent, "--max-concurrent", 1, defaults.SERVE_MAX_SLOTS)
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)
@@ -253,6 +262,9 @@ def demo(
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
     if not train:
+        if typed_on_command_line("out"):  # the plain demo writes nothing: --out was ignored without a word
+            raise MinisparkError(f"--out {out}: only demo --train writes a pipeline directory (the plain demo keeps "
+                                 "nothing); add --train or drop --out")
         validate.drafter_spec(drafter)
 
         def notice(line: str) -> None:

@@ -353,8 +353,10 @@ def simulate(
                                              "positive and never rising: 1.0,0.5,0.45"),
     appendix_a: bool = typer.Option(False, "--appendix-a", help="Run the peeking-scheduler counterexample "
                                     "(Appendix A) by Monte Carlo."),
-    draws: int = typer.Option(100_000, "--draws", help="Monte Carlo draws (--appendix-a)."),
-    seed: int = SeedOpt,
+    draws: Optional[int] = typer.Option(None, "--draws", show_default=False,
+                                        help="Monte Carlo draws (--appendix-a). [default: 100,000]"),
+    seed: Optional[int] = typer.Option(None, "--seed", show_default=False,
+                                       help="Random seed (--appendix-a). [default: 0]"),
     as_json: bool = JsonOpt,
 ) -> None:
     """The scheduler simulator: Θ(ℓ), causal vs peeking choices, the Appendix A counterexample."""
@@ -367,9 +369,13 @@ def simulate(
         if given:  # the counterexample has its own confidences and costs: these would be ignored
             raise MinisparkError(f"--appendix-a runs a fixed counterexample; {', '.join(given)} cannot be used with it")
         validate.integer(draws, "--draws", 1)
-        result = run_appendix_a(draws=draws, seed=seed)
+        result = run_appendix_a(draws=100_000 if draws is None else draws, seed=seed or 0)
         _print_json(result) if as_json else console.print(render_appendix_a(result))
         return
+    given = [flag for flag, value in (("--draws", draws), ("--seed", seed)) if value is not None]
+    if given:  # Θ(ℓ) is computed, not drawn: these were ignored without a word
+        raise MinisparkError(f"{', '.join(given)}: only --appendix-a draws at random; drop "
+                             f"{'it' if len(given) == 1 else 'them'} or add --appendix-a")
     if conf is None:
         raise MinisparkError("--conf is required (or use --appendix-a)")
     confidences = validate.floats(conf, "--conf", low=0.0, high=1.0)

@@ -37,7 +37,7 @@ import torch
 from minispark import __version__
 from minispark.data.cache_windows import WindowLayout, full_bytes
 from minispark.atomic import file_sha256, write_bytes_atomic  # file_sha256: re-exported for the cache modules
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, json_reason
 
 FORMAT = "minispark-cache"
 FORMAT_VERSION = 1
@@ -175,13 +175,27 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
             raise error(f"{path.parent}: holds a {other}, not a {fmt}") from None
         raise error(f"{path}: missing ({missing})") from None
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
-        raise error(f"{path}: unreadable manifest ({exc})") from None
+        raise error(f"{path}: unreadable manifest ({json_reason(exc)})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{path}: not a {fmt} manifest")
     if manifest.get("format_version") != version:
         raise error(f"{path}: format version {manifest.get('format_version')} (this minispark reads {version}); "
                     f"{stale}")
     return manifest
+
+
+def shard_entries(manifest: dict[str, Any], path: Path, error: type[MinisparkError], fix: str) -> list[dict]:
+    """The shard entries of the manifest at ``path`` (a cache's or an answer set's), each naming a file of the
+    manifest's own directory: '/etc/passwd' or '../other/shard' was read from outside it (another set's shard
+    trained on without a word, or the file blamed as a truncated shard)."""
+    entries = manifest["shards"]
+    if not isinstance(entries, list):
+        raise error(f"{path}: 'shards' is not a list; the manifest is damaged: {fix}")
+    for entry in entries:
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
+            raise error(f"{path}: a shard named {name!r}, not a file of its directory; the manifest is damaged: {fix}")
+    return entries
 
 
 def _other_format(directory: Path) -> str | None:
@@ -365,7 +379,7 @@ class CacheReader(CacheFacts):
                              "flags to resume")
         expected_hash = config_hash(self.config)
         self.shards: list[ShardFile] = []
-        for entry in self.manifest["shards"]:
+        for entry in shard_entries(self.manifest, manifest_path, CacheError, "rebuild the cache"):
             path = self.directory / entry["file"]
             if not path.is_file():
                 raise CacheError(f"{path}: missing shard")
@@ -378,6 +392,10 @@ class CacheReader(CacheFacts):
             if shard.metadata.get("config_hash") != expected_hash:
                 raise CacheError(f"{path}: shard belongs to a different cache (config hash differs)")
             self.shards.append(shard)
+        held = sum(len(shard["sample_index"]) for shard in self.shards)
+        if held != self.num_samples:  # cache-mix took samples from shards that were not there: an IndexError
+            raise CacheError(f"{manifest_path}: its shards hold {held} samples, its totals say {self.num_samples}; "
+                             "the manifest is damaged: rebuild the cache")
         self._ends = np.cumsum([s.num_anchors for s in self.shards])
 
     # ------------------------------------------------------------------ config

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minispark import validate
-from minispark.defaults import HELDOUT_FILE
+from minispark.defaults import HELDOUT_FILE, IMAGE_MIN_PIXELS, MAX_INT
 from minispark.errors import MinisparkError
 
 if TYPE_CHECKING:
@@ -272,6 +272,7 @@ def _parse_messages(value: Any, image, fail) -> tuple[list[dict], list[Path]]:
                     raise fail(f"{part_where}: 'text' must be a string")
                 parts.append({"type": "text", "text": part["text"]})
             else:
+                _check_image_sizes(part, part_where, fail)
                 resolved = image(part.get("image"))
                 images.append(resolved)
                 parts.append({**part, "type": "image", "image": str(resolved)})
@@ -283,6 +284,22 @@ def _parse_messages(value: Any, image, fail) -> tuple[list[dict], list[Path]]:
     if not any(m["role"] == "user" for m in messages):
         raise fail("'messages' needs at least one user message")
     return messages, images
+
+
+def _check_image_sizes(part: dict, where: str, fail) -> None:
+    """An image part's size keys as qwen-vl-utils can use them: whole pixel counts in [IMAGE_MIN_PIXELS, MAX_INT]
+    with min_pixels <= max_pixels, and resized_height with resized_width (it ignores one alone), each at least 28
+    (one patch). Each was a traceback (AssertionError, TypeError, ZeroDivisionError) once a target encoded it."""
+    lowest = {"min_pixels": IMAGE_MIN_PIXELS, "max_pixels": IMAGE_MIN_PIXELS, "resized_height": 28,
+              "resized_width": 28}
+    for key, low in lowest.items():
+        value = part.get(key)
+        if key in part and (isinstance(value, bool) or not isinstance(value, int) or not low <= value <= MAX_INT):
+            raise fail(f"{where}: {key!r} must be a whole number in [{low}, {MAX_INT}], got {value!r}")
+    if part.get("min_pixels", 0) > part.get("max_pixels", MAX_INT):
+        raise fail(f"{where}: 'min_pixels' {part['min_pixels']} is above 'max_pixels' {part['max_pixels']}")
+    if ("resized_height" in part) != ("resized_width" in part):
+        raise fail(f"{where}: 'resized_height' and 'resized_width' go together (one alone is ignored)")
 
 
 def _resolve_image(path: Path, value: Any, check: bool, fail) -> Path:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from minispark.atomic import write_json_atomic
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, json_reason
 
 DEFAULT_BINS = 15
 CALIBRATION_VERSION = 1
@@ -105,6 +105,8 @@ class Calibration:
             raise CalibrationError(f"{path}: not readable as JSON ({err})") from None
         except UnicodeDecodeError:
             raise CalibrationError(f"{path}: not UTF-8 text (a calibration is JSON)") from None
+        except ValueError as err:  # an integer of more than 4300 digits: a ValueError traceback
+            raise CalibrationError(f"{path}: not readable as JSON ({json_reason(err)})") from None
         if not isinstance(data, dict):
             raise CalibrationError(f"{path}: expected a JSON object")
         known = {f.name for f in fields(Calibration)}

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import torch
 
+from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_INT
 from minispark.identity import DTYPES
 
 HeadType = Literal["none", "vanilla", "gated", "rnn"]
@@ -82,6 +83,12 @@ class DraftConfig:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
         if self.block_size < 1 or self.window < 0:
             raise ValueError(f"need block_size >= 1 and window >= 0, got {self.block_size}, {self.window}")
+        for key, most in (("num_layers", MAX_DRAFT_LAYERS), ("block_size", MAX_BLOCK_SIZE), ("window", MAX_INT)):
+            if getattr(self, key) > most:  # a recipe refuses these too; past int64 a window overflowed torch
+                raise ValueError(f"{key} must be at most {most}, got {getattr(self, key)}")
+        for key in ("rms_eps", "rope_theta"):  # 0 or less made every confidence NaN: a traceback at the first round
+            if not 0 < getattr(self, key) < math.inf:
+                raise ValueError(f"{key} must be a finite number > 0, got {getattr(self, key)}")
         if not 0 <= self.mask_token_id < self.vocab_size:
             raise ValueError(f"mask_token_id {self.mask_token_id} outside vocab of {self.vocab_size}")
         if not 0 <= self.draft_vocab <= self.vocab_size:

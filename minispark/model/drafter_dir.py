@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, json_reason
 from minispark.model.draft_config import DraftConfig
 from minispark.target.remembered import TARGET_FILE
 
@@ -81,7 +81,7 @@ def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise UnreadableConfig(file, str(exc)) from None
+        raise UnreadableConfig(file, json_reason(exc)) from None
     architectures = raw.get("architectures")
     deepspec = isinstance(architectures, list) and any(str(a).endswith("DSparkModel") for a in architectures)
     return DrafterDir(path, DEEPSPEC if deepspec else DSPARK, raw)

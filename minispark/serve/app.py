@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minispark import defaults
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, json_reason
 from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request
 from minispark.serve.worker import Job, Worker
 from minispark.serving.batched import fork_drafter
@@ -74,7 +74,7 @@ async def read_body(request: Request, limit: int) -> object:
     try:
         return json.loads(b"".join(chunks) or b"null")
     except (ValueError, UnicodeDecodeError) as exc:
-        raise APIError(400, f"the request body is not valid JSON ({exc})") from None
+        raise APIError(400, f"the request body is not valid JSON ({json_reason(exc)})") from None
     except RecursionError:  # [[[[...]]]] past Python's recursion limit: a 500 before
         raise APIError(400, "the request body is not valid JSON (nested too deeply)") from None
 

@@ -116,7 +116,10 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):  # was ignored without a word
         raise APIError(400, f"'stream_options' must be an object, got {options!r}", "stream_options")
-    include_usage = bool((options or {}).get("include_usage"))
+    include_usage = (options or {}).get("include_usage", False)
+    if not isinstance(include_usage, bool):  # "no" was taken as true
+        raise APIError(400, f"'stream_options.include_usage' must be true or false, got {include_usage!r}",
+                       "stream_options")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         raise APIError(400, "'messages' must be a non-empty list", "messages")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 import time
 import warnings
@@ -282,6 +283,9 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     # transformers' log lines ("Loading a GGUF checkpoint ...", "Token indices sequence length is longer ...")
     # are about its internals, not the user's input: minispark checks the context itself and says so.
     hf_logging.set_verbosity_error()
+    # bitsandbytes logs per forward ("MatMul8bitLt: inputs will be cast ...": 110 lines through a 3-token answer,
+    # in its text) and advises `pip install kernels` for a CPU kernel: its internals too, never the user's input
+    logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, json_reason
 
 TARGET_FILE = "target.json"
 #: The key of a DeepSpec ``config.json`` minispark exported that records its target's identity.
@@ -98,7 +98,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return _checked_record(data)
         except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: nested too deeply
-            raise MinisparkError(f"{path}: not a target record ({exc}); delete it to load the target from "
+            raise MinisparkError(f"{path}: not a target record ({json_reason(exc)}); delete it to load the target from "
                                  "--target") from None
     # a drafter trained before target.json, or a DeepSpec export minispark wrote (``minispark_target``): its
     # identity, loaded as given

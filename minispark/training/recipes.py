@@ -32,7 +32,7 @@ from typing import Any, Sequence
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1, DraftConfig
 from minispark import validate
 from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, RECIPE_DIR
-from minispark.errors import MinisparkError
+from minispark.errors import MinisparkError, json_reason
 
 CHOICES = {
     "head": HEAD_TYPES,
@@ -336,6 +336,8 @@ def read_recipe_file(path: Path) -> dict[str, Any]:
         raise MinisparkError(f"{path}: unreadable recipe ({exc})") from None
     except UnicodeDecodeError:
         raise MinisparkError(f"{path}: unreadable recipe (not UTF-8 text; a recipe is TOML)") from None
+    except (ValueError, RecursionError) as exc:  # a 4300-digit integer, arrays nested too deeply: tracebacks
+        raise MinisparkError(f"{path}: unreadable recipe ({json_reason(exc)})") from None
     flat: dict[str, Any] = {}
     for section, table in data.items():
         if not isinstance(table, dict):  # `steps = 3` above every [section]: a key, not a section

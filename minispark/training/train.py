@@ -205,6 +205,9 @@ def _run(trainer: Trainer, config: TrainConfig, report: TrainReport, progress: b
     with _Meter(config, trainer.step, progress) as meter, open_append(trainer.out / METRICS_FILE) as metrics:
         while trainer.step < config.steps:
             stats, norm, anchors = trainer.train_one()
+            if not math.isfinite(stats.total):  # every later step is NaN too: a drafter of NaN weights was saved
+                raise MinisparkError(f"training diverged: the loss at step {trainer.step} is {stats.total}; lower lr "
+                                     f"(now {config.lr:g}) and train into a new --out (nothing of this step is saved)")
             report.losses[trainer.step] = stats.total
             row = meter.update(trainer.step, stats, norm, trainer.scheduler.get_last_lr()[0], anchors)
             if row is not None:

@@ -254,7 +254,7 @@ def _save_path(path: str, inputs: dict[str, Any] | None = None) -> Path:
 
 def _image_problem(path: Path) -> str | None:
     """Why ``path`` cannot be attached (corrupt, truncated, far too large), or None."""
-    from minispark.validate import image
+    from minispark.validate_models import image
 
     try:
         image(path, "/image")

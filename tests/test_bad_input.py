@@ -832,7 +832,7 @@ class _RunsCode:
 
 
 def test_a_blocked_malicious_pickle_is_one_line(tiny_dir, tmp_path, monkeypatch) -> None:
-    from minispark.validate import ALLOW_PICKLE_ENV
+    from minispark.validate_models import ALLOW_PICKLE_ENV
 
     monkeypatch.setenv(ALLOW_PICKLE_ENV, "0")  # --allow-pickle-weights sets it; restored after the test
     evil = tmp_path / "evil"

@@ -28,7 +28,7 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command_name
 
-from minispark import defaults, validate
+from minispark import defaults, validate, validate_models
 from minispark.defaults import DEFAULT_GAMMA, make_console
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.errors import MinisparkError, out_of_memory
@@ -95,7 +95,7 @@ FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image", "--recipe"})
 #: String options and arguments that are paths, checked like the ``Path`` ones.
 PATH_TEXTS = frozenset({"--target", "--drafter", "--recipe", "PARTS"})
 #: Path options where an empty string is a value of its own: --target '' is the embedded target, and
-#: --drafter '' has its own refusal (``validate.drafter_spec``).
+#: --drafter '' has its own refusal (``validate_models.drafter_spec``).
 EMPTY_MEANS = frozenset({"--target", "--drafter"})
 
 
@@ -122,7 +122,7 @@ def main(
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
     if allow_pickle_weights:
-        os.environ[validate.ALLOW_PICKLE_ENV] = "1"  # read by target loading, here and in any subprocess
+        os.environ[validate_models.ALLOW_PICKLE_ENV] = "1"  # read by target loading, here and in any subprocess
     if draft_precision is not None:
         if draft_precision not in defaults.DRAFT_PRECISIONS:
             raise typer.BadParameter(f"{draft_precision!r} is not one of {', '.join(defaults.DRAFT_PRECISIONS)}",
@@ -290,7 +290,7 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
     if target in EMBEDDED_SPELLINGS:
         what = "the embedded SmolLM2-135M-Instruct"
-    elif validate.target_location(target) is not None:
+    elif validate_models.target_location(target) is not None:
         what = f"target {target}"
     else:  # say so before the network is touched: a hub id is downloaded unless already cached
         what = f"hub model {target} (downloading from the Hugging Face Hub unless cached)"
@@ -342,9 +342,9 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     if target not in EMBEDDED_SPELLINGS:
-        location = validate.target_location(target)
+        location = validate_models.target_location(target)
         if location is not None:
-            validate.target_weights(location, target)
+            validate_models.target_weights(location, target)
 
 
 def _check_prompts(prompts: Optional[Path]) -> None:

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from minispark import validate
+from minispark import validate, validate_models
 from minispark.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, TargetOpt, _load, _remembered, app, console,
@@ -35,7 +35,7 @@ def import_(
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
     from minispark.model.deepspec_convert import import_deepspec
 
-    validate.checkpoint(source, "SOURCE")
+    validate_models.checkpoint(source, "SOURCE")
     validate.replaceable_dir(out, "--out", source, by="import")
     validate.integer(window, "--window", 0)
     # a directory minispark exported records its target (minispark_target): loaded when --target is not given
@@ -62,7 +62,7 @@ def export(
 
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
-    validate.checkpoint(drafter_dir, "DRAFTER_DIR")
+    validate_models.checkpoint(drafter_dir, "DRAFTER_DIR")
     validate.replaceable_dir(out, "--out", drafter_dir, by="export")
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter_dir, target, dtype, device, load_in_4bit,
                                                             load_in_8bit, "DRAFTER_DIR")

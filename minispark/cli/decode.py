@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 import typer
 from rich.markup import escape
 
-from minispark import defaults, validate
+from minispark import defaults, validate, validate_models
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 from minispark.serving.sps import checked_table_file
@@ -36,7 +36,7 @@ ThresholdOpt = typer.Option(None, "--threshold", help=f"Confidence threshold in 
 
 def _check_images(images: list[Path]) -> None:
     for path in images:
-        validate.image(path)
+        validate_models.image(path)
 
 
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
@@ -48,7 +48,7 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     validate.stop_strings(stop)
     _check_images(images)
     skip_flag = "--draft-skip" if draft_skip else "--no-draft-skip"  # either is ignored by a drafter that drafts nothing
-    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
+    validate_models.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
                                              skip_flag: draft_skip})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
@@ -205,7 +205,7 @@ def serve(
     from minispark.serve.protocol import ServeLimits
     from minispark.serving.builder import build_serving
 
-    validate.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
+    validate_models.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     checked_table_file(sps)
@@ -265,7 +265,7 @@ def demo(
         if typed_on_command_line("out"):  # the plain demo writes nothing: --out was ignored without a word
             raise MinisparkError(f"--out {out}: only demo --train writes a pipeline directory (the plain demo keeps "
                                  "nothing); add --train or drop --out")
-        validate.drafter_spec(drafter)
+        validate_models.drafter_spec(drafter)
 
         def notice(line: str) -> None:
             err_console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from minispark import defaults, validate
+from minispark import defaults, validate, validate_models
 from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 from minispark.serving.sps import checked_table_file
@@ -83,7 +83,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     from minispark.measuring.bench import BASELINE_MODES, BenchConfig
     from minispark.target.sampling import SamplingConfig
 
-    validate.drafter_spec(drafter)
+    validate_models.drafter_spec(drafter)
     _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma"), (repeats, "--repeats")):
@@ -201,7 +201,7 @@ def profile(
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
                              note, allow_busy, out, plot, batch_requests)
     if drafter is not None:
-        validate.checkpoint(drafter, "--drafter")
+        validate_models.checkpoint(drafter, "--drafter")
         if target is None and read_record(drafter) is None:  # else the embedded target would be profiled instead
             raise MinisparkError(f"--drafter {drafter}: records no target (a drafter from before records, or an "
                                  "import); give its target with --target")
@@ -307,7 +307,7 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     """calibrate's flags, checked before the target loads."""
     from minispark.target.sampling import SamplingConfig
 
-    validate.checkpoint(drafter, "--drafter")
+    validate_models.checkpoint(drafter, "--drafter")
     # cp -rL: the contents, also through a symlink to the shipped directory (cp -r would copy the link)
     validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")

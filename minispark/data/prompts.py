@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minispark import validate
+from minispark import validate, validate_models
 from minispark.defaults import HELDOUT_FILE, IMAGE_MIN_PIXELS, MAX_INT
 from minispark.errors import MinisparkError
 
@@ -312,7 +312,7 @@ def _resolve_image(path: Path, value: Any, check: bool, fail) -> Path:
     resolved = (path.parent / value).resolve()
     if check:
         try:  # the --image check: header first, so a decompression bomb is refused before it decodes
-            validate.image(resolved, flag=f"unreadable image {value!r}")
+            validate_models.image(resolved, flag=f"unreadable image {value!r}")
         except MinisparkError as exc:
             raise fail(str(exc)) from None
     return resolved

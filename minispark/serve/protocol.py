@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from minispark import defaults, validate
+from minispark import defaults, validate, validate_models
 from minispark.errors import MinisparkError
 
 
@@ -226,6 +226,6 @@ def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:
         raise APIError(413, f"{where}: {width}x{height} pixels; at most {limits.max_image_pixels:,} per image",
                        "messages", "image_too_large")
     try:
-        validate.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
+        validate_models.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
     except MinisparkError as exc:  # without the server's scratch file name, which means nothing to the client
         raise APIError(400, str(exc).replace(f"{where} {path}:", f"{where}:"), "messages") from None

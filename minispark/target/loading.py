@@ -29,8 +29,8 @@ from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.errors import MinisparkError, first_line
 from minispark.identity import torch_dtype
-from minispark.validate import (PICKLE_WEIGHTS, allow_pickle_weights, device as validate_device, lone_surrogate,
-                                target_location, target_weights)
+from minispark.validate import device as validate_device, lone_surrogate
+from minispark.validate_models import PICKLE_WEIGHTS, allow_pickle_weights, target_location, target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}

@@ -164,7 +164,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
     the drafter loads)."""
     from minispark.identity import same_target, target_id
     from minispark.target.embedded import EMBEDDED_SPELLINGS
-    from minispark.validate import target_location
+    from minispark.validate_models import target_location
 
     if target in EMBEDDED_SPELLINGS:
         from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
@@ -227,7 +227,7 @@ def auto_4bit_notice(target: str | None, device: str | None, dtype: str | None, 
     """On CUDA with no quantization or fp32 flag: a one-line notice when 4-bit should be chosen, else None."""
     if load_in_4bit or load_in_8bit or dtype is not None or _device_type(device) != "cuda" or target is None:
         return None
-    from minispark.validate import target_location
+    from minispark.validate_models import target_location
 
     location = target_location(target)
     weights = bf16_weight_bytes(location) if location is not None else None

@@ -29,7 +29,7 @@ EMBED_SUFFIX, HEAD_SUFFIX = "embed_tokens.weight", "lm_head.weight"
 def _locate(source: str | None) -> tuple[str, Path]:
     """(name, local directory) of ``source`` as ``load_target`` names them (a hub id from the HF cache)."""
     from minispark.target.embedded import EMBEDDED_NAME, EMBEDDED_SPELLINGS, embedded_model_dir
-    from minispark.validate import target_location, target_weights
+    from minispark.validate_models import target_location, target_weights
 
     if source in EMBEDDED_SPELLINGS:
         return EMBEDDED_NAME, embedded_model_dir()

@@ -1,0 +1,166 @@
+"""Checks of the model-shaped arguments, before anything loads: drafter specs and directories, safetensors
+that open whole, images that decode within bounds, target directories and hub ids, pickle weights only
+when allowed. One-line errors naming the flag or file, as every check in ``validate``.
+
+    .venv/bin/python -m pytest -q tests/test_bad_input.py -k "drafter or image or target or pickle"
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any
+
+from minispark.errors import MinisparkError, first_line, json_reason
+from minispark.validate import dangling_link, expand_user, input_file
+
+#: Larger images are refused before decoding (a small PNG can claim billions of pixels).
+MAX_IMAGE_PIXELS = 64_000_000
+#: Longer side over shorter side at most: Qwen-VL's resize (qwen-vl-utils, the processors) raises a ValueError
+#: past it, from inside the target's encode.
+MAX_IMAGE_ASPECT = 200
+#: Weight files that unpickle arbitrary Python objects when loaded.
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
+
+
+def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, Any] | None = None) -> str | None:
+    """``none``, ``lookup``, ``hybrid``, ``hybrid:DIR``, or a directory DIR with ``config.json`` and
+    safetensors weights. ``drafting`` (flag → value, None when not given): flags that only shape drafting,
+    refused with ``none``, which drafts nothing (they would be ignored without a word)."""
+    given = [name for name, value in (drafting or {}).items() if value is not None]
+    if spec == "none" and given:
+        raise MinisparkError(f"{flag} none drafts nothing, so {', '.join(given)} would have no effect; drop "
+                             f"{'it' if len(given) == 1 else 'them'} or choose a drafter")
+    if spec is None or spec in ("none", "lookup", "hybrid"):
+        return spec
+    if not spec.removeprefix("hybrid:").strip():  # Path("") is ".", which would be blamed instead
+        raise MinisparkError(f"{flag} {spec!r}: empty (expected none, lookup, hybrid, hybrid:DIR or a drafter "
+                             "directory)")
+    if spec.startswith("hybrid:"):
+        checkpoint(Path(spec.partition(":")[2]), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
+        return spec
+    dangling_link(Path(spec), flag)
+    if not Path(spec).exists():
+        raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
+                             "directory)")
+    checkpoint(Path(spec), flag)
+    return spec
+
+
+def checkpoint(path: Path, flag: str) -> Path:
+    """A drafter directory: exists, has a JSON ``config.json`` and at least one ``*.safetensors``."""
+    if not path.exists():
+        raise MinisparkError(f"{flag} {path}: no such directory")
+    if not path.is_dir():
+        raise MinisparkError(f"{flag} {path}: not a directory (expected a drafter directory)")
+    config = path / "config.json"
+    if not config.is_file():
+        raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json)")
+    try:
+        if not isinstance(json.loads(config.read_text()), dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
+        raise MinisparkError(f"{flag} {config}: unreadable config ({json_reason(exc)})") from None
+    if not any(path.glob("*.safetensors")):
+        raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
+    safetensors_headers(path, flag)
+    return path
+
+
+def safetensors_headers(directory: Path, flag: str) -> None:
+    """Every ``*.safetensors`` in ``directory`` opens, and its header covers the whole file: an
+    interrupted copy (a truncated file) is refused in milliseconds, before anything loads."""
+    from safetensors import SafetensorError, safe_open
+
+    for file in sorted(directory.glob("*.safetensors")):
+        if file.is_dir():
+            raise MinisparkError(f"{flag} {file}: a directory, not a weights file; a broken copy? copy it again")
+        try:
+            with safe_open(str(file), framework="pt"):
+                pass
+        except (SafetensorError, OSError) as exc:
+            raise MinisparkError(f"{flag} {file}: unreadable safetensors ({first_line(exc)}); a truncated or "
+                                 "interrupted copy? copy it again") from None
+
+
+def image(path: Path, flag: str = "--image") -> Path:
+    """A decodable image of at most ``MAX_IMAGE_PIXELS``: the header is read first, so a
+    decompression bomb is refused before a single pixel is decoded."""
+    from PIL import Image, UnidentifiedImageError
+
+    input_file(path, flag)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as img:
+                width, height = img.size
+                if width * height > MAX_IMAGE_PIXELS:
+                    raise MinisparkError(f"{flag} {path}: {width}x{height} pixels is too large "
+                                         f"(at most {MAX_IMAGE_PIXELS:,}); resize it first")
+                if max(width, height) > MAX_IMAGE_ASPECT * min(width, height):
+                    raise MinisparkError(f"{flag} {path}: {width}x{height} pixels: one side is more than "
+                                         f"{MAX_IMAGE_ASPECT} times the other, which vision-language targets refuse; "
+                                         "crop or pad it")
+                img.load()  # decodes: a truncated or corrupt file fails here, not inside the processor
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise MinisparkError(f"{flag} {path}: too many pixels (a decompression bomb?); resize it first") from None
+    except UnidentifiedImageError:
+        raise MinisparkError(f"{flag} {path}: not an image file PIL can read") from None
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise MinisparkError(f"{flag} {path}: corrupt or truncated image ({first_line(exc)})") from None
+    return path
+
+
+# ---------------------------------------------------------------------- targets
+def target_location(source: str) -> Path | None:
+    """The local directory ``source`` names, or None for a hub id; refuses a path that is clearly
+    meant as one but does not exist (so a typo never downloads a stranger's model)."""
+    location = expand_user(source, "--target")
+    if location.is_dir():
+        return location
+    dangling_link(location, "--target")
+    if location.exists():
+        raise MinisparkError(f"--target {source}: not a directory (give a model directory or a hub id org/name)")
+    parts = source.split("/")
+    looks_like_path = (source.startswith((".", "/", "~")) or len(parts) != 2 or not all(parts)
+                       or Path(parts[0]).expanduser().is_dir() or os.sep != "/" and os.sep in source)
+    if looks_like_path:
+        raise MinisparkError(f"--target {source}: no such directory")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") and not _hub_cached(source):
+        raise MinisparkError(f"--target {source}: no such directory, and not a hub id in the local Hugging Face "
+                             "cache (HF_HUB_OFFLINE is set)")
+    return None
+
+
+def _hub_cached(repo_id: str) -> bool:
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
+
+
+def target_weights(location: Path, source: str) -> None:
+    """A local model directory's weights: safetensors that open whole (pickle files ``*.bin`` only
+    with ``--allow-pickle-weights``), not none at all."""
+    if not (location / "config.json").is_file():
+        raise MinisparkError(f"--target {source}: not a model directory (no config.json)")
+    safetensors_headers(location, "--target")
+    if any(location.glob("*.safetensors")):
+        return
+    pickled = sorted(p.name for pattern in PICKLE_WEIGHTS for p in location.glob(pattern))
+    if pickled and not allow_pickle_weights():
+        raise MinisparkError(f"--target {source}: weights are pickle files ({pickled[0]}), which can run code when "
+                             "loaded; convert them to safetensors, or pass --allow-pickle-weights if you trust them")
+    if not pickled:
+        raise MinisparkError(f"--target {source}: no weights (no *.safetensors file beside config.json); "
+                             "an incomplete download or copy?")
+
+
+def allow_pickle_weights() -> bool:
+    """Whether ``minispark --allow-pickle-weights`` (or its environment variable) was given."""
+    return os.environ.get(ALLOW_PICKLE_ENV, "") == "1"

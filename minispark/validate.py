@@ -106,8 +106,9 @@ def floats(text: str, flag: str, *, low: float | None = None, high: float | None
     return values
 
 
-def integers(text: str, flag: str, minimum: int, maximum: int | None = None) -> list[int]:
-    """Comma-separated whole numbers (at least one), each in [minimum, maximum] (default: ``MAX_INT``)."""
+def integers(text: str, flag: str, minimum: int, maximum: int | None = None, *, distinct: bool = False) -> list[int]:
+    """Comma-separated whole numbers (at least one), each in [minimum, maximum] (default: ``MAX_INT``); with
+    ``distinct``, a number given twice is refused (a list of sizes to measure: the second would be dropped)."""
     parts = items(text, flag, "whole number")
     try:
         values = [int(part) for part in parts]
@@ -115,7 +116,17 @@ def integers(text: str, flag: str, minimum: int, maximum: int | None = None) -> 
         raise MinisparkError(f"{flag}: expected comma-separated whole numbers, got {text!r}") from None
     for value in values:
         integer(value, flag, minimum, maximum)
+    if distinct:
+        distinct_items(values, flag)
     return values
+
+
+def distinct_items(values: Sequence[Any], flag: str) -> None:
+    """Refuse an item given twice (``--contexts 16,16``, ``--modes target,target``): a typo, and the run would
+    quietly measure or print it once."""
+    twice = next((value for k, value in enumerate(values) if value in values[:k]), None)
+    if twice is not None:
+        raise MinisparkError(f"{flag}: {twice} is given twice")
 
 
 #: Steps per second an inline curve may give: outside it Θ = τ · SPS overflows to inf, or the step
@@ -209,6 +220,14 @@ def utf8_text(text: str, flag: str) -> str:
         what = f" (byte 0x{byte:02x})" if byte is not None else ""
         raise MinisparkError(f"{flag}: not UTF-8 text{what} at character {index + 1}; give it in UTF-8, "
                              "as your terminal or editor can encode it")
+    return text
+
+
+def one_line(text: str, flag: str) -> str:
+    """Free text kept on one line (a note stored in metadata): UTF-8, no control character."""
+    bad = next((char for char in utf8_text(text, flag) if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    if bad is not None:
+        raise MinisparkError(f"{flag}: holds control character {bad!r}; give it on one line, as plain text")
     return text
 
 

@@ -251,6 +251,13 @@ CASES = [
     ("profile-contexts-empty-item", ["profile", "--contexts", "256,,1024"], "--contexts: empty item 2"),  # not dropped
     ("profile-batch-requests-trailing-comma", ["profile", "--batch-requests", "2,4,"], "--batch-requests: empty item 3"),
     ("bench-modes-empty-item", ["bench", "--modes", "target,,fixed"], "--modes: empty item 2"),
+    ("bench-modes-twice", ["bench", "--modes", "target,target"], "--modes: target is given twice"),
+    ("profile-contexts-twice", ["profile", "--contexts", "16,16"], "--contexts: 16 is given twice"),
+    ("profile-batch-requests-twice", ["profile", "--batch-requests", "4,2,4"], "--batch-requests: 4 is given twice"),
+    ("profile-note-control-character", ["profile", "--note", "a\nb"], "--note: holds control character"),
+    ("train-lr-subnormal", ["train", "--recipe", "tiny", "lr=1e-320"], "lr: at least 1e-10"),
+    ("train-dry-run-init-from-missing", ["train", "--recipe", "tiny", "--dry-run", "init_from={missing}"],
+     "missing: no such directory"),
     ("train-feature-layers-open-bracket", ["train", "--recipe", "tiny", "feature_layers=[1,2"], "feature_layers"),
     ("train-feature-layers-empty-item", ["train", "--recipe", "tiny", "feature_layers=1,,2"], "feature_layers"),
     ("serve-max-concurrent-huge", ["serve", "--max-concurrent", "100000"], "--max-concurrent must be at most 256"),

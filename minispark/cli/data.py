@@ -12,7 +12,7 @@ from typing import Callable, Optional
 
 import typer
 
-from minispark import validate
+from minispark import validate, validate_models
 from minispark.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
 
@@ -214,6 +214,8 @@ def train(
     validate.input_dir(heldout_cache, "--heldout-cache")
     if heldout_cache is not None:
         config.heldout_cache = str(heldout_cache)
+    if config.init_from:  # before the dry run's estimate too: it says what the run would do
+        validate_models.checkpoint(Path(config.init_from), "init_from")
     if dry_run:
         breakdown = estimate_memory(config)
         _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe(), markup=False)

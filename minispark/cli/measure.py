@@ -91,6 +91,8 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
     names = None if modes is None else validate.items(modes, "--modes", "mode")
+    if names is not None:
+        validate.distinct_items(names, "--modes")
     if threshold is not None and names is not None and "threshold" not in names:  # it would be ignored without a word
         raise MinisparkError(f"--threshold {threshold:g}: only the threshold mode uses it, and --modes {modes} leaves "
                              "it out; drop --threshold or add threshold to --modes")
@@ -231,9 +233,10 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
     from minispark.measuring.profiler import ProfileConfig
 
-    lengths = validate.integers(contexts, "--contexts", 0)
-    counts = (validate.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS)
-              if batch_requests.strip() else [])
+    lengths = validate.integers(contexts, "--contexts", 0, distinct=True)
+    counts = (validate.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS,
+                                distinct=True) if batch_requests.strip() else [])
+    validate.one_line(note, "--note")
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
     validate.number(cooldown, "--cooldown", 0.0, 3600.0)
     validate.integer(threads, "--threads", 1)

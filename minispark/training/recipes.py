@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1, DraftConfig
 from minispark import validate
-from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, RECIPE_DIR
+from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MIN_LR, RECIPE_DIR
 from minispark.errors import MinisparkError, json_reason
 
 CHOICES = {
@@ -156,6 +156,8 @@ class TrainConfig:
                     "max_anchors_per_sample", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
             if not 0 <= getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
+        if self.lr < MIN_LR:
+            raise MinisparkError(f"lr: at least {MIN_LR:g} (a smaller step changes no fp32 weight), got {self.lr:g}")
         weights = ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau")
         if not any(getattr(self, key) for key in weights):  # the loss would be 0: steps that train nothing
             raise MinisparkError(f"{', '.join(weights)}: all 0, so the loss is 0 and training would change nothing; "

@@ -70,6 +70,8 @@ def test_text_only_parts_become_string_content(tmp_path):
     ('{"messages": [{"role": "user", "content": [{"type": "audio"}]}]}', "type must be 'text' or 'image'"),
     ('{"messages": [{"role": "user", "content": [{"type": "image", "image": "gone.png"}]}]}', "unreadable image"),
     ('{"messages": [{"role": "system", "content": "only a system prompt"}]}', "at least one user message"),
+    ('{"messages": [{"role": "user", "content": "  "}]}', "messages[0]: a user message with no text or image"),
+    ('{"messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}]}', "no text or image"),
 ])
 def test_bad_lines_fail_with_file_and_line(tmp_path, line, reason):
     (tmp_path / "not_an_image.png").write_text("this is text, not a PNG")

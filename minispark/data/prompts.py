@@ -250,6 +250,8 @@ def _parse_messages(value: Any, image, fail) -> tuple[list[dict], list[Path]]:
         if message.get("role") not in ROLES:
             raise fail(f"{where}: role must be one of {', '.join(sorted(ROLES))}")
         content = message.get("content")
+        if message["role"] == "user" and _blank_text(content):  # as an empty 'prompt' is refused
+            raise fail(f"{where}: a user message with no text or image")
         if isinstance(content, str):
             messages.append({"role": message["role"], "content": content})
             continue
@@ -284,6 +286,15 @@ def _parse_messages(value: Any, image, fail) -> tuple[list[dict], list[Path]]:
     if not any(m["role"] == "user" for m in messages):
         raise fail("'messages' needs at least one user message")
     return messages, images
+
+
+def _blank_text(content: Any) -> bool:
+    """Content that is only whitespace text: a blank string, or text parts (and no image) that are blank."""
+    if isinstance(content, str):
+        return not content.strip()
+    return (isinstance(content, list) and bool(content) and all(isinstance(p, dict) and p.get("type") == "text"
+                                                                 and isinstance(p.get("text"), str) for p in content)
+            and not "".join(p["text"] for p in content).strip())
 
 
 def _check_image_sizes(part: dict, where: str, fail) -> None:

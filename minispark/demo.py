@@ -273,7 +273,7 @@ def pipeline_recipe(name: str, overrides: Sequence[str], target: str | None) -> 
 
 def usable_mask_token(recipe: TrainConfig, target: Target) -> TrainConfig:
     """``recipe`` with its mask token if ``target`` can use it, else with the target's own choice."""
-    from minispark.training.recipes import check_mask_token
+    from minispark.training.draft_sizes import check_mask_token
 
     if recipe.mask_token_id is None:
         return recipe

@@ -139,7 +139,8 @@ def training_host_peak(target_dir: Path, scale: str, device: torch.device) -> di
     drafter built on the host and moved to ``device`` (Linux: RSS peak since a reset of the kernel's
     counter, and its growth over the RSS before, which holds the loaded libraries)."""
     from minispark.training.memory import estimate_memory
-    from minispark.training.recipes import draft_config, load_recipe, target_dims
+    from minispark.training.draft_sizes import draft_config, target_dims
+    from minispark.training.recipes import load_recipe
     from minispark.training.target_tensors import load_frozen_parts
     from minispark.training.trainer import build_model
 
@@ -170,7 +171,8 @@ def serving_peak(target_dir: Path, scale: str, device: torch.device, work: Path,
     from minispark.target.loading import load_target
     from minispark.identity import target_id
     from minispark.tiny_models import make_test_image
-    from minispark.training.recipes import draft_config, load_recipe, target_dims
+    from minispark.training.draft_sizes import draft_config, target_dims
+    from minispark.training.recipes import load_recipe
 
     quantized = device.type == "cuda"
     with Peak(device) as loading:

@@ -707,7 +707,7 @@ def test_demo_train_sizes_its_recipe_to_another_target(tiny_dir) -> None:
     """demo --train --target OTHER: the demo recipe's SmolLM2 layer ids and sizes give way to the target's."""
     from minispark.demo import PipelineSizes, pipeline_recipe, usable_mask_token
     from minispark.target.loading import load_target
-    from minispark.training.recipes import check_target_dims, draft_config, target_dims
+    from minispark.training.draft_sizes import check_target_dims, draft_config, target_dims
 
     name = PipelineSizes().recipe
     assert not pipeline_recipe(name, [], "embedded")[1] and not pipeline_recipe(name, [], None)[1]

@@ -17,7 +17,8 @@ import torch
 
 from minispark.training.memory import BatchShape, estimate_memory
 from minispark.training.memory_measure import measure_cpu, measure_cpu_heldout, measure_cpu_host
-from minispark.training.recipes import draft_config, load_recipe, recipe_dims
+from minispark.training.draft_sizes import draft_config, recipe_dims
+from minispark.training.recipes import load_recipe
 from minispark.training.trainer import build_model
 
 TINY = load_recipe("tiny")

@@ -106,7 +106,7 @@ def test_config_round_trips_through_json():
 
 
 def test_mask_token_is_checked(tiny_dir) -> None:
-    from minispark.training.recipes import check_mask_token
+    from minispark.training.draft_sizes import check_mask_token
     from minispark.target.loading import load_target
 
     target = load_target(str(tiny_dir("llama")))

@@ -37,7 +37,8 @@ from torch.overrides import TorchFunctionMode
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.training.heldout import heldout_batch_anchors
 from minispark.training.losses import LIVE_VOCAB_TENSORS
-from minispark.training.recipes import TrainConfig, draft_config, load_recipe, recipe_dims
+from minispark.training.draft_sizes import draft_config, recipe_dims
+from minispark.training.recipes import TrainConfig, load_recipe
 
 GB = 1e9
 CACHE_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}

@@ -22,7 +22,8 @@ import torch
 
 from minispark.model.draft_model import DraftConfig
 from minispark.training.memory import BatchShape
-from minispark.training.recipes import TrainConfig, draft_config, recipe_dims
+from minispark.training.draft_sizes import draft_config, recipe_dims
+from minispark.training.recipes import TrainConfig
 
 
 def synthetic_batch(draft: DraftConfig, shape: BatchShape, cache_dtype: str, seed: int = 0):
@@ -140,7 +141,7 @@ def measure_cpu_host(config: TrainConfig, target_dir: Path, timeout: float = 300
 def _measure_host(config: TrainConfig, target_dir: str) -> dict[str, int]:
     import gc
 
-    from minispark.training.recipes import check_target_dims, target_dims
+    from minispark.training.draft_sizes import check_target_dims, target_dims
     from minispark.training.target_tensors import load_frozen_parts
     from minispark.training.trainer import build_model
 

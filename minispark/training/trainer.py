@@ -39,8 +39,8 @@ from minispark.identity import target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
 from minispark.training.onpolicy import Replay, load_or_replay
 from minispark.training.online import OnlinePlan, OnlineSource, open_reader
-from minispark.training.recipes import (TrainConfig, check_target_dims, config_differences, draft_config, mask_token,
-                               target_dims)
+from minispark.training.draft_sizes import check_target_dims, draft_config, mask_token, target_dims
+from minispark.training.recipes import TrainConfig, config_differences
 
 TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"

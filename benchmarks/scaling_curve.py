@@ -25,6 +25,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from minispark.data.answers import AnswerSet
 
 ANSWERS = Path("data/answers/smollm2-135m-instruct")
@@ -49,17 +51,21 @@ ROWS: dict[str, tuple[int, dict[str, Any]]] = {
     "16k-rank-256": (16384, {"markov_rank": 256}),
     "16k-layers-early": (16384, {"feature_layers": "2,5,8,11,14"}),
     "16k-window-128": (16384, {"window": 128}),
+    # More prompts with shorter answers against fewer long ones, at equal answer tokens (283k: 1,024 whole
+    # answers, or 2,048 cut to their first 168 tokens, 287k): what a regeneration capped at 168 would give.
+    "2k-cut-168": (2048, {"max_answer_tokens": 168}),
 }
 
 
-def row_anchors(answers: AnswerSet, count: int) -> int:
-    """Dense anchors (one per answer token) of the first ``count`` answers: one epoch."""
-    return int(answers.answer_lengths()[:count].sum())
+def row_anchors(answers: AnswerSet, count: int, cut: int = 0) -> int:
+    """Dense anchors (one per answer token) of the first ``count`` answers, each cut to ``cut`` tokens: one epoch."""
+    lengths = answers.answer_lengths()[:count]
+    return int((np.minimum(lengths, cut) if cut else lengths).sum())
 
 
-def row_steps(answers: AnswerSet, count: int) -> int:
+def row_steps(answers: AnswerSet, count: int, cut: int = 0) -> int:
     """The step cap: MAX_EPOCHS passes over the dense anchors of the first ``count`` answers, or MAX_BLOCKS."""
-    return math.ceil(min(MAX_EPOCHS * row_anchors(answers, count), MAX_BLOCKS) / BATCH_ANCHORS)
+    return math.ceil(min(MAX_EPOCHS * row_anchors(answers, count, cut), MAX_BLOCKS) / BATCH_ANCHORS)
 
 
 def train_row(name: str, answers: AnswerSet) -> None:
@@ -71,7 +77,8 @@ def train_row(name: str, answers: AnswerSet) -> None:
     if (out / "drafter").is_dir():
         print(f"{name}: finished", flush=True)
         return
-    settings = COMMON | {"max_samples": count, "steps": row_steps(answers, count)} | overrides
+    settings = COMMON | {"max_samples": count, "steps": row_steps(answers, count, overrides.get("max_answer_tokens", 0))} \
+        | overrides
     command = [sys.executable, "-m", "minispark.cli", "train", "--recipe", RECIPE, "--answers", str(ANSWERS),
                "--heldout-cache", str(HELDOUT), "--out", str(out), "--no-progress",
                *(["--resume"] if (out / "train_config.json").is_file() else []),
@@ -99,7 +106,7 @@ def row_figures(name: str, answers: AnswerSet) -> dict[str, Any] | None:
     seconds += last["elapsed_s"]
     return {"row": name, "answers": ROWS[name][0], "best_tau": best["heldout_tau"],
             "best_tau_greedy": best["heldout_tau_greedy"], "best_step": best["step"], "steps": last["step"],
-            "blocks": blocks, "epochs": blocks / row_anchors(answers, ROWS[name][0]),
+            "blocks": blocks, "epochs": blocks / row_anchors(answers, ROWS[name][0], ROWS[name][1].get("max_answer_tokens", 0)),
             "blocks_per_s": blocks / max(seconds, 1e-9), "hours": seconds / 3600,
             "finished": (OUT / name / "drafter").is_dir()}
 

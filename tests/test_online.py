@@ -56,6 +56,27 @@ def test_online_anchors_equal_cached_anchors(llama, data):
         torch.testing.assert_close(b.final_hidden, a.final_hidden, rtol=1e-4, atol=1e-4)
 
 
+def test_answers_cut_to_n_tokens_equal_a_cache_regenerated_with_n_new_tokens(llama, data, tmp_path):
+    """max_answer_tokens=N gives the anchors of answers regenerated with a cap of N (sampling is sequential:
+    greedy here, so the cached generation's answers are exactly the cut ones)."""
+    prompts, answers, _ = data
+    build_cache(CacheConfig(prompts=prompts, out=tmp_path / "cache8", num_samples=5, max_new_tokens=8,
+                            temperature=0.0, layers="1,2", anchors_per_sample=100, anchor_run=1, window=6, block=3,
+                            dtype="fp32", batch_size=2, samples_per_shard=2), target=llama, log=lambda _: None)
+    cached = CacheReader(tmp_path / "cache8")
+    source = OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, max_answer_tokens=8)
+    online = MemoryReader(source)
+    assert len(online) == len(cached) == int(source.anchors_per_sample().sum()) < \
+        int(OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3).anchors_per_sample().sum())
+    for i in range(len(cached)):
+        a, b = cached[i], online[i]
+        assert (a.sample_index, a.position) == (b.sample_index, b.position)
+        assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.loss_mask, b.loss_mask)
+        torch.testing.assert_close(b.context_features, a.context_features, rtol=1e-4, atol=1e-4)
+    with pytest.raises(MinisparkError, match="max_answer_tokens"):
+        load_recipe("tiny", ["max_answer_tokens=8", "cache_dir=runs/some-cache"])
+
+
 def test_online_plan_covers_every_anchor_once_per_epoch_and_is_a_function_of_the_step(llama, data):
     _, answers, _ = data
     source = OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3)

@@ -38,12 +38,15 @@ def answer_token_counts(reader: CacheReader, vocab_size: int, max_samples: int =
     return counts
 
 
-def answer_set_token_counts(answers: AnswerSet, vocab_size: int, max_samples: int = 0) -> torch.Tensor:
-    """(V,) int64: how often each token occurs in an answer set's answers (its first ``max_samples`` when > 0)."""
+def answer_set_token_counts(answers: AnswerSet, vocab_size: int, max_samples: int = 0,
+                            max_answer_tokens: int = 0) -> torch.Tensor:
+    """(V,) int64: how often each token occurs in an answer set's answers (its first ``max_samples`` when > 0,
+    each cut to its first ``max_answer_tokens`` when > 0)."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     n = len(answers) if max_samples <= 0 else min(max_samples, len(answers))
     for i in range(n):
-        counts += torch.bincount(answers[i].answer_ids, minlength=vocab_size)
+        ids = answers[i].answer_ids
+        counts += torch.bincount(ids[:max_answer_tokens] if max_answer_tokens > 0 else ids, minlength=vocab_size)
     return counts
 
 

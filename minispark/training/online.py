@@ -44,9 +44,11 @@ class OnlineSource(CacheFacts):
     """An answer set seen as a feature cache: the manifest facts the trainer checks, anchors on demand."""
 
     def __init__(self, answers: AnswerSet, target: Target, layers: list[int], window: int, block: int,
-                 dtype: str = "fp32", prompts: Path | None = None) -> None:
+                 dtype: str = "fp32", prompts: Path | None = None, max_answer_tokens: int = 0) -> None:
         answers.require_target(target)
         self.answers, self.target = answers, target
+        # Answers cut to their first N tokens (0: whole): what a regeneration capped at N would have written.
+        self.cut = max_answer_tokens
         # A VLM prompt's features need its pixels: those prompts are encoded again from the prompt file.
         self.samples = _prompt_samples(answers, target, prompts) if target.uses_mrope else None
         self.directory, self.manifest_path = answers.directory, answers.directory / MANIFEST
@@ -54,14 +56,15 @@ class OnlineSource(CacheFacts):
             "target": answers.config["target"], "split": answers.config["split"], "source": "online",
             # A growing set keeps its config: the sample count tells a resumed run it changed.
             "answers": config_hash(answers.config), "samples": len(answers), "layers": list(layers),
-            "window": window, "block": block, "dtype": dtype}
+            "window": window, "block": block, "dtype": dtype} | ({"max_answer_tokens": self.cut} if self.cut else {})
         # The anchor rule of a cache build with every answer position an anchor (no sampling of anchors).
         self._pack = CacheConfig(prompts=Path("-"), out=Path("-"), anchors_per_sample=DENSE, anchor_run=1,
                                  window=window, block=block, dtype=dtype)
 
     def anchors_per_sample(self) -> np.ndarray:
         """(N,) dense anchors of each answer (every answer token with a label after it), from lengths alone."""
-        return np.maximum(self.answers.answer_lengths() - 1, 0)
+        lengths = self.answers.answer_lengths()
+        return np.maximum((np.minimum(lengths, self.cut) if self.cut else lengths) - 1, 0)
 
     @torch.no_grad()
     def pack(self, indices: Iterable[int]) -> dict[str, torch.Tensor]:
@@ -85,11 +88,13 @@ class OnlineSource(CacheFacts):
         return prompt
 
     def _answer(self, prompt: PromptInputs, stored: StoredAnswer) -> Answer:
-        full = self.target.extend(prompt, stored.answer_ids.to(self.target.device))
+        tokens = stored.answer_ids[:self.cut] if self.cut else stored.answer_ids
+        eos = stored.stopped_at_eos and len(tokens) == len(stored.answer_ids)
+        full = self.target.extend(prompt, tokens.to(self.target.device))
         features, final = self.target.capture(full, self.layers)  # (L, m, d), (L, d)
         # The last token predicts nothing and is no anchor's context: zero, as generation leaves it.
         features[-1], final[-1] = 0, 0
-        return Answer(tokens=stored.answer_ids, stopped_at_eos=stored.stopped_at_eos, features=features,
+        return Answer(tokens=tokens, stopped_at_eos=eos, features=features,
                       final_hidden=final)
 
 

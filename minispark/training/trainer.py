@@ -176,7 +176,8 @@ class Trainer:
         vocab_ids = None
         online = isinstance(reader, OnlineSource)
         if config.draft_vocab:  # the most frequent answer tokens of the training data, EOS always in
-            counts = (answer_set_token_counts(reader.answers, dims.vocab_size, config.max_samples) if online
+            counts = (answer_set_token_counts(reader.answers, dims.vocab_size, config.max_samples,
+                                              config.max_answer_tokens) if online
                       else answer_token_counts(reader, dims.vocab_size, config.max_samples))
             vocab_ids = top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids))
             self.vocab_coverage = coverage(counts, vocab_ids)

@@ -75,6 +75,12 @@ def test_answers_cut_to_n_tokens_equal_a_cache_regenerated_with_n_new_tokens(lla
         torch.testing.assert_close(b.context_features, a.context_features, rtol=1e-4, atol=1e-4)
     with pytest.raises(MinisparkError, match="max_answer_tokens"):
         load_recipe("tiny", ["max_answer_tokens=8", "cache_dir=runs/some-cache"])
+    # the draft vocabulary counts the cut answers' tokens only
+    from minispark.training.draft_vocab import answer_set_token_counts
+
+    lengths = AnswerSet(answers).answer_lengths()
+    counts = answer_set_token_counts(AnswerSet(answers), llama.vocab_size, max_answer_tokens=8)
+    assert int(counts.sum()) == int(lengths.clip(max=8).sum()) < int(lengths.sum())
 
 
 def test_online_plan_covers_every_anchor_once_per_epoch_and_is_a_function_of_the_step(llama, data):

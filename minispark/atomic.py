@@ -182,6 +182,20 @@ def written_by(directory: str | Path) -> str | None:
     return by if isinstance(by, str) else None
 
 
+def format_manifest(directory: str | Path) -> tuple[str, str] | None:
+    """(format, file name) of the first minispark manifest at the top of ``directory`` (a JSON object of at
+    most 1 MiB whose ``format`` starts with ``minispark-``: a cache's, an answer set's, a mix's), or None."""
+    directory = Path(directory)
+    for candidate in sorted(directory.glob("*.json")) if directory.is_dir() else []:
+        try:
+            data = json.loads(candidate.read_text()) if candidate.stat().st_size <= 2**20 else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        if isinstance(data, dict) and str(data.get("format", "")).startswith("minispark-"):
+            return str(data["format"]), candidate.name
+    return None
+
+
 def minispark_artifact(directory: str | Path) -> tuple[str, str] | None:
     """What another minispark command left in ``directory`` (a drafter, a cache, a training run) as a phrase, and
     the top-level file that marks it; or None. A refusal to write there names it instead of calling minispark's
@@ -190,13 +204,8 @@ def minispark_artifact(directory: str | Path) -> tuple[str, str] | None:
     if _record(directory) is not None:
         by = written_by(directory)
         return (f"what `minispark {by}` wrote" if by else "a drafter or checkpoint minispark wrote"), WRITTEN_MANIFEST
-    for candidate in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        try:
-            data = json.loads(candidate.read_text()) if candidate.stat().st_size <= 2**20 else None
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(data, dict) and str(data.get("format", "")).startswith("minispark-"):
-            return f"a {data['format']} manifest ({candidate.name})", candidate.name
+    if (manifest := format_manifest(directory)) is not None:
+        return f"a {manifest[0]} manifest ({manifest[1]})", manifest[1]
     if (directory / "train_config.json").is_file():
         return "a minispark training run (train_config.json)", "train_config.json"
     return None

@@ -223,9 +223,14 @@ def utf8_text(text: str, flag: str) -> str:
     return text
 
 
+def control_character(text: str) -> str | None:
+    """The first control character of ``text`` (a line break, a tab, DEL, ...), or None."""
+    return next((char for char in text if ord(char) < 0x20 or ord(char) == 0x7F), None)
+
+
 def one_line(text: str, flag: str) -> str:
     """Free text kept on one line (a note stored in metadata): UTF-8, no control character."""
-    bad = next((char for char in utf8_text(text, flag) if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    bad = control_character(utf8_text(text, flag))
     if bad is not None:
         raise MinisparkError(f"{flag}: holds control character {bad!r}; give it on one line, as plain text")
     return text
@@ -332,7 +337,7 @@ def typed_path(text: str, flag: str, *, names_file: bool = False) -> str:
     ``--plot figs/`` was checked, and would be written, as ``figs``)."""
     if not text.strip():  # Path("") is ".": the current directory would be read, written or blamed
         raise MinisparkError(f"{flag} {text!r}: empty; give a path")
-    bad = next((char for char in text if ord(char) < 0x20 or ord(char) == 0x7F), None)
+    bad = control_character(text)
     if bad is not None:
         what = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"control character {bad!r}")
         raise MinisparkError(f"{flag} {text!r}: a path with {what} in it (a quoting slip?); give the path on one "

@@ -36,7 +36,8 @@ import torch
 
 from minispark import __version__
 from minispark.data.cache_windows import WindowLayout, full_bytes
-from minispark.atomic import file_sha256, write_bytes_atomic  # file_sha256: re-exported for the cache modules
+# file_sha256: re-exported for the cache modules
+from minispark.atomic import file_sha256, format_manifest, write_bytes_atomic
 from minispark.errors import MinisparkError, json_reason
 
 FORMAT = "minispark-cache"
@@ -171,8 +172,8 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        if (other := _other_format(path.parent)) is not None:  # e.g. an answer set where a cache was asked for
-            raise error(f"{path.parent}: holds a {other}, not a {fmt}") from None
+        if (other := format_manifest(path.parent)) is not None:  # e.g. an answer set where a cache was asked for
+            raise error(f"{path.parent}: holds a {other[0]} manifest ({other[1]}), not a {fmt}") from None
         raise error(f"{path}: missing ({missing})") from None
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise error(f"{path}: unreadable manifest ({json_reason(exc)})") from None
@@ -196,20 +197,6 @@ def shard_entries(manifest: dict[str, Any], path: Path, error: type[MinisparkErr
         if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
             raise error(f"{path}: a shard named {name!r}, not a file of its directory; the manifest is damaged: {fix}")
     return entries
-
-
-def _other_format(directory: Path) -> str | None:
-    """The format of another minispark artifact's manifest in ``directory`` (``minispark-answers``, …), if any."""
-    for candidate in sorted(directory.glob("*.json")) if directory.is_dir() else []:
-        try:
-            if candidate.stat().st_size > 2**20:
-                continue
-            data = json.loads(candidate.read_text())
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(data, dict) and str(data.get("format", "")).startswith("minispark-"):
-            return f"{data['format']} manifest ({candidate.name})"
-    return None
 
 
 def shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:

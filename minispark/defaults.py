@@ -49,6 +49,8 @@ MAX_DRAFT_LAYERS = 128
 #: The smallest learning rate a recipe takes: an Adam step of a smaller one changes no fp32 weight (lr=1e-320
 #: trained nothing, without a word).
 MIN_LR = 1e-10
+#: Monte Carlo draws of `minispark simulate --appendix-a` (the peeking-scheduler counterexample) by default.
+APPENDIX_A_DRAWS = 100_000
 #: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style
 #: sampling a chat model is served with, so the drafter learns the distribution it will be verified on.
 REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.8, 20

@@ -357,7 +357,7 @@ def simulate(
     appendix_a: bool = typer.Option(False, "--appendix-a", help="Run the peeking-scheduler counterexample "
                                     "(Appendix A) by Monte Carlo."),
     draws: Optional[int] = typer.Option(None, "--draws", show_default=False,
-                                        help="Monte Carlo draws (--appendix-a). [default: 100,000]"),
+                                        help=f"Monte Carlo draws (--appendix-a). [default: {defaults.APPENDIX_A_DRAWS:,}]"),
     seed: Optional[int] = typer.Option(None, "--seed", show_default=False,
                                        help="Random seed (--appendix-a). [default: 0]"),
     as_json: bool = JsonOpt,
@@ -372,7 +372,7 @@ def simulate(
         if given:  # the counterexample has its own confidences and costs: these would be ignored
             raise MinisparkError(f"--appendix-a runs a fixed counterexample; {', '.join(given)} cannot be used with it")
         validate.integer(draws, "--draws", 1)
-        result = run_appendix_a(draws=100_000 if draws is None else draws, seed=seed or 0)
+        result = run_appendix_a(**{key: value for key, value in (("draws", draws), ("seed", seed)) if value is not None})
         _print_json(result) if as_json else console.print(render_appendix_a(result))
         return
     given = [flag for flag, value in (("--draws", draws), ("--seed", seed)) if value is not None]

@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from minispark.defaults import APPENDIX_A_DRAWS
 from minispark.errors import MinisparkError
 from minispark.serving.schedule import FixedLength, LengthPolicy, ScheduledLength, scheduled_length
 from minispark.serving.sps import SPSTable, monotone_envelope
@@ -195,7 +196,7 @@ def verify_first_token(
     return out
 
 
-def appendix_a(draws: int = 100_000, seed: int = 0) -> dict:
+def appendix_a(draws: int = APPENDIX_A_DRAWS, seed: int = 0) -> dict:
     """Monte Carlo of §9: output distribution of the first token under each scheduler.
 
     Returns ``{"causal": [Pr A, Pr B], "peeking": [...], "fixed": [...], "target": [0.7, 0.3],

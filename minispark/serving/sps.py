@@ -106,7 +106,7 @@ class SPSTable:
     batched: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
-        validate_table(asdict(self), "<in memory>", {f.name for f in fields(SPSTable)})
+        validate_table(asdict(self), "<in memory>", _FIELDS)
 
     # -- construction ---------------------------------------------------------------------------
 
@@ -227,8 +227,12 @@ class SPSTable:
             raise SPSTableError(f"{path}: not UTF-8 text (an SPS table is JSON)") from None
         except ValueError as err:  # an integer of more than 4300 digits: Python refuses to convert it
             raise SPSTableError(f"{path}: not readable as JSON ({str(err).partition(':')[0]})") from None
-        validate_table(data, str(path), {f.name for f in fields(SPSTable)})
+        validate_table(data, str(path), _FIELDS)
         return SPSTable(**data)
+
+
+#: The fields a table file holds (``sps_schema.validate_table`` refuses others).
+_FIELDS = frozenset(f.name for f in fields(SPSTable))
 
 
 def _is_table(path: Path) -> bool:

@@ -22,7 +22,7 @@ class SPSTableError(MinisparkError):
     """A table file is missing, unreadable or malformed (one-line message: file and field)."""
 
 
-def validate_table(data: Any, source: str, known: set[str]) -> None:
+def validate_table(data: Any, source: str, known: frozenset[str]) -> None:
     """Raise SPSTableError naming ``source`` and the first bad field; ``known``: the table's field names."""
 
     def fail(name: str, why: str) -> None:

@@ -26,6 +26,7 @@ static KV cache and ``torch.compile`` (:mod:`~minispark.target.compiled`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import warnings
 from typing import Iterator
@@ -107,6 +108,7 @@ def _plain_linears(model: nn.Module, text_only: bool = False) -> list[tuple[str,
             and not (text_only and "visual" in name.split("."))]
 
 
+@functools.cache  # the CPU does not change; read on every training step (the autocast dtype)
 def cpu_bf16_kernels() -> bool:
     """Whether oneDNN has bf16 matmul kernels for this CPU (avx512_bf16 or AMX): there a bf16 GEMM of a hundred
     rows or more runs several times faster than fp32 (measured: 112×576 by 576×1536, 1.4 vs 7 ms on one core);

@@ -62,8 +62,8 @@ class TrainConfig:
         only, ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
         sparser cache at the same generation cost), ``max_answer_tokens`` (answer sets only) cuts every
         answer to its first N tokens, what a regeneration capped at N would have written (sampling is
-        sequential): more, shorter answers against fewer, longer ones at equal tokens; ``feature_noise`` adds EAGLE-style Gaussian
-        noise of that many RMS units to the target features (0 = off for all four). ``patience``
+        sequential): more, shorter answers against fewer, longer ones at equal tokens; ``feature_noise``
+        adds EAGLE-style Gaussian noise of that many RMS units to the target features (0 = off for all four). ``patience``
         stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
         ``init_from`` starts the trainable weights from a drafter directory of the same config;
         ``onpolicy`` (with ``init_from``) trains only on the anchors where that drafter's replayed

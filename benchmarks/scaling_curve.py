@@ -6,8 +6,8 @@ online features and dense anchors (every answer token an anchor, a sliding shuff
 answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the CPU has
 bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32 16 × 4 here, and the same held-out τ
 per block), evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not improved
-for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here), whichever comes first; the cosine
-schedule ends at the step cap; the drafter is its best checkpoint. A row
+for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here; the levers' rows and their baseline
+1M), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
 whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
 time and started again; a finished row (its ``drafter/`` written) is skipped.
 
@@ -22,6 +22,7 @@ import json
 import math
 import subprocess
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +39,38 @@ BATCH_ANCHORS, ANCHOR_RUN = 64, 16
 EVAL_EVERY, PATIENCE_EVALS, MAX_EPOCHS, MAX_BLOCKS = 250, 5, 3, 4_000_000
 COMMON = {"max_anchors_per_sample": 0, "online_pool": 256, "batch_anchors": BATCH_ANCHORS, "anchor_run": ANCHOR_RUN,
           "dtype": "auto", "eval_every": EVAL_EVERY, "patience": EVAL_EVERY * PATIENCE_EVALS}
-#: Row name → (answers, recipe overrides). DFlash is the same drafter without its Markov head.
-ROWS: dict[str, tuple[int, dict[str, Any]]] = {
-    "1k-dspark": (1024, {}),
-    "1k-dflash": (1024, {"head": "none"}),
-    "4k-dspark": (4096, {}),
-    "4k-dflash": (4096, {"head": "none"}),
-    "16k-dspark": (16384, {}),
-    "16k-dflash": (16384, {"head": "none"}),
-    # At the largest size, one row per lever the literature names.
-    "16k-5-layers": (16384, {"num_layers": 5, "init_layers": "random"}),
-    "16k-rank-256": (16384, {"markov_rank": 256}),
-    "16k-layers-early": (16384, {"feature_layers": "2,5,8,11,14"}),
-    "16k-window-128": (16384, {"window": 128}),
+#: The levers' budget: each lever row and its baseline train at most this many blocks on the largest set (four
+#: levers at the full cap would take ~15 hours here), so a lever is compared with the same drafter at the same
+#: budget and the same cosine schedule.
+LEVER_BLOCKS = 1_000_000
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row: the first ``answers`` answers of the set, recipe overrides, and the most blocks it trains."""
+
+    answers: int
+    overrides: dict[str, Any] = field(default_factory=dict)
+    max_blocks: int = MAX_BLOCKS
+
+
+#: DFlash is the same drafter without its Markov head.
+ROWS: dict[str, Row] = {
+    "1k-dspark": Row(1024),
+    "1k-dflash": Row(1024, {"head": "none"}),
+    "4k-dspark": Row(4096),
+    "4k-dflash": Row(4096, {"head": "none"}),
+    "16k-dspark": Row(16384),
+    "16k-dflash": Row(16384, {"head": "none"}),
+    # At the largest size, one row per lever the literature names, against the same drafter at their budget.
+    "16k-dspark-1m": Row(16384, {}, LEVER_BLOCKS),
+    "16k-5-layers": Row(16384, {"num_layers": 5, "init_layers": "random"}, LEVER_BLOCKS),
+    "16k-rank-256": Row(16384, {"markov_rank": 256}, LEVER_BLOCKS),
+    "16k-layers-early": Row(16384, {"feature_layers": "2,5,8,11,14"}, LEVER_BLOCKS),
+    "16k-window-128": Row(16384, {"window": 128}, LEVER_BLOCKS),
     # More prompts with shorter answers against fewer long ones, at equal answer tokens (283k: 1,024 whole
     # answers, or 2,048 cut to their first 168 tokens, 287k): what a regeneration capped at 168 would give.
-    "2k-cut-168": (2048, {"max_answer_tokens": 168}),
+    "2k-cut-168": Row(2048, {"max_answer_tokens": 168}),
 }
 
 
@@ -63,22 +80,22 @@ def row_anchors(answers: AnswerSet, count: int, cut: int = 0) -> int:
     return int((np.minimum(lengths, cut) if cut else lengths).sum())
 
 
-def row_steps(answers: AnswerSet, count: int, cut: int = 0) -> int:
-    """The step cap: MAX_EPOCHS passes over the dense anchors of the first ``count`` answers, or MAX_BLOCKS."""
-    return math.ceil(min(MAX_EPOCHS * row_anchors(answers, count, cut), MAX_BLOCKS) / BATCH_ANCHORS)
+def row_steps(answers: AnswerSet, row: Row) -> int:
+    """The step cap: MAX_EPOCHS passes over the row's dense anchors, or its most blocks."""
+    epochs = MAX_EPOCHS * row_anchors(answers, row.answers, row.overrides.get("max_answer_tokens", 0))
+    return math.ceil(min(epochs, row.max_blocks) / BATCH_ANCHORS)
 
 
 def train_row(name: str, answers: AnswerSet) -> None:
     """Train one row (resuming it when it has a checkpoint); refuse a row the answer set cannot fill yet."""
-    count, overrides = ROWS[name]
-    if len(answers) < count:
-        raise SystemExit(f"{name}: needs {count} answers, {ANSWERS} holds {len(answers)}")
+    row = ROWS[name]
+    if len(answers) < row.answers:
+        raise SystemExit(f"{name}: needs {row.answers} answers, {ANSWERS} holds {len(answers)}")
     out = OUT / name
     if (out / "drafter").is_dir():
         print(f"{name}: finished", flush=True)
         return
-    settings = COMMON | {"max_samples": count, "steps": row_steps(answers, count, overrides.get("max_answer_tokens", 0))} \
-        | overrides
+    settings = COMMON | {"max_samples": row.answers, "steps": row_steps(answers, row)} | row.overrides
     command = [sys.executable, "-m", "minispark.cli", "train", "--recipe", RECIPE, "--answers", str(ANSWERS),
                "--heldout-cache", str(HELDOUT), "--out", str(out), "--no-progress",
                *(["--resume"] if (out / "train_config.json").is_file() else []),
@@ -104,9 +121,10 @@ def row_figures(name: str, answers: AnswerSet) -> dict[str, Any] | None:
     # A resumed run's clock starts again at its checkpoint: the wall time is the sum of each stretch's last reading.
     seconds = sum(a["elapsed_s"] for a, b in zip(steps, steps[1:]) if b["elapsed_s"] < a["elapsed_s"])
     seconds += last["elapsed_s"]
-    return {"row": name, "answers": ROWS[name][0], "best_tau": best["heldout_tau"],
+    row = ROWS[name]
+    return {"row": name, "answers": row.answers, "best_tau": best["heldout_tau"],
             "best_tau_greedy": best["heldout_tau_greedy"], "best_step": best["step"], "steps": last["step"],
-            "blocks": blocks, "epochs": blocks / row_anchors(answers, ROWS[name][0], ROWS[name][1].get("max_answer_tokens", 0)),
+            "blocks": blocks, "epochs": blocks / row_anchors(answers, row.answers, row.overrides.get("max_answer_tokens", 0)),
             "blocks_per_s": blocks / max(seconds, 1e-9), "hours": seconds / 3600,
             "finished": (OUT / name / "drafter").is_dir()}
 

@@ -1417,11 +1417,15 @@ def test_chat_keeps_the_session_after_a_non_utf8_line_and_an_unknown_home(tiny_d
 
 
 def test_train_sizes_the_target_contradicts_are_one_line(tiny_trained_drafter, tmp_path) -> None:
-    """A draft vocabulary larger than the target's was a ValueError from DraftConfig."""
+    """A draft vocabulary larger than the target's was a ValueError from DraftConfig; past the recipe's own
+    vocab_size it is refused when the recipe loads, naming the override (the eighth probe)."""
     target, drafter = tiny_trained_drafter
     cache = drafter.parents[1] / "cache"
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "draft_vocab=99999999", "--no-progress"]))
+    assert "override 'draft_vocab=99999999': draft_vocab, vocab_size: at most the vocabulary's 49152" in error
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
+                                                    str(tmp_path / "run"), "draft_vocab=99999999", "vocab_size=none"]))
     assert "recipe 'tiny'" in error and "draft_vocab must be in [0, 49152], got 99999999" in error
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "batch_anchors=2147483647"]))

@@ -28,6 +28,8 @@ from minispark.errors import MinisparkError
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     """Write to a unique ``.NAME.*.tmp`` beside ``path``, fsync it, rename it over ``path``, fsync the dir."""
     path = Path(path)
+    if path.is_dir() and not path.is_symlink():  # os.replace's IsADirectoryError named the temporary file
+        raise MinisparkError(f"{path}: is a directory, where minispark writes this file; move it away")
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

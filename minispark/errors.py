@@ -34,3 +34,18 @@ def json_reason(exc: BaseException) -> str:
     if isinstance(exc, ValueError) and "integer string conversion" in text:
         return "a number too long to read (more than 4300 digits)"
     return text
+
+
+class DuplicateKey(ValueError):
+    """A JSON object gave one key twice (``unique_keys``); its argument is the key."""
+
+
+def unique_keys(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    """``json.loads``'s ``object_pairs_hook`` refusing a key given twice (``{"prompt": "a", "prompt": "b"}``):
+    JSON keeps the last one without a word, so the one meant may not be the one used."""
+    record: dict[str, object] = {}
+    for key, value in pairs:
+        if key in record:
+            raise DuplicateKey(key)
+        record[key] = value
+    return record

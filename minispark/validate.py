@@ -260,6 +260,14 @@ def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
 
 
 # ---------------------------------------------------------------------- files and directories
+def edited_text(path: Path) -> str:
+    """The text of a file people edit by hand (a recipe, an SPS table, a drafter's config.json, target.json or
+    calibration.json): UTF-8, a leading byte-order mark dropped as prompt files drop it (Windows editors write one;
+    JSON's reader refused it as 'Unexpected UTF-8 BOM (decode using utf-8-sig)', TOML's as 'Invalid statement (at
+    line 1, column 1)')."""
+    return path.read_text(encoding="utf-8-sig")
+
+
 def dangling_link(path: Path, flag: str) -> None:
     """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists."""
     if path.is_symlink() and not path.exists():

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.errors import MinisparkError, first_line, json_reason
-from minispark.validate import dangling_link, expand_user, input_file
+from minispark.validate import dangling_link, edited_text, expand_user, input_file
 
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
 MAX_IMAGE_PIXELS = 64_000_000
@@ -60,7 +60,7 @@ def checkpoint(path: Path, flag: str) -> Path:
     if not config.is_file():
         raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json)")
     try:
-        if not isinstance(json.loads(config.read_text()), dict):
+        if not isinstance(json.loads(edited_text(config)), dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise MinisparkError(f"{flag} {config}: unreadable config ({json_reason(exc)})") from None

@@ -129,6 +129,10 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
         (d / f"{name}.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": [part]}]}) + "\n")
     (d / "bigcache").mkdir()
     (d / "bigcache" / "manifest.json").write_text(f'{{"format": "minispark-cache", "num_samples": {huge}}}')
+    table["dtype"] = "float"  # free text: compared as written, it fit no run
+    (d / "dtypetable.json").write_text(json.dumps(table))
+    shutil.copytree(d / "fakedrafter", d / "caldir")
+    (d / "caldir" / "calibration.json").mkdir()  # where calibrate writes its fit
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -575,6 +579,15 @@ CASES = [
      "bigrecord/target.json: not a target record (a number too long to read"),
     ("train-cache-manifest-huge-number", ["train", "--recipe", "tiny", "--cache", "{bigcache}"],
      "bigcache/manifest.json: unreadable manifest (a number too long to read"),
+    # round 10 (issue 22): the eighth probe
+    ("sim-sps-dtype-free-text", ["simulate", "--conf", "0.9", "--sps", "{dtypetable.json}"],
+     "field 'dtype': expected one of float32, bfloat16, float16"),  # accepted, then matched no run
+    ("train-mask-token-negative", ["train", "--recipe", "tiny", "mask_token_id=-1"],
+     "override 'mask_token_id=-1': mask_token_id, vocab_size: a token id in [0, 49152)"),  # blamed the recipe file
+    ("train-draft-vocab-above-vocab", ["train", "--recipe", "tiny", "--dry-run", "draft_vocab=99999999"],
+     "override 'draft_vocab=99999999'"),
+    ("cal-calibration-json-dir", ["calibrate", "--drafter", "{caldir}", "--prompts", "{ok.jsonl}"],
+     "its calibration.json is a directory, where calibrate writes the fit"),  # a traceback after the rollouts
 ]
 
 
@@ -1404,11 +1417,15 @@ def test_chat_keeps_the_session_after_a_non_utf8_line_and_an_unknown_home(tiny_d
 
 
 def test_train_sizes_the_target_contradicts_are_one_line(tiny_trained_drafter, tmp_path) -> None:
-    """A draft vocabulary larger than the target's was a ValueError from DraftConfig."""
+    """A draft vocabulary larger than the target's was a ValueError from DraftConfig; past the recipe's own
+    vocab_size it is refused when the recipe loads, naming the override (the eighth probe)."""
     target, drafter = tiny_trained_drafter
     cache = drafter.parents[1] / "cache"
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "draft_vocab=99999999", "--no-progress"]))
+    assert "override 'draft_vocab=99999999': draft_vocab, vocab_size: at most the vocabulary's 49152" in error
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
+                                                    str(tmp_path / "run"), "draft_vocab=99999999", "vocab_size=none"]))
     assert "recipe 'tiny'" in error and "draft_vocab must be in [0, 49152], got 99999999" in error
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "batch_anchors=2147483647"]))
@@ -1774,6 +1791,9 @@ def test_a_calibration_with_a_huge_number_is_one_line(tmp_path) -> None:
     ("shards-object", "train", "'shards' is not a list"),  # said the cache holds no anchors
     ("shard-outside", "train", "a shard named '/etc/passwd', not a file of its directory"),  # blamed as cut
     ("shard-up", "cache-mix", "a shard named '../cache/shard-00000.safetensors'"),
+    ("no-config", "train", "'config' is not an object; the manifest is damaged: rebuild the cache"),  # a KeyError
+    ("totals-text", "train", "'totals.samples' is not a count"),  # a TypeError traceback
+    ("shard-no-bytes", "cache-mix", "shard shard-00000.safetensors: 'bytes' is None, not a count"),  # a KeyError
 ])
 def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, damage, command, says) -> None:
     cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
@@ -1781,6 +1801,12 @@ def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, da
     manifest = json.loads((damaged / "manifest.json").read_text())
     if damage in ("no-shards", "shards-object"):
         manifest["shards"] = [] if damage == "no-shards" else {}
+    elif damage == "no-config":
+        del manifest["config"]
+    elif damage == "totals-text":
+        manifest["totals"] = "x"
+    elif damage == "shard-no-bytes":
+        del manifest["shards"][0]["bytes"]
     else:
         manifest["shards"][0]["file"] = "/etc/passwd" if damage == "shard-outside" else "../cache/shard-00000.safetensors"
     (damaged / "manifest.json").write_text(json.dumps(manifest))
@@ -1789,10 +1815,33 @@ def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, da
     assert says in one_line_error(CliRunner().invoke(app, argv))
 
 
+#: Damages to an answer set's manifest (its parsed answers.json, changed in place) by name.
+ANSWER_SET_DAMAGES = {
+    "shard-outside": lambda m: m["shards"][0].update(file="/etc/passwd"),
+    "shard-of-another-set": lambda m: m["shards"][0].update(file="../other/answers-00000.safetensors"),
+    "shards-object": lambda m: m.update(shards={}),
+    "no-config": lambda m: m.pop("config"),
+    "target-null": lambda m: m["config"].update(target=None),
+    "shard-bytes-text": lambda m: m["shards"][0].update(bytes="1097"),
+    "shard-no-sha256": lambda m: m["shards"][0].pop("sha256"),
+    "shard-samples-negative": lambda m: m["shards"][0].update(samples=-3),
+    "version-text": lambda m: m.update(format_version="1"),
+    "no-shards": lambda m: m.update(shards=[]),
+}
+
+
 @pytest.mark.parametrize("damage, says", [
     ("shard-outside", "a shard named '/etc/passwd', not a file of its directory"),  # '/etc/passwd: missing or truncated'
     ("shard-of-another-set", "a shard named '../other/answers-00000.safetensors'"),  # trained on without a word
     ("shards-object", "'shards' is not a list"),
+    # the eighth probe: KeyError and TypeError tracebacks, a count taken as it came, a version that read "1 (... 1)"
+    ("no-config", "'config' is not an object; the manifest is damaged: regenerate the answers"),
+    ("target-null", "'config.target' is not an object naming the target"),
+    ("shard-bytes-text", "shard answers-00000.safetensors: 'bytes' is '1097', not a count"),
+    ("shard-no-sha256", "'sha256' is None, not a hash"),
+    ("shard-samples-negative", "'samples' is -3, not a count"),  # trained on without a word
+    ("version-text", "format version '1' (this minispark reads 1)"),
+    ("no-shards", "the answer set holds no answers (its manifest lists no shard)"),  # "no anchors (answers too short?)"
 ])
 def test_a_damaged_answer_set_manifest_is_one_line(tiny_dir, files, tmp_path, damage, says) -> None:
     other = tmp_path / "other"
@@ -1801,10 +1850,7 @@ def test_a_damaged_answer_set_manifest_is_one_line(tiny_dir, files, tmp_path, da
     assert CliRunner().invoke(app, args + ["--out", str(other)]).exit_code == 0
     damaged = shutil.copytree(other, tmp_path / "damaged")
     manifest = json.loads((damaged / "answers.json").read_text())
-    if damage == "shards-object":
-        manifest["shards"] = {}
-    else:
-        manifest["shards"][0]["file"] = "/etc/passwd" if damage == "shard-outside" else "../other/answers-00000.safetensors"
+    ANSWER_SET_DAMAGES[damage](manifest)
     (damaged / "answers.json").write_text(json.dumps(manifest))
     result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--answers", str(damaged), "--out",
                                       str(tmp_path / "run"), "steps=1"])
@@ -1866,3 +1912,138 @@ def test_bitsandbytes_notices_stay_out_of_the_answer(tiny_dir, caplog, flag: str
                                       "--prompt", "hi", "--max-new-tokens", "3", flag])
     assert result.exit_code == 0, result.output
     assert not [r.getMessage() for r in caplog.records if r.name.startswith("bitsandbytes")]
+
+
+# ---------------------------------------------------------------------- the eighth probe (issue 22)
+def test_hand_edited_files_may_start_with_a_byte_order_mark(files, tmp_path) -> None:
+    """A Windows editor's BOM was 'Unexpected UTF-8 BOM (decode using utf-8-sig)' (JSON) or 'Invalid statement
+    (at line 1, column 1)' (TOML); prompt files already took it."""
+    from minispark.defaults import RECIPE_DIR, SHIPPED_TABLES
+    from minispark.model.calibration import Calibration
+    from minispark.model.drafter_dir import read_drafter_dir
+    from minispark.serving.sps import SPSTable
+    from minispark.target.remembered import read_record
+    from minispark.training.recipes import load_recipe
+
+    def with_bom(source: Path, name: str) -> Path:
+        copy = tmp_path / name
+        copy.write_bytes(b"\xef\xbb\xbf" + source.read_bytes())
+        return copy
+
+    shipped = next(SHIPPED_TABLES.glob("*.json"))
+    assert SPSTable.load(with_bom(shipped, "table.json")) == SPSTable.load(shipped)
+    assert load_recipe(with_bom(RECIPE_DIR / "tiny.toml", "tiny.toml")).steps == load_recipe("tiny").steps
+    drafter = shutil.copytree(files["fakedrafter"], tmp_path / "drafter")
+    (drafter / "config.json").write_bytes(b"\xef\xbb\xbf" + b'{"block_size": 4}')
+    (drafter / "target.json").write_bytes(b"\xef\xbb\xbf" + b'{"source": "x", "identity": "x@y"}')
+    assert read_drafter_dir(drafter).raw == {"block_size": 4} and read_record(drafter) is not None
+    (drafter / "calibration.json").write_bytes(b"\xef\xbb\xbf" + b'{"temperatures": [1.0], "version": 1}')
+    assert Calibration.load(drafter / "calibration.json").temperatures == [1.0]
+
+
+@pytest.mark.parametrize("data, says", [
+    ({"temperatures": []}, "field 'temperatures': expected a list of positive numbers, got []"),  # taken as none
+    ({"temperatures": [1.0], "target_identity": 5}, "field 'target_identity': expected a string, got 5"),  # traceback
+    ({"temperatures": [1.0], "sampling": {"temperature": "hot"}}, "field 'sampling': expected an object of numbers"),
+    ({"temperatures": [1.0], "sampling": []}, "field 'sampling'"),  # taken as "fitted at any settings"
+])
+def test_what_loading_reads_of_a_calibration_is_checked(tmp_path, data, says) -> None:
+    """generate formatted a text temperature with :g and took a number as the target identity: tracebacks."""
+    from minispark.model.calibration import Calibration, CalibrationError
+
+    path = tmp_path / "calibration.json"
+    path.write_text(json.dumps({"version": 1, **data}))
+    with pytest.raises(CalibrationError, match=re.escape(says)):
+        Calibration.load(path)
+
+
+def test_a_calibration_json_directory_is_not_ignored(files, tmp_path) -> None:
+    """generate ignored it without a word; an atomic write over it named its temporary file in a traceback."""
+    from minispark.atomic import write_json_atomic
+    from minispark.errors import MinisparkError
+    from minispark.model.calibration import CalibrationError
+    from minispark.model.checkpoint import load_calibration
+
+    with pytest.raises(CalibrationError, match="calibration.json: not readable"):
+        load_calibration(files["caldir"])
+    with pytest.raises(MinisparkError, match="calibration.json: is a directory, where minispark writes this file"):
+        write_json_atomic(Path(files["caldir"]) / "calibration.json", {})
+
+
+def test_an_imported_config_is_read_by_type(tiny_trained_drafter, tmp_path) -> None:
+    """int() and bool() took "1,2" and "x" (tracebacks), "4" and "yes" (without a word); .get on text or a number
+    where an object belongs was an AttributeError."""
+    target, drafter = tiny_trained_drafter
+    exported = tmp_path / "ds"
+    runner = CliRunner()
+    assert runner.invoke(app, ["export", str(drafter), "--out", str(exported), "--target", str(target)]).exit_code == 0
+    config = json.loads((exported / "config.json").read_text())
+    for key, value, says in (("target_layer_ids", "1,2", "target_layer_ids must be a list of whole numbers, got '1,2'"),
+                             ("minispark_window", "x", "minispark_window must be a whole number, got 'x'"),
+                             ("block_size", "4", "block_size must be a whole number, got '4'"),
+                             ("enable_confidence_head", "yes", "enable_confidence_head must be true or false"),
+                             ("rope_scaling", "x", "rope_scaling must be an object, got 'x'")):
+        (exported / "config.json").write_text(json.dumps({**config, key: value}))
+        result = runner.invoke(app, ["import", str(exported), "--out", str(tmp_path / "imported"), "--target",
+                                     str(target)])
+        assert says in one_line_error(result)
+    assert not (tmp_path / "imported").exists()
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("model", 5, "'model' must be a string"),  # said "'model' is required"
+    ("frequency_penalty", 1.5, "'frequency_penalty' 1.5: this server does not apply it"),  # ignored without a word
+    ("logprobs", True, "'logprobs' true: this server does not apply it; leave it out (or send false)"),
+    ("top_k", 20, "'top_k' 20"),
+    ("tools", [{"type": "function"}], "'tools'"),
+])
+def test_serve_refuses_what_it_would_not_apply(tmp_path, field, value, says) -> None:
+    from minispark.serve.protocol import APIError, ServeLimits, parse_chat_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], field: value}
+    with pytest.raises(APIError) as caught:
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
+    for no_op in ({"frequency_penalty": 0}, {"logprobs": False}, {"top_k": -1}, {"user": "bob"}):  # ask for nothing
+        parse_chat_request({**body, field: None, **no_op} if field != "model" else {**body, "model": "m", **no_op},
+                           ServeLimits(), None, tmp_path, vision=False)
+
+
+def test_serve_refuses_a_key_given_twice() -> None:
+    """{"max_tokens": 2, "max_tokens": 5} was answered with 5 tokens, without a word (prompt files refuse it)."""
+    import asyncio
+
+    from starlette.requests import Request
+
+    from minispark.serve.app import read_body
+    from minispark.serve.protocol import APIError
+
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi", "role": "system"}], "max_tokens": 2}'
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+    with pytest.raises(APIError, match="the request body gives 'role' twice; send it once"):
+        asyncio.run(read_body(request, 1 << 20))
+
+
+def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypatch) -> None:
+    """Without an SPS table bench said "threshold mode (0.5)", what a plain generate would choose, while its
+    schedule rows ran on the generic cost model."""
+    from minispark.serving import builder
+    from minispark.serving.sps import SPSTableError
+    from minispark.target.loading import load_target
+
+    def no_table(*args, **kwargs):
+        raise SPSTableError("none")
+
+    monkeypatch.setattr(builder, "find_table", no_table)
+    target_dir, drafter = tiny_trained_drafter
+    target = load_target(str(target_dir))
+    hints = builder.build_serving(target, str(drafter), side_by_side=("target", "schedule")).hints
+    assert any("the schedule modes use the generic cost model" in hint for hint in hints), hints
+    assert not any("threshold mode" in hint for hint in hints)
+    assert any("no speedup estimate" in hint for hint in builder.build_serving(
+        target, str(drafter), side_by_side=("fixed", "threshold")).hints)
+

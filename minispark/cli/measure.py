@@ -308,6 +308,7 @@ def calibrate(
 def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Optional[int], temperature: float,
                        max_new_tokens: int, min_rounds: int, seed: int, plot: Optional[Path]) -> None:
     """calibrate's flags, checked before the target loads."""
+    from minispark.model.checkpoint import CALIBRATION_FILE
     from minispark.target.sampling import SamplingConfig
 
     validate_models.checkpoint(drafter, "--drafter")
@@ -315,6 +316,9 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")
     validate.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
+    if (drafter / CALIBRATION_FILE).is_dir():  # the same, as a traceback
+        raise MinisparkError(f"--drafter {drafter}: its {CALIBRATION_FILE} is a directory, where calibrate writes "
+                             "the fit; move it away")
     _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     validate.integer(gamma, "--gamma", 1)

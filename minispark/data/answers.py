@@ -33,8 +33,7 @@ import torch
 
 from minispark import __version__, validate
 from minispark.atomic import refuse_symlink, write_bytes_atomic
-from minispark.data.cache_format import (config_difference, config_hash, file_sha256, read_format_manifest,
-                                         shard_entries)
+from minispark.data.cache_format import config_difference, config_hash, file_sha256, read_format_manifest
 from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
@@ -372,7 +371,7 @@ class AnswerSet:
         self.manifest = _read_manifest(self.directory)
         self.config: dict[str, Any] = self.manifest["config"]
         self._shards: list[dict[str, torch.Tensor]] = []
-        for entry in shard_entries(self.manifest, self.directory / MANIFEST, AnswerSetError, "regenerate the answers"):
+        for entry in self.manifest["shards"]:
             path = self.directory / entry["file"]
             if not path.is_file() or path.stat().st_size != entry["bytes"]:
                 raise AnswerSetError(f"{path}: missing or truncated (listed in {self.directory / MANIFEST})")

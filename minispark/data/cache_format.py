@@ -168,7 +168,8 @@ def read_manifest(directory: Path) -> dict[str, Any]:
 
 def read_format_manifest(path: Path, fmt: str, version: int, error: type[MinisparkError], missing: str,
                          stale: str) -> dict[str, Any]:
-    """A JSON manifest of format ``fmt`` at ``version``; ``error`` names the file when it is not one."""
+    """A JSON manifest of format ``fmt`` at ``version``, its layout checked (``_check_layout``); ``error`` names
+    the file when it is not one."""
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
@@ -179,24 +180,44 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
         raise error(f"{path}: unreadable manifest ({json_reason(exc)})") from None
     if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise error(f"{path}: not a {fmt} manifest")
-    if manifest.get("format_version") != version:
-        raise error(f"{path}: format version {manifest.get('format_version')} (this minispark reads {version}); "
+    if manifest.get("format_version") != version or isinstance(manifest["format_version"], bool):
+        raise error(f"{path}: format version {manifest.get('format_version')!r} (this minispark reads {version}); "
                     f"{stale}")
+    _check_layout(manifest, path, error, stale)
     return manifest
 
 
-def shard_entries(manifest: dict[str, Any], path: Path, error: type[MinisparkError], fix: str) -> list[dict]:
-    """The shard entries of the manifest at ``path`` (a cache's or an answer set's), each naming a file of the
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _check_layout(manifest: dict[str, Any], path: Path, error: type[MinisparkError], fix: str) -> None:
+    """The keys every reader of a cache's or an answer set's manifest takes on trust, with their types (a
+    hand-edited or damaged one was a KeyError or TypeError traceback); each shard entry names a file of the
     manifest's own directory: '/etc/passwd' or '../other/shard' was read from outside it (another set's shard
     trained on without a word, or the file blamed as a truncated shard)."""
-    entries = manifest["shards"]
+    def fail(why: str) -> None:
+        raise error(f"{path}: {why}; the manifest is damaged: {fix}")
+
+    config, totals, entries = manifest.get("config"), manifest.get("totals"), manifest.get("shards")
+    if not isinstance(config, dict):
+        fail("'config' is not an object")
+    target = config.get("target")
+    if not isinstance(target, dict) or not isinstance(target.get("name"), str) or not target["name"]:
+        fail("'config.target' is not an object naming the target")
+    if not isinstance(totals, dict) or not _count(totals.get("samples")):
+        fail("'totals.samples' is not a count")
+    if not _count(manifest.get("num_shards")):
+        fail("'num_shards' is not a count")
     if not isinstance(entries, list):
-        raise error(f"{path}: 'shards' is not a list; the manifest is damaged: {fix}")
+        fail("'shards' is not a list")
     for entry in entries:
         name = entry.get("file") if isinstance(entry, dict) else None
         if not isinstance(name, str) or name in ("", ".", "..") or Path(name).name != name:
-            raise error(f"{path}: a shard named {name!r}, not a file of its directory; the manifest is damaged: {fix}")
-    return entries
+            fail(f"a shard named {name!r}, not a file of its directory")
+        for key in ("bytes", "samples", "sha256"):
+            if not (isinstance(entry.get(key), str) if key == "sha256" else _count(entry.get(key))):
+                fail(f"shard {name}: '{key}' is {entry.get(key)!r}, not a {'hash' if key == 'sha256' else 'count'}")
 
 
 def shard_stats(tensors: dict[str, torch.Tensor], num_layers: int, hidden_size: int, dtype: str) -> dict[str, int]:
@@ -366,7 +387,7 @@ class CacheReader(CacheFacts):
                              "flags to resume")
         expected_hash = config_hash(self.config)
         self.shards: list[ShardFile] = []
-        for entry in shard_entries(self.manifest, manifest_path, CacheError, "rebuild the cache"):
+        for entry in self.manifest["shards"]:
             path = self.directory / entry["file"]
             if not path.is_file():
                 raise CacheError(f"{path}: missing shard")

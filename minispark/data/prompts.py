@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from minispark import validate, validate_models
 from minispark.defaults import HELDOUT_FILE, IMAGE_MIN_PIXELS, MAX_INT
-from minispark.errors import MinisparkError
+from minispark.errors import DuplicateKey, MinisparkError, unique_keys
 
 if TYPE_CHECKING:
     from minispark.target.loading import Target
@@ -166,29 +166,15 @@ def refuse_heldout(path: Path | str, samples: Sequence[PromptSample]) -> None:
                                   "never train on it (an evaluation set takes --split heldout)")
 
 
-class _DuplicateKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's pairs as a dict, refusing a key given twice (``{"prompt": "a", "prompt": "b"}``)."""
-    record: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in record:
-            raise _DuplicateKey(key)
-        record[key] = value
-    return record
-
-
 def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> PromptSample:
     def fail(reason: str) -> PromptFileError:
         return PromptFileError(path, number, reason)
 
     try:
-        record = json.loads(raw, object_pairs_hook=_unique_keys)
+        record = json.loads(raw, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:  # "Unterminated string starting at": one "at"
         raise fail(f"malformed JSON: {exc.msg.removesuffix(' at')} at column {exc.colno}") from None
-    except _DuplicateKey as exc:
+    except DuplicateKey as exc:
         raise fail(f"key {exc.args[0]!r} given twice (JSON would silently keep the last one)") from None
     except RecursionError:
         raise fail("malformed JSON: nested too deeply") from None

@@ -229,7 +229,7 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
     setup = None
     if drafter_spec is not None and any(m in DRAFTER_MODES for m in config.modes):
         setup = build_serving(target, drafter_spec, None, config.gamma, config.threshold,
-                              Path(sps_path) if sps_path is not None else None, sampling, strict)
+                              None if sps_path is None else Path(sps_path), sampling, strict, side_by_side=config.modes)
         notices += setup.hints
         config.gamma = setup.gamma
     lookup = make_drafter("lookup", target)

@@ -20,6 +20,7 @@ import numpy as np
 
 from minispark.atomic import write_json_atomic
 from minispark.errors import MinisparkError, json_reason
+from minispark.validate import edited_text
 
 DEFAULT_BINS = 15
 CALIBRATION_VERSION = 1
@@ -98,7 +99,7 @@ class Calibration:
     def load(path: str | Path) -> Calibration:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(edited_text(path))
         except FileNotFoundError:
             raise CalibrationError(f"{path}: calibration file not found") from None
         except (OSError, json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested too deeply
@@ -118,17 +119,31 @@ class Calibration:
                 f"got {data.get('version')!r}"
             )
         temps = data.get("temperatures")
-        if not isinstance(temps, list) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t > 0
-            for t in temps
-        ):
+        if not isinstance(temps, list) or not temps or not all(_finite(t) and t > 0 for t in temps):
             raise CalibrationError(
                 f"{path}: field 'temperatures': expected a list of positive numbers, got {temps!r}"
             )
+        # What loading reads besides the map (a traceback when hand-edited: a number as the identity, text as
+        # the fitted temperature; a list as the sampling was taken as "fitted at any settings")
+        for name in ("drafter", "target", "target_identity"):
+            if not isinstance(data.get(name, ""), str):
+                raise CalibrationError(f"{path}: field '{name}': expected a string, got {data[name]!r}")
+        sampling = data.get("sampling", {})
+        if not isinstance(sampling, dict) or not all(k in _SAMPLING and _finite(v) for k, v in sampling.items()):
+            raise CalibrationError(f"{path}: field 'sampling': expected an object of numbers "
+                                   f"({', '.join(_SAMPLING)}), got {sampling!r}")
         try:
             return Calibration(**data)
         except (TypeError, CalibrationError) as err:
             raise CalibrationError(f"{path}: {err}") from None
+
+
+#: The sampling settings a calibration records it was fitted at (``checkpoint.sampling_record``).
+_SAMPLING = ("temperature", "top_p", "top_k")
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def temperature_scale(confidences: np.ndarray, temperatures: np.ndarray | float,

@@ -186,7 +186,7 @@ def load_calibration(drafter_dir: str | Path, target_identity: str | None = None
     another target than ``target_identity`` is refused. Files written before these fields existed
     record neither and are taken as they are."""
     path = Path(drafter_dir) / CALIBRATION_FILE
-    if not path.is_file():
+    if not path.exists() and not path.is_symlink():  # a directory of that name was ignored without a word
         return None, None
     calibration = Calibration.load(path)
     if target_identity is not None and calibration.target_identity \

@@ -50,6 +50,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from minispark.model.draft_config import is_kind
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.model.drafter_dir import DEEPSPEC, WEIGHTS_FILE, DrafterDir, read_drafter_dir
 from minispark.errors import MinisparkError
@@ -96,22 +97,35 @@ def _deepspec_dir(path: str | Path | DrafterDir) -> DrafterDir:
 # --------------------------------------------------------------------------------------------
 
 
-def _field(raw: dict, key: str, where: Path) -> Any:
-    if key not in raw:
+_REQUIRED = object()
+
+
+def _field(raw: dict, key: str, where: Path, kind: str = "a whole number", default: Any = _REQUIRED) -> Any:
+    """``raw[key]`` (``default`` when absent and one is given; JSON null counts as absent there), refused unless
+    it is of ``kind`` (``draft_config.is_kind``): int()/bool() took "1,2", "4" and "no" as numbers and true."""
+    if key not in raw and default is _REQUIRED:
         raise MinisparkError(f"{where}: config.json has no {key!r}")
-    return raw[key]
+    value = raw.get(key)
+    if value is None and default is not _REQUIRED:
+        return default
+    if not is_kind(value, kind):
+        raise MinisparkError(f"{where}: config.json {key} must be {kind}, got {value!r}")
+    return value
 
 
 def _rope_theta(raw: dict, where: Path) -> float:
     """θ from ``rope_parameters`` (transformers ≥ 5) or top-level ``rope_theta``; scaling refused."""
     rope = raw.get("rope_parameters") or {}
-    scaling = raw.get("rope_scaling")
-    kind = (rope.get("rope_type") or rope.get("type") or "default") if isinstance(rope, dict) else "default"
+    scaling = raw.get("rope_scaling") or {}
+    for name, value in (("rope_parameters", rope), ("rope_scaling", scaling)):
+        if not isinstance(value, dict):  # .get on a number or text was an AttributeError traceback
+            raise MinisparkError(f"{where}: config.json {name} must be an object, got {value!r}")
+    kind = rope.get("rope_type") or rope.get("type") or "default"
     if kind != "default" or (scaling and (scaling.get("rope_type") or scaling.get("type")) != "default"):
         raise MinisparkError(f"{where}: config.json rope scaling {scaling or rope} is not supported "
                              "(default RoPE only)")
-    theta = rope.get("rope_theta") if isinstance(rope, dict) else None
-    return float(theta if theta is not None else raw.get("rope_theta", 10_000.0))
+    theta = _field(rope, "rope_theta", where, "a finite number", None)
+    return float(theta if theta is not None else _field(raw, "rope_theta", where, "a finite number", 10_000.0))
 
 
 def draft_config_from_deepspec(
@@ -132,12 +146,12 @@ def draft_config_from_deepspec(
     if ARCHITECTURE not in architectures:
         raise MinisparkError(f"{where}: architectures {architectures} is not supported (only {ARCHITECTURE})")
     for key, want in (("hidden_size", hidden_size), ("vocab_size", vocab_size)):
-        got = int(_field(raw, key, where))
+        got = _field(raw, key, where)
         if got != want:
             raise MinisparkError(f"{where}: config.json {key} {got} does not match the target's {want}")
-    layers = [int(i) for i in _field(raw, "target_layer_ids", where)]
-    recorded = raw.get("num_target_layers")
-    if num_target_layers is not None and recorded is not None and int(recorded) != num_target_layers:
+    layers = list(_field(raw, "target_layer_ids", where, "a list of whole numbers"))
+    recorded = _field(raw, "num_target_layers", where, default=None)
+    if num_target_layers is not None and recorded is not None and recorded != num_target_layers:
         raise MinisparkError(f"{where}: config.json num_target_layers {recorded} does not match the target's "
                              f"{num_target_layers} decoder layers")
     depth = num_target_layers if num_target_layers is not None else recorded
@@ -145,44 +159,46 @@ def draft_config_from_deepspec(
         if layer < 0:
             raise MinisparkError(f"{where}: config.json target_layer_ids has {layer} (the embedding output); "
                                  "minispark captures decoder-layer outputs only")
-        if depth is not None and layer >= int(depth):
+        if depth is not None and layer >= depth:
             raise MinisparkError(f"{where}: config.json target_layer_ids has {layer}, beyond the target's "
                                  f"{depth} decoder layers")
-        if depth is not None and layer == int(depth) - 1:
+        if depth is not None and layer == depth - 1:
             raise MinisparkError(f"{where}: config.json target_layer_ids has the final layer {layer}; its HF hidden "
                                  "state is post-norm and differs from the hooked decoder output")
     if any(b <= a for a, b in zip(layers, layers[1:])):
         raise MinisparkError(f"{where}: config.json target_layer_ids {layers} must be strictly increasing")
-    num_layers = int(_field(raw, "num_hidden_layers", where))
+    num_layers = _field(raw, "num_hidden_layers", where)
     layer_types = raw.get("layer_types") or ["full_attention"] * num_layers
-    if len(layer_types) != num_layers or any(t != "full_attention" for t in layer_types):
+    if not isinstance(layer_types, list) or len(layer_types) != num_layers or any(t != "full_attention"
+                                                                                  for t in layer_types):
         raise MinisparkError(f"{where}: config.json layer_types {layer_types} is not supported "
                              f"(needs {num_layers} × full_attention)")
     if raw.get("attention_bias"):
         raise MinisparkError(f"{where}: config.json attention_bias true is not supported")
     if raw.get("hidden_act", "silu") != "silu":
         raise MinisparkError(f"{where}: config.json hidden_act {raw['hidden_act']!r} is not supported (silu only)")
-    rank = int(_field(raw, "markov_rank", where))
-    head = str(_field(raw, "markov_head_type", where)).lower() if rank > 0 else "none"
-    confidence = bool(_field(raw, "enable_confidence_head", where))
-    with_markov = bool(_field(raw, "confidence_head_with_markov", where)) if confidence else False
+    rank = _field(raw, "markov_rank", where)
+    head = _field(raw, "markov_head_type", where, "text").lower() if rank > 0 else "none"
+    confidence = _field(raw, "enable_confidence_head", where, "true or false")
+    with_markov = _field(raw, "confidence_head_with_markov", where, "true or false") if confidence else False
     if with_markov and rank <= 0:
         raise MinisparkError(f"{where}: config.json confidence_head_with_markov needs markov_rank > 0")
-    heads = int(_field(raw, "num_attention_heads", where))
+    heads = _field(raw, "num_attention_heads", where)
     dtype = str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16")
-    recorded_window = int(raw.get(WINDOW_KEY, 0))
+    recorded_window = _field(raw, WINDOW_KEY, where, default=0)
     try:
         return DraftConfig(
             target=target, hidden_size=hidden_size, vocab_size=vocab_size, num_heads=heads,
-            num_kv_heads=int(raw.get("num_key_value_heads") or heads),
-            head_dim=int(raw.get("head_dim") or hidden_size // heads),
-            intermediate_size=int(_field(raw, "intermediate_size", where)),
-            feature_layers=tuple(layers), mask_token_id=int(_field(raw, "mask_token_id", where)),
-            num_layers=num_layers, rms_eps=float(raw.get("rms_norm_eps", 1e-6)), rope_theta=_rope_theta(raw, where),
-            block_size=int(_field(raw, "block_size", where)),
+            num_kv_heads=_field(raw, "num_key_value_heads", where, default=0) or heads,
+            head_dim=_field(raw, "head_dim", where, default=0) or hidden_size // max(heads, 1),  # 0 heads: refused
+            intermediate_size=_field(raw, "intermediate_size", where),
+            feature_layers=tuple(layers), mask_token_id=_field(raw, "mask_token_id", where),
+            num_layers=num_layers, rms_eps=float(_field(raw, "rms_norm_eps", where, "a finite number", 1e-6)),
+            rope_theta=_rope_theta(raw, where), block_size=_field(raw, "block_size", where),
             window=recorded_window if window is None else window, head=head, markov_rank=rank,
             confidence_head=confidence, confidence_with_markov=with_markov, qk_norm=True,
-            initializer_range=float(raw.get("initializer_range", 0.02)), dtype=dtype if dtype in DTYPES else "bfloat16")
+            initializer_range=float(_field(raw, "initializer_range", where, "a finite number", 0.02)),
+            dtype=dtype if dtype in DTYPES else "bfloat16")
     except ValueError as exc:
         raise MinisparkError(f"{where}: config.json {exc}") from None
 

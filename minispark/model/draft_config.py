@@ -132,7 +132,7 @@ class DraftConfig:
             raise ValueError(f"draft config lacks the keys {missing}")
         for name, value in data.items():
             kind = _JSON_KINDS.get(str(known[name].type), "text")
-            if not _is_kind(value, kind):
+            if not is_kind(value, kind):
                 raise ValueError(f"draft config key {name!r}: expected {kind}, got {value!r}")
         return cls(**data)
 
@@ -149,7 +149,8 @@ _JSON_KINDS = {"int": "a whole number", "float": "a finite number", "bool": "tru
                "tuple[int, ...]": "a list of whole numbers"}
 
 
-def _is_kind(value: Any, kind: str) -> bool:
+def is_kind(value: Any, kind: str) -> bool:
+    """Whether a JSON ``value`` is of ``kind`` (a :data:`_JSON_KINDS` value, or \"text\")."""
     def whole(v: Any) -> bool:
         return isinstance(v, int) and not isinstance(v, bool)
 

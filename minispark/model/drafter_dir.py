@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.errors import MinisparkError, json_reason
+from minispark.validate import edited_text
 from minispark.model.draft_config import DraftConfig
 from minispark.target.remembered import TARGET_FILE
 
@@ -77,7 +78,7 @@ def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
     if not file.is_file():
         return DrafterDir(path)
     try:
-        raw = json.loads(file.read_text())
+        raw = json.loads(edited_text(file))
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply

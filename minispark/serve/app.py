@@ -35,7 +35,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minispark import defaults
-from minispark.errors import MinisparkError, json_reason
+from minispark.errors import DuplicateKey, MinisparkError, json_reason, unique_keys
 from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request
 from minispark.serve.worker import Job, Worker
 from minispark.serving.batched import fork_drafter
@@ -72,7 +72,9 @@ async def read_body(request: Request, limit: int) -> object:
             raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
         chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks) or b"null")
+        return json.loads(b"".join(chunks) or b"null", object_pairs_hook=unique_keys)
+    except DuplicateKey as exc:  # {"max_tokens": 2, "max_tokens": 5}: the last one was used without a word
+        raise APIError(400, f"the request body gives {exc.args[0]!r} twice; send it once") from None
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError, [[[[...]]]]: a 500 before
         raise APIError(400, f"the request body is not valid JSON ({json_reason(exc)})") from None
 

@@ -4,10 +4,12 @@ or an :class:`APIError` with the status and OpenAI-style JSON error body the cli
 What is taken from the request: ``model``, ``messages`` (roles system/developer, user, assistant; content a
 string or a list of ``text`` and ``image_url`` parts), ``temperature``, ``top_p``, ``max_tokens`` /
 ``max_completion_tokens``, ``stop``, ``seed``, ``stream`` (+ ``stream_options.include_usage``) and
-``n`` (1 only). Fields this server has no use for (``user``, ``logit_bias`` …) are ignored, as OpenAI-compatible
-servers do. Images: ``data:`` URLs are decoded into the server's temporary directory; a ``file://`` URL or a
-plain path is read only from under the directory the operator named (``--image-dir``), after resolving
-symlinks; ``http(s)`` URLs are refused — this server never fetches from the network.
+``n`` (1 only). Fields that would shape the answer in a way this server does not (``logit_bias``, penalties,
+``logprobs``, ``tools`` …) are refused unless they ask for nothing; others (``user``, ``metadata`` …) are
+ignored, as OpenAI-compatible servers do. Images: ``data:`` URLs are decoded into the server's temporary
+directory; a ``file://`` URL or a plain path is read only from under the directory the operator named
+(``--image-dir``), after resolving symlinks; ``http(s)`` URLs are refused — this server never fetches from
+the network.
 
     .venv/bin/python -m pytest -q tests/test_serve.py -k limits
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +73,14 @@ class ChatRequest:
     images: list[str] = field(default_factory=list)
 
 
+#: Fields that shape the answer which this server does not apply, with the values that ask for nothing: any
+#: other value is refused (a client asking for a penalty, top-k, log-probabilities or a tool call got an answer
+#: without them, and no word). Fields that change nothing generated (``user``, ``metadata`` …) stay ignored.
+_NOT_APPLIED = {"frequency_penalty": (0,), "presence_penalty": (0,), "repetition_penalty": (1,), "top_k": (-1, 0),
+                "min_p": (0,), "logit_bias": ({},), "logprobs": (False,), "top_logprobs": (0,), "tools": ([],),
+                "response_format": ({"type": "text"},)}
+
+
 def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
     value = body.get(name)
     if value is None:
@@ -92,8 +103,14 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
     model = body.get("model")
-    if not isinstance(model, str) or not model:
+    if model is None or model == "":
         raise APIError(400, "'model' is required (GET /v1/models lists it)", "model")
+    if not isinstance(model, str):  # given, as a number or a list: "is required" sent the client looking for a typo
+        raise APIError(400, f"'model' must be a string (GET /v1/models lists it), got {model!r}", "model")
+    for name, no_op in _NOT_APPLIED.items():
+        if body.get(name) is not None and body[name] not in no_op:
+            raise APIError(400, f"'{name}' {json.dumps(body[name])}: this server does not apply it; leave it out "
+                           f"(or send {json.dumps(no_op[0])})", name)
     n = _integer(body, "n")
     if n not in (None, 1):
         raise APIError(400, f"'n' must be 1 (this server returns one choice), got {n}", "n")

@@ -24,6 +24,7 @@ command shares (the constants are in :mod:`minispark.defaults`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,9 +97,10 @@ def matching_sps_table(target: Target, path: Path | None, strict: bool = False) 
 def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
                   threshold: float | None = None, sps: Path | None = None,
                   sampling: SamplingConfig | None = None, strict: bool = False,
-                  draft_skip: bool | None = None) -> ServingSetup:
+                  draft_skip: bool | None = None, side_by_side: Sequence[str] = ()) -> ServingSetup:
     """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`; ``threshold``
-    None is ``DEFAULT_THRESHOLD``."""
+    None is ``DEFAULT_THRESHOLD``. ``side_by_side``: the modes a bench runs with this setup (its notices describe
+    them, not the one mode a plain run would choose)."""
     if threshold is None:
         threshold = DEFAULT_THRESHOLD
     from minispark.model.checkpoint import load_calibration
@@ -129,7 +131,10 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
     if table is None:
         fallback = "no speedup estimate"
-        if mode == "schedule":
+        if side_by_side:  # bench said "threshold mode (0.5)" while running schedule on the generic curve
+            if any("schedule" in name for name in side_by_side):
+                fallback = "the schedule modes use the generic cost model"
+        elif mode == "schedule":
             fallback = "schedule mode uses the generic cost model"
         elif mode == "threshold" and chosen:
             fallback = f"threshold mode ({threshold:g})"

@@ -35,7 +35,8 @@ from minispark.atomic import write_json_atomic
 from minispark.defaults import SHIPPED_TABLES  # noqa: F401  (re-exported: the tables looked up after the user's)
 from minispark.errors import MinisparkError
 from minispark.identity import dtype_name, quantization_name
-from minispark.serving.sps_schema import SCHEMA_VERSION, SPSTableError, validate_table
+from minispark.serving.sps_schema import INLINE_DTYPE, SCHEMA_VERSION, SPSTableError, validate_table
+from minispark.validate import edited_text
 
 #: Fallback cost model: each verified token beyond the first adds this fraction of a one-token
 #: step. Real small-batch decode on a consumer GPU is memory-bound (8 tokens cost ~1.1–1.3× one),
@@ -122,7 +123,7 @@ class SPSTable:
         return SPSTable(
             device=device,
             target=target,
-            dtype="n/a",
+            dtype=INLINE_DTYPE,
             quantization="none",
             contexts=[0],
             tokens=list(range(1, len(sps) + 1)),
@@ -218,7 +219,7 @@ class SPSTable:
     def load(path: str | Path) -> SPSTable:
         path = Path(path)
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(edited_text(path))
         except FileNotFoundError:
             raise SPSTableError(f"{path}: SPS table not found") from None
         except (OSError, json.JSONDecodeError, RecursionError) as err:  # RecursionError: nested too deeply
@@ -369,11 +370,8 @@ def table_runtime(table: SPSTable) -> str:
 
 
 def _stored_dtype(name: str) -> str:
-    """A table's dtype in the one vocabulary (a name outside it is compared as written)."""
-    try:
-        return dtype_name(name)
-    except MinisparkError:
-        return name
+    """A table's dtype in the one vocabulary (INLINE_DTYPE, measured on no target, as written)."""
+    return name if name == INLINE_DTYPE else dtype_name(name)
 
 
 def _device_matches(table_device: str, device: str) -> bool:

@@ -10,10 +10,14 @@ import math
 from typing import Any
 
 from minispark.errors import MinisparkError
+from minispark.identity import DTYPE_ALIASES, DTYPES
 from minispark.validate import SPS_RANGE
 
 SCHEMA_VERSION = 1
 _REQUIRED_METADATA = ("torch", "driver", "date")
+#: A table's dtype: a stored name, an alias, or INLINE_DTYPE (a table of hand-given rates, measured on no target).
+INLINE_DTYPE = "n/a"
+_DTYPE_NAMES = (*DTYPES, *DTYPE_ALIASES, INLINE_DTYPE)
 #: Fields a table may leave out (tables written before they existed).
 _OPTIONAL = ("batched",)
 
@@ -39,6 +43,8 @@ def validate_table(data: Any, source: str, known: frozenset[str]) -> None:
     for name in ("device", "target", "dtype", "quantization"):
         if not isinstance(data[name], str) or not data[name]:
             fail(name, f"expected a non-empty string, got {data[name]!r}")
+    if data["dtype"] not in _DTYPE_NAMES:  # free text was compared as written: 'float' fit no run, without a word
+        fail("dtype", f"expected one of {', '.join(_DTYPE_NAMES)}, got {data['dtype']!r}")
     for name, least in (("contexts", 0), ("tokens", 1)):
         grid = data[name]
         if not isinstance(grid, list) or not grid:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.errors import MinisparkError, json_reason
+from minispark.validate import edited_text
 
 TARGET_FILE = "target.json"
 #: The key of a DeepSpec ``config.json`` minispark exported that records its target's identity.
@@ -93,7 +94,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
     path = directory / TARGET_FILE
     if path.is_file():
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(edited_text(path))
             if not isinstance(data, dict):
                 raise TypeError(f"a JSON {type(data).__name__}, not an object")
             return _checked_record(data)

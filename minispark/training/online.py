@@ -137,6 +137,8 @@ class OnlinePlan:
         counts = source.anchors_per_sample()
         if max_samples > 0:
             counts = counts[:max_samples]
+        if not len(counts):  # a manifest listing no shard: "no anchors (answers too short?)" blamed the answers
+            raise MinisparkError(f"{source.directory}: the answer set holds no answers (its manifest lists no shard)")
         if not counts.sum():
             raise MinisparkError(f"{source.directory}: the answer set holds no anchors (answers too short?)")
         self.source, self.dense = source, counts  # (N,) every anchor of each answer

@@ -170,6 +170,14 @@ class TrainConfig:
         for key in ("hidden_size", "vocab_size", "num_heads", "num_kv_heads", "head_dim", "intermediate_size"):
             if getattr(self, key) is not None and getattr(self, key) < 1:  # None: the target's; 0 would be no width
                 raise MinisparkError(f"{key}: must be >= 1, or none for the target's, got {getattr(self, key)}")
+        # Token ids and counts the recipe's own vocabulary bounds: checked here, where an override is blamed as
+        # such, not when the draft model is sized ("recipe 'tiny' (the target's sizes ...)": the file was fine)
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < (self.vocab_size or validate.MAX_INT):
+            raise MinisparkError(f"mask_token_id, vocab_size: a token id in [0, {self.vocab_size or validate.MAX_INT})"
+                                 f", got {self.mask_token_id}")
+        if self.vocab_size is not None and self.draft_vocab > self.vocab_size:
+            raise MinisparkError(f"draft_vocab, vocab_size: at most the vocabulary's {self.vocab_size} tokens (0 = "
+                                 f"all), got {self.draft_vocab}")
         for key, most in (("num_layers", MAX_DRAFT_LAYERS), ("block_size", MAX_BLOCK_SIZE)):
             if getattr(self, key) > most:  # past these a model is built, or sizes multiplied, before anything fails
                 raise MinisparkError(f"{key}: at most {most}, got {getattr(self, key)}")
@@ -340,7 +348,7 @@ def list_recipes() -> list[str]:
 def read_recipe_file(path: Path) -> dict[str, Any]:
     """The flat key → value mapping of one recipe file, every key and type checked."""
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(validate.edited_text(path))
     except (OSError, tomllib.TOMLDecodeError) as exc:
         raise MinisparkError(f"{path}: unreadable recipe ({exc})") from None
     except UnicodeDecodeError:

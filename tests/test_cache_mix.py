@@ -15,7 +15,7 @@ import torch
 
 from minispark.cli import app
 from minispark.data.cache import CacheConfig, build_cache
-from minispark.data.cache_format import CacheError, CacheMismatchError, CacheReader
+from minispark.data.cache_format import CacheError, CacheMismatchError, CacheReader, file_sha256
 from minispark.data.cache_mix import MixPart, concat_shards, mix_caches, parse_part, slice_samples
 from minispark.target.loading import load_target
 from minispark.tiny_models import build_tiny
@@ -102,8 +102,21 @@ def test_held_out_and_mismatched_caches_are_refused(caches, tmp_path) -> None:
         (copy / shard["file"]).symlink_to(caches["texts"] / shard["file"])
     other["config"]["window"] = 99
     (copy / "manifest.json").write_text(json.dumps(other))
-    with pytest.raises(CacheError):  # its shards no longer match the edited config: refused on open
+    # Its shards no longer match the edited config: refused on open, blaming the manifest (not a shard).
+    with pytest.raises(CacheError, match=r"manifest.json: its config differs from the one every shard"):
         mix_caches(tmp_path / "b", [MixPart(caches["answers"]), MixPart(copy)])
+    # One shard of another cache among the rest, its manifest entry updated to match: that shard is named.
+    planted = json.loads((caches["answers"] / "manifest.json").read_text())
+    foreign = caches["texts"] / other["shards"][0]["file"]
+    (tmp_path / "planted").mkdir()
+    for entry in planted["shards"]:
+        (tmp_path / "planted" / entry["file"]).symlink_to(caches["answers"] / entry["file"])
+    (tmp_path / "planted" / planted["shards"][0]["file"]).unlink()
+    (tmp_path / "planted" / planted["shards"][0]["file"]).symlink_to(foreign)
+    planted["shards"][0] |= {"bytes": foreign.stat().st_size, "sha256": file_sha256(foreign)}
+    (tmp_path / "planted" / "manifest.json").write_text(json.dumps(planted))
+    with pytest.raises(CacheError, match=rf"{planted['shards'][0]['file']}: shard belongs to a different cache"):
+        CacheReader(tmp_path / "planted")
     with pytest.raises(CacheError, match="asked for 9 samples, the cache holds 5"):
         mix_caches(tmp_path / "c", [MixPart(caches["answers"], 9), MixPart(caches["texts"])])
     with pytest.raises(CacheError, match="at least two caches"):

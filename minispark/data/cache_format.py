@@ -396,10 +396,15 @@ class CacheReader(CacheFacts):
                                  f"manifest says {entry['bytes']})")
             if verify and file_sha256(path) != entry["sha256"]:
                 raise CacheError(f"{path}: corrupt shard (sha256 differs from the manifest)")
-            shard = ShardFile(path)
-            if shard.metadata.get("config_hash") != expected_hash:
-                raise CacheError(f"{path}: shard belongs to a different cache (config hash differs)")
-            self.shards.append(shard)
+            self.shards.append(ShardFile(path))
+        stamps = [shard.metadata.get("config_hash") for shard in self.shards]
+        if stamps and set(stamps) == {stamps[0]} != {expected_hash}:
+            # Every shard agrees with the others and none with the manifest: the manifest's config was edited.
+            raise CacheError(f"{manifest_path}: its config differs from the one every shard was built under "
+                             "(edited?); restore it or rebuild the cache")
+        for shard, stamp in zip(self.shards, stamps):
+            if stamp != expected_hash:
+                raise CacheError(f"{shard.path}: shard belongs to a different cache (config hash differs)")
         held = sum(len(shard["sample_index"]) for shard in self.shards)
         if held != self.num_samples:  # cache-mix took samples from shards that were not there: an IndexError
             raise CacheError(f"{manifest_path}: its shards hold {held} samples, its totals say {self.num_samples}; "

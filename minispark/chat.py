@@ -135,16 +135,21 @@ class ChatREPL:
             return True
         command, _, argument = line.partition(" ")
         argument = argument.strip()
+        takes_path = command in ("/image", "/save")
+        if argument and not takes_path and command in ("/quit", "/exit", "/reset", "/stats", "/help"):
+            # '/reset now' or '/quit later' did what the bare command does, the words ignored without a word
+            self.error(f"{command} takes no argument (got {argument!r})")
+            return True
         if command in ("/quit", "/exit"):
             return False
         actions = {"/image": self.attach, "/reset": self.reset, "/stats": self.stats, "/save": self.save,
                    "/help": self.help}
         if command not in actions:
             self.error(f"unknown command {command} (try /help)")
-        elif command in ("/image", "/save") and not argument:
+        elif takes_path and not argument:
             self.error(f"{command} needs a path")
         else:
-            actions[command](argument) if command in ("/image", "/save") else actions[command]()
+            actions[command](argument) if takes_path else actions[command]()
         return True
 
     def answer(self, text: str) -> None:
@@ -172,9 +177,11 @@ class ChatREPL:
         context = self.conversation.session.cache_length - stats.new_tokens // 2
         speedup = estimate_speedup(stats, self.setup.sps_table, context)
         estimate = f"≈{speedup:.2f}× est. (SPS table)" if speedup is not None else "no SPS estimate"
-        return (f"{stats.new_tokens} tokens · {stats.tokens_per_s:.1f} tok/s · τ {stats.tau:.2f} · "
-                f"{drafts:.1f} drafts/round · {stats.skipped_rounds}/{stats.rounds} rounds draft-skipped · "
-                f"{estimate} · prompt {stats.prefill_tokens} prefilled, "
+        # Without a drafter every round is one target token: τ, drafts and an estimate would say nothing.
+        drafting = "" if self.setup.drafter_spec == "none" else (
+            f"τ {stats.tau:.2f} · {drafts:.1f} drafts/round · {stats.skipped_rounds}/{stats.rounds} rounds "
+            f"draft-skipped · {estimate} · ")
+        return (f"{stats.new_tokens} tokens · {stats.tokens_per_s:.1f} tok/s · {drafting}prompt {stats.prefill_tokens} prefilled, "
                 f"{stats.reused_tokens} reused" + (f" · peak {peak_bytes / 2**30:.2f} GiB" if peak_bytes else ""))
 
     def attach(self, path: str) -> None:
@@ -202,9 +209,11 @@ class ChatREPL:
         totals = self.conversation.totals()
         self.console.print(
             f"{totals['turns']} turn{'' if totals['turns'] == 1 else 's'} · {totals['new_tokens']} tokens in {totals['wall_s']:.2f}s "
-            f"({totals['tokens_per_s']:.1f} tok/s) · τ {totals['tau']:.2f} · {totals['drafts_per_round']:.1f} "
-            f"drafts/round · {totals['skipped_rounds']}/{totals['rounds']} rounds draft-skipped · "
-            f"drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n"
+            f"({totals['tokens_per_s']:.1f} tok/s) · "
+            + ("no drafter (target-only)\n" if self.setup.drafter_spec == "none" else
+               f"τ {totals['tau']:.2f} · {totals['drafts_per_round']:.1f} drafts/round · "
+               f"{totals['skipped_rounds']}/{totals['rounds']} rounds draft-skipped · "
+               f"drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n") +
             f"prompt tokens: {totals['prefill_tokens']} prefilled, {totals['reused_tokens']} reused from the KV "
             f"cache ({totals['recomputed_tokens']} re-prefilled after a template mismatch); KV cache holds "
             f"{totals['kv_cache_tokens']} tokens", highlight=False)

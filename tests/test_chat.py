@@ -66,9 +66,10 @@ def scripted(lines: list[str]):
     return read_line, pending
 
 
-def repl(target: Target, lines: list[str], **conversation_kwargs) -> tuple[str, Conversation, object]:
+def repl(target: Target, lines: list[str], drafter: str = "lookup", **conversation_kwargs
+         ) -> tuple[str, Conversation, object]:
     output = io.StringIO()
-    setup = build_serving(target, "lookup")
+    setup = build_serving(target, drafter)
     read_line, pending = scripted(lines)
     conversation = Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=12, **conversation_kwargs)
     with conversation:
@@ -116,9 +117,12 @@ def test_turn_line_shows_peak_device_memory_on_cuda(tiny_llama: Target, monkeypa
 
 
 def test_commands_errors_and_quit(tiny_llama: Target, tmp_path: Path) -> None:
-    out, conversation, pending = repl(tiny_llama, ["/help", "/image cat.png", "/bogus", "/save", "/quit", "unread"])
+    out, conversation, pending = repl(tiny_llama, ["/help", "/image cat.png", "/bogus", "/save", "/quit now",
+                                                   "/reset all", "/quit", "unread"])
     assert "/image PATH" in out and "/save FILE" in out
     assert "text-only" in out and "unknown command /bogus" in out and "/save needs a path" in out
+    # words after a command that takes none are refused, not ignored: '/quit now' did not quit
+    assert "/quit takes no argument (got 'now')" in out and "/reset takes no argument (got 'all')" in out
     assert next(pending) == "unread" and not conversation.turns
 
 
@@ -320,3 +324,13 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
             build_serving(target, str(drafter_dir), "schedule", sps=table)
     finally:
         (drafter_dir / CALIBRATION_FILE).unlink()
+
+
+def test_without_a_drafter_no_drafting_figures_or_profile_hint(tiny_llama: Target) -> None:
+    """``--drafter none`` printed 'τ 1.00 · 0.0 drafts/round' every turn and advised `minispark profile`,
+    whose table it never reads."""
+    assert not any("minispark profile" in hint for hint in build_serving(tiny_llama, "none").hints)
+    out, _, _ = repl(tiny_llama, ["Hello there", "/stats"], drafter="none")
+    assert "tok/s" in out and "no drafter (target-only)" in out
+    assert "τ" not in out and "drafts/round" not in out and "SPS" not in out
+

@@ -129,7 +129,7 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     chosen = mode is None
     if mode is None:
         mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
-    if table is None:
+    if table is None and not isinstance(draft, NoDrafter):  # without a drafter no table is read
         fallback = "no speedup estimate"
         if side_by_side:  # bench said "threshold mode (0.5)" while running schedule on the generic curve
             if any("schedule" in name for name in side_by_side):

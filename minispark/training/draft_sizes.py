@@ -71,7 +71,9 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
     try:
         return DraftConfig(**sizes)
     except ValueError as exc:  # a recipe size the target's contradict (num_heads vs its key/value heads, ...)
-        raise MinisparkError(f"recipe {config.name!r} (the target's sizes where it sets none): {exc}") from None
+        # The config does not remember which keys came from the file and which from the command line: name both.
+        raise MinisparkError(f"recipe {config.name!r} with its command-line overrides, against the target's sizes "
+                             f"where it sets none: {exc}") from None
 
 
 def target_dims(target: Any) -> TargetDims:

@@ -204,7 +204,7 @@ def test_foreign_shard_is_refused(llama, prompt_file, clean, tmp_path):
 
 @pytest.mark.parametrize("line, reason", [
     ('{"prompt": "ok"}\n{"prompt": "unterminated\n', ":2: malformed JSON"),
-    ('{"prompt": "ok"}\n{"prompt": "look", "images": ["nowhere.png"]}\n', ":2: unreadable image 'nowhere.png'"),
+    ('{"prompt": "ok"}\n{"prompt": "look", "images": ["nowhere.png"]}\n', ":2: image 'nowhere.png' is "),
 ])
 def test_prompt_errors_come_before_any_expensive_work(tmp_path, line, reason):
     path = tmp_path / "bad.jsonl"

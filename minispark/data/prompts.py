@@ -309,7 +309,8 @@ def _resolve_image(path: Path, value: Any, check: bool, fail) -> Path:
     resolved = (path.parent / value).resolve()
     if check:
         try:  # the --image check: header first, so a decompression bomb is refused before it decodes
-            validate_models.image(resolved, flag=f"unreadable image {value!r}")
+            # 'image X: not a file', or where a relative path led: 'image 'cat.png' is /data/cat.png: ...'
+            validate_models.image(resolved, flag="image" if str(resolved) == value else f"image {value!r} is")
         except MinisparkError as exc:
             raise fail(str(exc)) from None
     return resolved

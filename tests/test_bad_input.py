@@ -2048,3 +2048,6 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
     assert any("no speedup estimate" in hint for hint in builder.build_serving(
         target, str(drafter), side_by_side=("fixed", "threshold")).hints)
 
+    # '--threshold -0.0' is the threshold 0: the notice said "threshold mode (-0)"
+    hints = builder.build_serving(target, str(drafter), threshold=-0.0).hints
+    assert any("threshold mode (0)" in hint for hint in hints) and not any("(-0)" in hint for hint in hints), hints

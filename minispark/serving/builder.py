@@ -101,8 +101,8 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     """Resolve the defaults (see the module docstring) into a ready :class:`ServingSetup`; ``threshold``
     None is ``DEFAULT_THRESHOLD``. ``side_by_side``: the modes a bench runs with this setup (its notices describe
     them, not the one mode a plain run would choose)."""
-    if threshold is None:
-        threshold = DEFAULT_THRESHOLD
+    # + 0.0: '--threshold -0.0' is the threshold 0 (printed as "-0" otherwise)
+    threshold = DEFAULT_THRESHOLD if threshold is None else threshold + 0.0
     from minispark.model.checkpoint import load_calibration
     from minispark.serving.generate import make_drafter, shipped_drafter
 

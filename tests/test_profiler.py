@@ -271,3 +271,12 @@ def test_a_users_file_at_the_tables_name_is_refused_before_measuring(tiny_dir, t
         profiler.run_profile(ProfileConfig(**SMALL), target=str(tiny_dir("llama")), out_dir=tmp_path,
                              show_progress=False)
     assert measured == [] and clash.read_text() == "my notes\n"
+
+
+def test_no_context_that_fits_is_one_error_without_a_notice_first(tiny_target) -> None:
+    """Every context too long printed the 'skipping contexts' notice, then an error saying the same thing."""
+    config = ProfileConfig(contexts=[5000, 6000], max_tokens=3, rounds=1, warmup=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a notice would be raised here instead of the error below
+        with pytest.raises(MinisparkError, match=r"--contexts: none of \[5000, 6000\] leaves room"):
+            profile_target(tiny_target, config)

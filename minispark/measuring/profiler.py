@@ -114,12 +114,12 @@ def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int],
     contexts = [c for c in config.contexts
                 if max_positions is None or c + config.max_tokens <= max_positions]
     skipped = [c for c in config.contexts if c not in contexts]
+    if not contexts:  # before the notice, which would say the same thing first
+        raise MinisparkError(f"--contexts: none of {config.contexts} leaves room for --max-tokens "
+                             f"{config.max_tokens} in {target.name}'s {max_positions} positions")
     if skipped:  # stacklevel 3: the warning names profile_target's caller
         warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
                       f"exceeds {target.name}'s {max_positions} positions", stacklevel=3)
-    if not contexts:
-        raise MinisparkError(f"--contexts: none of {config.contexts} leaves room for --max-tokens "
-                             f"{config.max_tokens} in {target.name}'s {max_positions} positions")
     return contexts, skipped
 
 

@@ -38,6 +38,18 @@ def test_theta_table_appendix_a_numbers():
     assert theta_table([C1, C2_AFTER[1]], SPS_CURVE)["peeking"] == 0
 
 
+def test_tiny_steps_per_second_keep_their_digits():
+    """An SPS of 1e-6 (a slow table, or one in other units) showed as 0.0000 for SPS and Θ alike."""
+    import io
+
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=200)
+    console.print(render_theta_table(theta_table([0.5], [1e-6, 1e-6])))
+    out = console.file.getvalue()
+    assert "1e-06" in out and "1.5e-06" in out and "0.0000 " not in out
+
+
 def test_theta_table_unimodal_curve_agrees():
     result = theta_table([0.9, 0.8, 0.6], [1.0, 0.9, 0.85, 0.8])
     assert result["causal"] == result["peeking"] == 3

@@ -140,14 +140,19 @@ def theta_table(
     }
 
 
+def _figure(value: float) -> str:
+    """Four decimals, or four significant digits below 0.001 (a table of 1e-6 steps/s showed 0.0000)."""
+    return f"{value:.4f}" if value == 0 or abs(value) >= 1e-3 else f"{value:.4g}"
+
+
 def render_theta_table(result: dict) -> Table:
     from rich.table import Table
 
     score = result["throughput"]
     table = Table(
-        title=f"Θ(ℓ): causal ℓ={result['causal']} (Θ {score['causal']:.4f}), envelope "
-        f"ℓ={result['envelope']} (Θ {score['envelope']:.4f}), peeking ℓ={result['peeking']} "
-        f"(Θ {score['peeking']:.4f}); Θ on the raw table"
+        title=f"Θ(ℓ): causal ℓ={result['causal']} (Θ {_figure(score['causal'])}), envelope "
+        f"ℓ={result['envelope']} (Θ {_figure(score['envelope'])}), peeking ℓ={result['peeking']} "
+        f"(Θ {_figure(score['peeking'])}); Θ on the raw table"
     )
     for name in ("ℓ", "a_ℓ", "τ = 1+Σa", "SPS(1+ℓ)", "envelope SPS", "Θ(ℓ)", ""):
         table.add_column(name, justify="right" if name else "left")
@@ -157,9 +162,9 @@ def render_theta_table(result: dict) -> Table:
             str(row["length"]),
             "" if row["survival"] is None else f"{row['survival']:.4f}",
             f"{row['expected_tokens']:.4f}",
-            f"{row['sps']:.4f}",
-            f"{row['sps_envelope']:.4f}",
-            f"{row['theta']:.4f}",
+            _figure(row["sps"]),
+            _figure(row["sps_envelope"]),
+            _figure(row["theta"]),
             " ".join(f"← {m}" for m in marks),
         )
     return table

@@ -63,6 +63,7 @@ def test_text_only_parts_become_string_content(tmp_path):
     ('{"prompt": ""}', "non-empty string"),
     ('{"prompt": "hi", "images": "a.png"}', "must be a list"),
     ('{"prompt": "hi", "images": ["missing.png"]}', "image 'missing.png' is "),
+    ('\ufeff{"prompt": "hi"}', "starts with a byte-order mark"),  # mid-file: two files joined
     ('{"prompt": "hi", "images": ["not_an_image.png"]}', "image 'not_an_image.png' is "),
     ('{"prompt": "hi", "images": ["https://example.com/a.png"]}', "remote image"),
     ('{"messages": [{"role": "robot", "content": "hi"}]}', "role must be one of"),

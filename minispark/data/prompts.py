@@ -170,6 +170,8 @@ def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> Prompt
     def fail(reason: str) -> PromptFileError:
         return PromptFileError(path, number, reason)
 
+    if raw.startswith("\ufeff"):  # json's own words: "Unexpected UTF-8 BOM (decode using utf-8-sig)"
+        raise fail("starts with a byte-order mark (U+FEFF; files joined together?): only a file's start may hold one")
     try:
         record = json.loads(raw, object_pairs_hook=unique_keys)
     except json.JSONDecodeError as exc:  # "Unterminated string starting at": one "at"

@@ -2010,23 +2010,37 @@ def test_serve_refuses_what_it_would_not_apply(tmp_path, field, value, says) -> 
                            ServeLimits(), None, tmp_path, vision=False)
 
 
-def test_serve_refuses_a_key_given_twice() -> None:
-    """{"max_tokens": 2, "max_tokens": 5} was answered with 5 tokens, without a word (prompt files refuse it)."""
+def read_served_body(body: bytes) -> object:
+    """What serve's body reader makes of ``body``."""
     import asyncio
 
     from starlette.requests import Request
 
     from minispark.serve.app import read_body
-    from minispark.serve.protocol import APIError
-
-    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi", "role": "system"}], "max_tokens": 2}'
 
     async def receive() -> dict:
         return {"type": "http.request", "body": body, "more_body": False}
 
-    request = Request({"type": "http", "method": "POST", "headers": []}, receive)
+    return asyncio.run(read_body(Request({"type": "http", "method": "POST", "headers": []}, receive), 1 << 20))
+
+
+def test_serve_refuses_a_key_given_twice() -> None:
+    """{"max_tokens": 2, "max_tokens": 5} was answered with 5 tokens, without a word (prompt files refuse it)."""
+    from minispark.serve.protocol import APIError
+
+    body = b'{"model": "m", "messages": [{"role": "user", "content": "hi", "role": "system"}], "max_tokens": 2}'
     with pytest.raises(APIError, match="the request body gives 'role' twice; send it once"):
-        asyncio.run(read_body(request, 1 << 20))
+        read_served_body(body)
+
+
+def test_serve_reads_bodies_as_utf8() -> None:
+    """A body starting \\xff\\xfe was guessed to be UTF-16 and refused with an unrelated JSON error; a UTF-8 BOM
+    is tolerated (RFC 8259)."""
+    from minispark.serve.protocol import APIError
+
+    with pytest.raises(APIError, match=r"the request body is not UTF-8 text \(byte 0\)"):
+        read_served_body('{"model": "m"}'.encode("utf-16"))
+    assert read_served_body('\ufeff{"model": "m"}'.encode("utf-8")) == {"model": "m"}
 
 
 def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypatch) -> None:

@@ -72,10 +72,16 @@ async def read_body(request: Request, limit: int) -> object:
             raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
         chunks.append(chunk)
     try:
-        return json.loads(b"".join(chunks) or b"null", object_pairs_hook=unique_keys)
+        # JSON over HTTP is UTF-8 (RFC 8259; a leading BOM tolerated): json.loads on bytes would guess UTF-16/32
+        # from the first bytes and report a body starting \xff\xfe as some unrelated JSON error.
+        text = (b"".join(chunks) or b"null").decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise APIError(400, f"the request body is not UTF-8 text (byte {exc.start}); send JSON as UTF-8") from None
+    try:
+        return json.loads(text, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:  # {"max_tokens": 2, "max_tokens": 5}: the last one was used without a word
         raise APIError(400, f"the request body gives {exc.args[0]!r} twice; send it once") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError, [[[[...]]]]: a 500 before
+    except (ValueError, RecursionError) as exc:  # RecursionError, [[[[...]]]]: a 500 before
         raise APIError(400, f"the request body is not valid JSON ({json_reason(exc)})") from None
 
 

@@ -93,12 +93,20 @@ def items(text: str, flag: str, what: str) -> list[str]:
     return parts
 
 
+def number_text(text: str) -> str:
+    """``text`` when it is ASCII, else ValueError: int() and float() read other scripts' digits too ('٣' is 3)
+    where typer's integer flags refuse them; one rule for every number a user types (lists, overrides)."""
+    if not text.isascii():
+        raise ValueError(text)
+    return text
+
+
 def floats(text: str, flag: str, *, low: float | None = None, high: float | None = None,
            low_open: bool = False) -> list[float]:
     """Comma-separated finite numbers (at least one), each in the given range."""
     parts = items(text, flag, "number")
     try:
-        values = [float(part) for part in parts]
+        values = [float(number_text(part)) for part in parts]
     except ValueError:
         raise MinisparkError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
     for value in values:
@@ -111,7 +119,7 @@ def integers(text: str, flag: str, minimum: int, maximum: int | None = None, *, 
     ``distinct``, a number given twice is refused (a list of sizes to measure: the second would be dropped)."""
     parts = items(text, flag, "whole number")
     try:
-        values = [int(part) for part in parts]
+        values = [int(number_text(part)) for part in parts]
     except ValueError:
         raise MinisparkError(f"{flag}: expected comma-separated whole numbers, got {text!r}") from None
     for value in values:

@@ -267,6 +267,12 @@ CASES = [
     ("serve-max-concurrent-huge", ["serve", "--max-concurrent", "100000"], "--max-concurrent must be at most 256"),
     ("cache-mix-count-not-a-number", ["cache-mix", "{emptydir}:abc", "{userdir}", "--out", "{out}"],
      "expected a whole number of samples, got 'abc'"),
+    # Other scripts' digits: int() reads '١٦' as 16, typer's integer flags refuse them; every number the same way
+    ("profile-contexts-arabic-digits", ["profile", "--contexts", "١٦"], "--contexts: expected comma-separated whole"),
+    ("train-steps-arabic-digits", ["train", "--recipe", "tiny", "steps=٣"], "steps must be"),
+    ("train-feature-layers-arabic-digits", ["train", "--recipe", "tiny", "feature_layers=١,٢"], "feature_layers"),
+    ("cache-mix-count-arabic-digits", ["cache-mix", "{emptydir}:٣", "{userdir}", "--out", "{out}"],
+     "expected a whole number of samples, got '٣'"),
     ("profile-max-tokens-zero", ["profile", "--max-tokens", "0"], "--max-tokens"),
     ("profile-max-tokens-below-gamma", ["profile", "--max-tokens", "1"], "--max-tokens"),
     ("profile-threads-above-cpus", ["profile", "--threads", "999"], "--threads"),

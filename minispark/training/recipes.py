@@ -306,14 +306,14 @@ def parse_value(key: str, text: str, where: str) -> Any:
                      "off": False}
             return flags[raw.lower()]
         if kind is int:
-            return int(raw)
+            return int(validate.number_text(raw))
         if kind is float:
-            return float(raw)
+            return float(validate.number_text(raw))
         if typing.get_origin(kind) is list:  # [1, 8, 15] or 1,8,15; a lone or inner bracket or an empty item is a typo
             body = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else raw
             if "[" in body or "]" in body:
                 raise ValueError(raw)
-            return [int(x) for x in body.split(",")] if body.strip() else []
+            return [int(validate.number_text(x)) for x in body.split(",")] if body.strip() else []
         return raw
     except (KeyError, ValueError):
         raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}, got {text!r}") from None

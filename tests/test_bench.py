@@ -19,10 +19,9 @@ from minispark.measuring.bench import (
     build_modes,
     builtin_prompts,
     minispark_mode,
-    plot_bench,
-    render_bench,
     run_bench,
 )
+from minispark.measuring.bench_report import plot_bench, render_bench
 from minispark.cli import app
 from minispark.serving.draft_block import FixedBlock
 from minispark.serving.drafters.base import Drafter

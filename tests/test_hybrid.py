@@ -16,7 +16,8 @@ import torch
 from typer.testing import CliRunner
 
 from minispark.cli import app
-from minispark.measuring.bench import BenchConfig, build_modes, builtin_prompts, render_bench, run_bench
+from minispark.measuring.bench import BenchConfig, build_modes, builtin_prompts, run_bench
+from minispark.measuring.bench_report import render_bench
 from minispark.serving.builder import build_serving
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.draft_skip import DraftSkip

@@ -20,7 +20,7 @@ SERVING = ("chat", "identity", "model.checkpoint", "model.draft_context", "model
            "target.sampling", "serving.schedule", "serving.sps", "target.loading",
            "serve", "serve.app", "serve.protocol", "serve.worker")
 #: Modules the serving path must never reach.
-FORBIDDEN = ("measuring.bench", "cli", "measuring.profiler", "training.train", "training.trainer")
+FORBIDDEN = ("measuring.bench", "measuring.bench_report", "cli", "measuring.profiler", "training.train", "training.trainer")
 
 
 #: The declared layers, bottom up (README "Module map"): a module imports only its own layer or lower ones.

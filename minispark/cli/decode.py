@@ -255,7 +255,7 @@ def demo(
     max_new_tokens: int = typer.Option(96, "--max-new-tokens", help="Tokens per answer."),
 ) -> None:
     """Show the speedup: target-only vs the shipped drafter on held-out prompts (--train: build your own)."""
-    from minispark.measuring.bench import render_bench
+    from minispark.measuring.bench_report import render_bench
     from minispark.demo import PipelineSizes, check_out, render_demo, run_demo, run_pipeline
     from minispark.measuring.profiler import rich_progress
 

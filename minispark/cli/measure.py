@@ -148,7 +148,7 @@ def _bench_run(loaded: Any, config: Any, drafter: Optional[str], prompts: Option
 
 def _bench_render(report: dict, plot: Optional[Path], as_json: bool) -> None:
     """bench, rendering: the --plot PNG, then the JSON report or the table."""
-    from minispark.measuring.bench import plot_bench, render_bench
+    from minispark.measuring.bench_report import plot_bench, render_bench
 
     if plot is not None:
         plot_bench(report, plot)

@@ -1071,7 +1071,8 @@ def test_paths_with_brackets_print_verbatim(tiny_dir, tiny_trained_drafter, tmp_
     prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
     out = tmp_path / "x[/]y[v2]"
     argv, stdin = {
-        "generate": (["generate", "--target", str(target), "--drafter", "none", "--max-new-tokens", "2"], None),
+        # a drafter that reads SPS tables: the no-table hint names the target (without one nothing does)
+        "generate": (["generate", "--target", str(target), "--drafter", "lookup", "--max-new-tokens", "2"], None),
         "chat": (["chat", "--target", str(target), "--drafter", "none"], f"/save {out}.json\n/image {out}.png\n"),
         "bench": (["bench", "--target", str(target), "--drafter", "none", "--modes", "target", "--num-prompts", "1",
                    "--max-new-tokens", "2", "--plot", f"{out}.png"], None),

@@ -149,6 +149,12 @@ def test_kill_resume_and_grow_keep_earlier_shards(llama, prompt_file, tmp_path):
     assert [AnswerSet(killed)[i].answer_ids.tolist() for i in range(9)] == \
         [AnswerSet(clean)[i].answer_ids.tolist() for i in range(9)]
 
+    # The finished set asked again, as a user reruns the command: nothing sampled, every byte unchanged (this
+    # was a ValueError traceback from the sampler, handed no prompts).
+    before = shard_bytes(clean)  # the shards and answers.json
+    again = build_answers(make_config(prompt_file, clean), target=llama, log=lambda _: None)
+    assert again.resumed_shards == again.shards and shard_bytes(clean) == before
+
     before = shard_bytes(clean)
     grown = build_answers(make_config(prompt_file, clean, num_samples=14), target=llama, log=lambda _: None)
     after = shard_bytes(clean)

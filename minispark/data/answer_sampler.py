@@ -190,6 +190,8 @@ def iter_answers(target: Target, prompts: Mapping[int, PromptInputs], seeds: Map
     pad_id = target.tokenizer.pad_token_id
     pad_id = min(eos) if pad_id is None else pad_id
     refill_at = max(1, batch_size // 8) if refill_at is None else refill_at
+    if not prompts:  # a finished answer set asked again has nothing to sample
+        return
     queue = list(prompts)
     longest = max(p.length for p in prompts.values())
     kv = _SlotKV(target, min(batch_size, len(queue)), headroom=longest, span=longest + max_new_tokens)

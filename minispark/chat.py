@@ -135,15 +135,15 @@ class ChatREPL:
             return True
         command, _, argument = line.partition(" ")
         argument = argument.strip()
+        actions = {"/image": self.attach, "/reset": self.reset, "/stats": self.stats, "/save": self.save,
+                   "/help": self.help}
         takes_path = command in ("/image", "/save")
-        if argument and not takes_path and command in ("/quit", "/exit", "/reset", "/stats", "/help"):
+        if argument and not takes_path and command in {*actions, "/quit", "/exit"}:
             # '/reset now' or '/quit later' did what the bare command does, the words ignored without a word
             self.error(f"{command} takes no argument (got {argument!r})")
             return True
         if command in ("/quit", "/exit"):
             return False
-        actions = {"/image": self.attach, "/reset": self.reset, "/stats": self.stats, "/save": self.save,
-                   "/help": self.help}
         if command not in actions:
             self.error(f"unknown command {command} (try /help)")
         elif takes_path and not argument:

@@ -64,6 +64,7 @@ ROWS: dict[str, Row] = {
     "16k-dflash": Row(16384, {"head": "none"}),
     # At the largest size, one row per lever the literature names, against the same drafter at their budget.
     "16k-dspark-1m": Row(16384, {}, LEVER_BLOCKS),
+    "16k-dflash-1m": Row(16384, {"head": "none"}, LEVER_BLOCKS),
     "16k-5-layers": Row(16384, {"num_layers": 5, "init_layers": "random"}, LEVER_BLOCKS),
     "16k-rank-256": Row(16384, {"markov_rank": 256}, LEVER_BLOCKS),
     "16k-layers-early": Row(16384, {"feature_layers": "2,5,8,11,14"}, LEVER_BLOCKS),

@@ -630,6 +630,23 @@ def test_every_option_has_help() -> None:
                 assert param.help, f"minispark {name} {param.opts[0]}: no help text"
 
 
+def test_help_texts_survive_rich_markup() -> None:
+    """typer renders help as rich markup, where '[default: auto]' is a style tag and vanished from --help (the
+    ninth probe: --runtime, --draft-precision, --max-pixels, simulate's --draws and --seed lost their defaults)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for argv, command in [([], group)] + [([name], command) for name, command in group.commands.items()]:
+        shown = " ".join(CliRunner().invoke(app, argv + ["--help"], env={"COLUMNS": "3000"}).output.split())
+        for param in command.params:
+            for bracketed in re.findall(r"\[[^\]]*\]", getattr(param, "help", None) or ""):
+                assert " ".join(bracketed.split()) in shown, (argv, param.name, bracketed)
+    shown = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "3000"}).output.split())
+    assert shown.count("(default: auto)") == 2 and "(default: 1,003,520, ~1 MP" in shown
+    shown = " ".join(CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "3000"}).output.split())
+    assert "(--appendix-a; default: 100,000)" in shown and "(--appendix-a; default: 0)" in shown
+
+
 def test_no_design_note_sections_in_help() -> None:
     for name in ("generate", "chat", "bench", "cache", "train", "profile", "calibrate", "simulate"):
         result = CliRunner().invoke(app, [name, "--help"])

@@ -107,18 +107,18 @@ def main(
     draft_precision: str | None = typer.Option(
         None, "--draft-precision", show_default=False, help="Weights of a served DSpark drafter: auto (int8 on a CPU, where a "
         "proposal is memory-bound; the checkpoint's dtype elsewhere), float, or int8. Lossless either way. "
-        "[default: auto]"),
+        "(default: auto)"),
     runtime: str | None = typer.Option(
         None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 or "
         "bf16 CPU target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
         "weights, grouped attention, an in-place KV cache; same numbers), or int8 (weight-only int8 text "
         "linears on a CPU: faster steps; a different target, which drafting matches only up to near-ties), "
         "or compiled (a static KV cache and torch.compiled steps, CUDA graphs on a GPU; compiles once, "
-        "then cached on disk). The baseline and every drafting mode use the same one. [default: auto]"),
+        "then cached on disk). The baseline and every drafting mode use the same one. (default: auto)"),
     max_pixels: int | None = typer.Option(
         None, "--max-pixels", show_default=False, help="Pixel budget of one image for a vision-language target: "
         "a larger image is downscaled to it (aspect kept, with a notice). "
-        f"[default: {defaults.IMAGE_MAX_PIXELS:,}, ~1 MP, sized for a 6 GB card]"),
+        f"(default: {defaults.IMAGE_MAX_PIXELS:,}, ~1 MP, sized for a 6 GB card)"),
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
     if allow_pickle_weights:

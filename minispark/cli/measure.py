@@ -361,9 +361,9 @@ def simulate(
     appendix_a: bool = typer.Option(False, "--appendix-a", help="Run the peeking-scheduler counterexample "
                                     "(Appendix A) by Monte Carlo."),
     draws: Optional[int] = typer.Option(None, "--draws", show_default=False,
-                                        help=f"Monte Carlo draws (--appendix-a). [default: {defaults.APPENDIX_A_DRAWS:,}]"),
+                                        help=f"Monte Carlo draws (--appendix-a; default: {defaults.APPENDIX_A_DRAWS:,})."),
     seed: Optional[int] = typer.Option(None, "--seed", show_default=False,
-                                       help="Random seed (--appendix-a). [default: 0]"),
+                                       help="Random seed (--appendix-a; default: 0)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """The scheduler simulator: Θ(ℓ), causal vs peeking choices, the Appendix A counterexample."""

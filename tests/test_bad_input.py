@@ -1450,8 +1450,13 @@ def test_train_sizes_the_target_contradicts_are_one_line(tiny_trained_drafter, t
     assert "override 'draft_vocab=99999999': draft_vocab, vocab_size: at most the vocabulary's 49152" in error
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "draft_vocab=99999999", "vocab_size=none"]))
-    assert "recipe 'tiny' with its command-line overrides" in error
+    # past the target's vocabulary (the recipe sets no vocab_size): the override is named, not "recipe 'tiny' with
+    # its command-line overrides" (the ninth probe)
+    assert "override 'draft_vocab=99999999', against the target's sizes where the recipe sets none" in error
     assert "draft_vocab must be in [0, 49152], got 99999999" in error
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
+                                                    str(tmp_path / "run"), "num_kv_heads=3", "num_heads=none"]))
+    assert "overrides 'num_kv_heads=3', 'num_heads=none', against the target's sizes" in error
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "batch_anchors=2147483647"]))
     assert "batch_anchors 2147483647: more than the 64 anchors" in error  # each step looped over 2**31 anchors

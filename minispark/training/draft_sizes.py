@@ -11,7 +11,7 @@ from typing import Any
 
 from minispark.errors import MinisparkError
 from minispark.model.draft_config import DraftConfig
-from minispark.training.recipes import TrainConfig
+from minispark.training.recipes import TrainConfig, blame
 
 
 @dataclass(frozen=True)
@@ -71,9 +71,8 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
     try:
         return DraftConfig(**sizes)
     except ValueError as exc:  # a recipe size the target's contradict (num_heads vs its key/value heads, ...)
-        # The config does not remember which keys came from the file and which from the command line: name both.
-        raise MinisparkError(f"recipe {config.name!r} with its command-line overrides, against the target's sizes "
-                             f"where it sets none: {exc}") from None
+        who = blame(str(exc), f"recipe {config.name!r}", config.overrides)  # the override of a key named, else the recipe
+        raise MinisparkError(f"{who}, against the target's sizes where the recipe sets none: {exc}") from None
 
 
 def target_dims(target: Any) -> TargetDims:

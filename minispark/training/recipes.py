@@ -142,8 +142,10 @@ class TrainConfig:
     alpha_kl: float = 0.0
     alpha_tau: float = 0.0
     loss_decay_gamma: float = 4.0
-    # not a file key: the recipe it came from
+    # not file keys: the recipe it came from, and the command-line overrides applied to it (never saved or
+    # compared: they say who to blame when the draft model's sizes are refused, see ``blame``)
     name: str = field(default="custom", metadata={"internal": True})
+    overrides: tuple[str, ...] = field(default=(), compare=False, repr=False, metadata={"internal": True})
 
     def __post_init__(self) -> None:
         for key, choices in CHOICES.items():
@@ -206,7 +208,7 @@ class TrainConfig:
                 raise MinisparkError(f"feature_layers: need strictly increasing layer ids, got {self.feature_layers}")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {key: value for key, value in asdict(self).items() if key != "overrides"}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = "config") -> "TrainConfig":
@@ -402,18 +404,18 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) ->
     overrides = list(overrides or [])
     settings = apply_overrides(read_recipe_file(path), overrides)
     try:
-        return TrainConfig(**settings, name=path.stem)
+        return TrainConfig(**settings, name=path.stem, overrides=tuple(overrides))
     except MinisparkError as exc:
-        raise MinisparkError(f"{_blame(str(exc), path, overrides)}: {exc}") from None
+        raise MinisparkError(f"{blame(str(exc), str(path), overrides)}: {exc}") from None
 
 
-def _blame(message: str, path: Path, overrides: Sequence[str]) -> str:
-    """Who set what a :class:`TrainConfig` check refused (its message starts with the key or keys
-    at fault): the command-line overrides of those keys, else the recipe file."""
+def blame(message: str, recipe: str, overrides: Sequence[str]) -> str:
+    """Who set what a check refused (its message starts with the key or keys at fault): the command-line
+    overrides of those keys, else ``recipe`` (the recipe file, or how to name the recipe)."""
     named = set(re.findall(r"\w+", message.split(":", 1)[0]))
     culprits = [item for item in overrides if item.partition("=")[0].strip().rpartition(".")[2] in named]
     if not culprits:
-        return str(path)
+        return recipe
     return ("override " if len(culprits) == 1 else "overrides ") + ", ".join(repr(item) for item in culprits)
 
 
@@ -428,4 +430,4 @@ def launch_command(path: Path) -> str:
 def config_differences(old: TrainConfig, new: TrainConfig, ignore: tuple[str, ...] = ()) -> list[str]:
     """Names of the fields whose values differ, in field order."""
     return [f.name for f in fields(TrainConfig)
-            if f.name not in ignore and getattr(old, f.name) != getattr(new, f.name)]
+            if f.compare and f.name not in ignore and getattr(old, f.name) != getattr(new, f.name)]

@@ -1756,6 +1756,36 @@ def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tiny_trained_drafter,
     assert "nothing to train: the run was already at step 30" in result.stdout
 
 
+def test_a_damaged_metrics_line_is_dropped_on_resume(tiny_trained_drafter, tmp_path) -> None:
+    """A metrics.jsonl line that is not UTF-8 (damaged bytes) made --resume a UnicodeDecodeError traceback (the
+    ninth probe); it is dropped, as a line cut by a kill is, and the run resumes."""
+    drafter = Path(tiny_trained_drafter[1])
+    run = shutil.copytree(drafter.parent, tmp_path / "run", symlinks=True)
+    whole = (run / "metrics.jsonl").read_text()
+    (run / "metrics.jsonl").write_bytes(whole.encode() + b'{"step": 31, "loss": \xff\xfe}\n')
+    result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(drafter.parents[1] / "cache"),
+                                      "--out", str(run), "--resume", "steps=30", "--no-progress"])
+    assert result.exit_code == 0 and result.exception is None, result.output
+    assert (run / "metrics.jsonl").read_text() == whole
+
+
+def test_teacher_forcing_a_template_that_renders_the_answer_apart_names_the_file(tiny_dir, tmp_path) -> None:
+    """A chat template that renders an assistant turn with another header than its generation prompt: the error
+    said 'line 1: ...' without the prompt file (the ninth probe)."""
+    target = shutil.copytree(tiny_dir("llama"), tmp_path / "target")
+    template = target / "chat_template.jinja"
+    header = "<|im_start|>{{ message['role'] }}"
+    assert header in template.read_text()
+    template.write_text(template.read_text().replace(
+        header, "<|im_start|>{% if message['role'] == 'assistant' %}Assistant{% else %}{{ message['role'] }}{% endif %}"))
+    prompts = tmp_path / "texts.jsonl"
+    prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "Hi"},
+                                                {"role": "assistant", "content": "Hello."}]}) + "\n")
+    error = one_line_error(CliRunner().invoke(app, ["cache", "--source", "text", "--target", str(target), "--prompts",
+                                                    str(prompts), "--out", str(tmp_path / "cache"), "--layers", "1"]))
+    assert f"{prompts}:1: the chat template renders the answer turn with a different prefix" in error
+
+
 @pytest.mark.parametrize("argv, says", [
     (["bench", "--plot", "{ro}/figure.png"], "--plot {ro}/figure.png: {ro} is not writable by this user"),
     (["cache", "--out", "{ro}/cache/new"], "--out {ro}/cache/new: {ro} is not writable by this user"),

@@ -224,8 +224,8 @@ def _build_samples(target: Target, samples: list[PromptSample], indices: list[in
     for start in range(0, len(order), config.batch_size):
         batch = order[start:start + config.batch_size]
         if config.source == "text":
-            answers = [given_answer(target, samples[i % len(samples)], prompts[i], layers, config.max_new_tokens)
-                       for i in batch]
+            answers = [given_answer(target, samples[i % len(samples)], prompts[i], layers, config.max_new_tokens,
+                                    config.prompts) for i in batch]
         else:
             answers = regenerate(target, [prompts[i] for i in batch], [sample_seed(config.seed, i, 0) for i in batch],
                                  config.sampling, config.max_new_tokens, capture_layers=layers)
@@ -236,14 +236,14 @@ def _build_samples(target: Target, samples: list[PromptSample], indices: list[in
 
 
 def given_answer(target: Target, sample: PromptSample, prompt: PromptInputs, layers: list[int],
-                 max_new_tokens: int) -> Answer:
+                 max_new_tokens: int, prompt_file: Path) -> Answer:
     """Teacher forcing: the sample's own answer text as the target's chat template renders it (up to
     and including the end of turn, at most ``max_new_tokens``), with features from one forward."""
     messages = sample.encode_kwargs()["messages"]  # an answer only comes with the messages form
     full = target.encode(messages + [{"role": "assistant", "content": sample.answer}], add_generation_prompt=False)
     if not torch.equal(full.input_ids[0, :prompt.length].cpu(), prompt.input_ids[0].cpu()):
-        raise MinisparkError(f"line {sample.line}: the chat template renders the answer turn with a different "
-                             "prefix than the generation prompt; this target cannot teacher-force it")
+        raise PromptFileError(prompt_file, sample.line, "the chat template renders the answer turn with a different "
+                              "prefix than the generation prompt; this target cannot teacher-force it")
     tokens = full.input_ids[0, prompt.length:].cpu()
     hits = torch.isin(tokens, torch.tensor(sorted(target.eos_token_ids))).nonzero()
     end = min(int(hits[0]) + 1 if len(hits) else len(tokens), max_new_tokens)

@@ -282,8 +282,17 @@ def _logged_step(line: str) -> float:
 
 
 def _read_lines(path: Path) -> list[str]:
-    """Our log's lines; nothing from a symlink planted in its place (it is replaced, never read or followed)."""
-    return path.read_text().splitlines(keepends=True) if path.is_file() and not path.is_symlink() else []
+    """Our log's lines; nothing from a symlink planted in its place (it is replaced, never read or followed). A line
+    that is not UTF-8 (damaged bytes: a UnicodeDecodeError traceback before) is dropped, as a line cut short is."""
+    if not path.is_file() or path.is_symlink():
+        return []
+    lines = []
+    for raw in path.read_bytes().splitlines(keepends=True):
+        try:
+            lines.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            continue
+    return lines
 
 
 # ---------------------------------------------------------------------- progress and metrics

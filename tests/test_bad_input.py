@@ -594,6 +594,9 @@ CASES = [
      "override 'draft_vocab=99999999'"),
     ("cal-calibration-json-dir", ["calibrate", "--drafter", "{caldir}", "--prompts", "{ok.jsonl}"],
      "its calibration.json is a directory, where calibrate writes the fit"),  # a traceback after the rollouts
+    # round 11 (issue 22): the ninth probe
+    ("import-minispark-drafter", ["import", "{fakedrafter}", "--out", "{out}", "--target", "{missing}"],
+     "not a DeepSpec drafter"),  # refused after loading the target (here: a --target that does not exist)
 ]
 
 
@@ -705,6 +708,15 @@ def test_calibrate_never_rewrites_a_shipped_drafter() -> None:
     result = CliRunner().invoke(app, ["calibrate", "--drafter", str(shipped), "--prompts", str(HELDOUT_FILE)])
     assert result.exit_code == 2 and "never rewritten" in result.output
     assert {p: p.read_bytes() for p in shipped.iterdir()} == before
+
+
+def test_import_of_a_minispark_drafter_says_it_needs_none(tiny_trained_drafter, tmp_path) -> None:
+    """import loaded the target before finding that its SOURCE was a minispark drafter, and did not say it needs no
+    import (the ninth probe)."""
+    target, drafter = tiny_trained_drafter
+    error = one_line_error(CliRunner().invoke(app, ["import", str(drafter), "--out", str(tmp_path / "imported")]))
+    assert "not a DeepSpec drafter" in error and "it is a minispark drafter already: give it to --drafter" in error
+    assert not (tmp_path / "imported").exists()
 
 
 def test_a_drafter_exported_for_another_target_is_refused(tiny_trained_drafter, tmp_path) -> None:

@@ -33,11 +33,13 @@ def import_(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
+    from minispark.model.deepspec import deepspec_dir
     from minispark.model.deepspec_convert import import_deepspec
 
     validate_models.checkpoint(source, "SOURCE")
     validate.replaceable_dir(out, "--out", source, by="import")
     validate.integer(window, "--window", 0)
+    deepspec_dir(source)  # a minispark drafter given to import: refused before the target loads
     # a directory minispark exported records its target (minispark_target): loaded when --target is not given
     target, dtype, load_in_4bit, load_in_8bit = _remembered(source, target, dtype, device, load_in_4bit, load_in_8bit,
                                                             "SOURCE")

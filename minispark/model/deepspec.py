@@ -84,11 +84,15 @@ def from_deepspec_key(name: str) -> str:
     return name
 
 
-def _deepspec_dir(path: str | Path | DrafterDir) -> DrafterDir:
-    """The drafter directory ``path`` (read unless it already was), refused unless it is in DeepSpec's layout."""
+def deepspec_dir(path: str | Path | DrafterDir) -> DrafterDir:
+    """The drafter directory ``path`` (read unless it already was), refused unless it is in DeepSpec's layout
+    (``import`` checks it before loading the target)."""
     found = read_drafter_dir(path)
     if found.kind != DEEPSPEC:
-        raise MinisparkError(f"{found.path}: not a DeepSpec drafter (config.json must name a DSpark architecture)")
+        already = ("; it is a minispark drafter already: give it to --drafter as it is"
+                   if found.raw is not None and "block_size" in found.raw else "")
+        raise MinisparkError(f"{found.path}: not a DeepSpec drafter (config.json must name a DSpark "
+                             f"architecture){already}")
     return found
 
 
@@ -314,7 +318,7 @@ def load_deepspec_model(
     """A :class:`DraftModel` from a DeepSpec-layout directory, checked against the target's
     embedding/lm_head (V, d) and, when given, its decoder depth. ``target`` is recorded as the
     drafter's target identity; ``window`` overrides the recorded one (see module docstring)."""
-    found = _deepspec_dir(path)
+    found = deepspec_dir(path)
     path, raw = found.path, found.raw
     vocab, hidden = target_lm_head.shape
     if target != "deepspec":  # the placeholder when no target identity is known
@@ -332,7 +336,7 @@ def check_against_target(path: str | Path | DrafterDir, target: Any, window: int
     reading the weights (config fields, then weight names/shapes from the safetensors headers)."""
     from minispark.identity import target_id
 
-    found = _deepspec_dir(path)
+    found = deepspec_dir(path)
     path, raw = found.path, found.raw
     identity = target_id(target.identity())
     check_recorded_target(raw, path, identity)

@@ -2068,6 +2068,13 @@ def test_an_imported_config_is_read_by_type(tiny_trained_drafter, tmp_path) -> N
     ("logprobs", True, "'logprobs' true: this server does not apply it; leave it out (or send false)"),
     ("top_k", 20, "'top_k' 20"),
     ("tools", [{"type": "function"}], "'tools'"),
+    # the ninth probe: asked for a tool call, a legacy function call or audio, and got text without a word
+    ("tool_choice", "required", "'tool_choice' \"required\": this server does not apply it"),
+    ("functions", [{"name": "f"}], "'functions'"),
+    ("function_call", {"name": "f"}, "'function_call'"),
+    ("modalities", ["text", "audio"], "'modalities'"),
+    ("audio", {"voice": "alloy", "format": "wav"}, "'audio'"),
+    ("web_search_options", {}, "'web_search_options' {}: this server does not apply it; leave it out (or send null)"),
 ])
 def test_serve_refuses_what_it_would_not_apply(tmp_path, field, value, says) -> None:
     from minispark.serve.protocol import APIError, ServeLimits, parse_chat_request
@@ -2076,9 +2083,21 @@ def test_serve_refuses_what_it_would_not_apply(tmp_path, field, value, says) -> 
     with pytest.raises(APIError) as caught:
         parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
     assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
-    for no_op in ({"frequency_penalty": 0}, {"logprobs": False}, {"top_k": -1}, {"user": "bob"}):  # ask for nothing
+    for no_op in ({"frequency_penalty": 0}, {"logprobs": False}, {"top_k": -1}, {"user": "bob"}, {"tool_choice": "auto"},
+                  {"modalities": ["text"]}):  # ask for nothing
         parse_chat_request({**body, field: None, **no_op} if field != "model" else {**body, "model": "m", **no_op},
                            ServeLimits(), None, tmp_path, vision=False)
+
+
+def test_serve_refuses_two_token_limits_that_disagree(tmp_path) -> None:
+    """max_tokens 2 with max_completion_tokens 3 was answered with 3 tokens, the other ignored without a word (the
+    ninth probe); the same number twice asks for one thing."""
+    from minispark.serve.protocol import APIError, ServeLimits, parse_chat_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "max_completion_tokens": 3}
+    with pytest.raises(APIError, match="'max_completion_tokens' 3 and 'max_tokens' 2 disagree; send one of them"):
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    assert parse_chat_request({**body, "max_tokens": 3}, ServeLimits(), None, tmp_path, vision=False).max_tokens == 3
 
 
 def read_served_body(body: bytes) -> object:

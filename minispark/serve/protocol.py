@@ -5,8 +5,8 @@ What is taken from the request: ``model``, ``messages`` (roles system/developer,
 string or a list of ``text`` and ``image_url`` parts), ``temperature``, ``top_p``, ``max_tokens`` /
 ``max_completion_tokens``, ``stop``, ``seed``, ``stream`` (+ ``stream_options.include_usage``) and
 ``n`` (1 only). Fields that would shape the answer in a way this server does not (``logit_bias``, penalties,
-``logprobs``, ``tools`` …) are refused unless they ask for nothing; others (``user``, ``metadata`` …) are
-ignored, as OpenAI-compatible servers do. Images: ``data:`` URLs are decoded into the server's temporary
+``logprobs``, ``tools`` and ``functions``, audio output …) are refused unless they ask for nothing; others
+(``user``, ``metadata`` …) are ignored, as OpenAI-compatible servers do. Images: ``data:`` URLs are decoded into the server's temporary
 directory; a ``file://`` URL or a plain path is read only from under the directory the operator named
 (``--image-dir``), after resolving symlinks; ``http(s)`` URLs are refused — this server never fetches from
 the network.
@@ -78,7 +78,9 @@ class ChatRequest:
 #: without them, and no word). Fields that change nothing generated (``user``, ``metadata`` …) stay ignored.
 _NOT_APPLIED = {"frequency_penalty": (0,), "presence_penalty": (0,), "repetition_penalty": (1,), "top_k": (-1, 0),
                 "min_p": (0,), "logit_bias": ({},), "logprobs": (False,), "top_logprobs": (0,), "tools": ([],),
-                "response_format": ({"type": "text"},)}
+                "tool_choice": ("none", "auto"), "functions": ([],), "function_call": ("none", "auto"),
+                "response_format": ({"type": "text"},), "modalities": (["text"],), "audio": (None,),
+                "web_search_options": (None,)}
 
 
 def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
@@ -115,6 +117,9 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     if n not in (None, 1):
         raise APIError(400, f"'n' must be 1 (this server returns one choice), got {n}", "n")
     asked = [(k, _integer(body, k)) for k in ("max_completion_tokens", "max_tokens")]
+    if asked[0][1] is not None and asked[1][1] is not None and asked[0][1] != asked[1][1]:  # one was ignored unsaid
+        raise APIError(400, f"'max_completion_tokens' {asked[0][1]} and 'max_tokens' {asked[1][1]} disagree; send one "
+                       "of them", "max_completion_tokens")
     key, max_tokens = next(((k, v) for k, v in asked if v is not None), ("max_tokens", limits.default_max_tokens))
     if not 1 <= max_tokens <= limits.max_tokens:
         raise APIError(400, f"'{key}' must be in [1, {limits.max_tokens}], got {max_tokens}", key)

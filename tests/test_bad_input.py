@@ -719,6 +719,27 @@ def test_import_of_a_minispark_drafter_says_it_needs_none(tiny_trained_drafter, 
     assert not (tmp_path / "imported").exists()
 
 
+def test_a_set_grown_under_the_int8_runtime_is_refused(tiny_dir, files, tmp_path, monkeypatch) -> None:
+    """--runtime int8 is another target (int8 weights), but an answer set or a cache built without it grew under it
+    without a word, its samples from two targets (the ninth probe); sets built without int8 keep their identity."""
+    from minispark.defaults import TARGET_RUNTIME_ENV
+    from minispark.target.int8 import int8_supported
+
+    if not int8_supported("cpu"):
+        pytest.skip("this torch build has no int8 weight-only CPU kernel")
+    runner = CliRunner()
+    common = ["--target", str(tiny_dir("llama")), "--prompts", files["ok.jsonl"], "--max-new-tokens", "4"]
+    argv = {"answers": ["answers", *common, "--out", str(tmp_path / "answers"), "--samples-per-shard", "1"],
+            "cache": ["cache", *common, "--out", str(tmp_path / "cache"), "--layers", "1", "--samples-per-shard", "1"]}
+    for name, args in argv.items():
+        assert runner.invoke(app, args + ["--num-samples", "1"]).exit_code == 0
+        monkeypatch.setenv(TARGET_RUNTIME_ENV, "int8")
+        error = one_line_error(runner.invoke(app, args + ["--num-samples", "2"]))
+        assert "runtime (None, now 'int8')" in error, error
+        monkeypatch.delenv(TARGET_RUNTIME_ENV)
+        assert runner.invoke(app, args + ["--num-samples", "2"]).exit_code == 0  # the same runtime grows it
+
+
 def test_a_drafter_exported_for_another_target_is_refused(tiny_trained_drafter, tmp_path) -> None:
     """import would re-tag it for this target, and --drafter would run it: both refuse it, as for a minispark drafter."""
     target, drafter = tiny_trained_drafter

@@ -33,7 +33,8 @@ import torch
 
 from minispark import __version__, validate
 from minispark.atomic import refuse_symlink, write_bytes_atomic
-from minispark.data.cache_format import config_difference, config_hash, file_sha256, read_format_manifest
+from minispark.data.cache_format import (config_difference, config_hash, file_sha256, int8_runtime,
+                                         read_format_manifest)
 from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
@@ -152,12 +153,13 @@ def manifest_config(config: AnswerConfig, target: Target, prompts_hash: str, num
     """What an answer set is identified by: a resume or a grow must match it exactly."""
     quantization = "4bit" if config.load_in_4bit else "8bit" if config.load_in_8bit else None
     return {"target": target.identity(), "compute_dtype": str(target.dtype).removeprefix("torch."),
-            "quantization": quantization, "vocab_size": target.vocab_size, "split": config.split,
+            "quantization": quantization, **int8_runtime(target), "vocab_size": target.vocab_size,
+            "split": config.split,
             "seed": config.seed, "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},
             "sampling": {"temperature": config.temperature, "top_p": config.top_p, "top_k": config.top_k,
                          "max_new_tokens": config.max_new_tokens},
-            # The batch size and the runtime change logits only by float noise: each shard's metadata
-            # records its own.
+            # The batch size and the runtime (but int8's, above) change logits only by float noise: each
+            # shard's metadata records its own.
             "batching": {"engine": "generate" if target.uses_mrope else "refill",
                          "samples_per_shard": config.samples_per_shard}}
 

@@ -28,8 +28,8 @@ import torch
 from minispark import validate
 from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, WRITES, CacheError, CacheMismatchError,
                                          PackedSample, ShardFile, build_manifest, config_difference, config_hash,
-                                         file_sha256, pack_shard, read_manifest, shard_name, shard_stats,
-                                         write_manifest, write_shard)
+                                         file_sha256, int8_runtime, pack_shard, read_manifest, shard_name,
+                                         shard_stats, write_manifest, write_shard)
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
@@ -126,7 +126,7 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
         "target_model": {"model_type": target.model_type, "num_layers": target.num_layers,
                          "hidden_size": target.hidden_size, "vocab_size": target.vocab_size,
                          "uses_mrope": target.uses_mrope, "compute_dtype": str(target.dtype).removeprefix("torch."),
-                         "quantization": quantization},
+                         "quantization": quantization, **int8_runtime(target)},
         "split": config.split, **source, "layers": list(layers), "window": config.window, "block": config.block, "dtype": config.dtype,
         "seed": config.seed, "anchors_per_sample": config.anchors_per_sample, "anchor_run": config.anchor_run,
         "prompts": {"file": config.prompts.name, "hash": prompts_hash, "count": num_prompts},

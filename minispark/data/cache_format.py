@@ -71,6 +71,14 @@ def shard_name(index: int) -> str:
 WRITES = (MANIFEST, "shard-*.safetensors", f".{MANIFEST}.*.tmp", ".shard-*.tmp")
 
 
+def int8_runtime(target: Any) -> dict[str, str]:
+    """``{"runtime": "int8"}`` for a target running ``--runtime int8`` (weight-only int8 linears: another target,
+    not float noise), for the identity of a cache or an answer set, else nothing (every other runtime computes
+    the same numbers, so sets built before this key stay resumable): a set grown under int8 took its answers
+    from two targets without a word."""
+    return {"runtime": "int8"} if getattr(target, "runtime", None) == "int8" else {}
+
+
 def config_hash(config: dict[str, Any]) -> str:
     """sha256 of the canonical JSON of a cache's config; stamped into every shard's header."""
     return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()

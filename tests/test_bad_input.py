@@ -595,6 +595,8 @@ CASES = [
     ("cal-calibration-json-dir", ["calibrate", "--drafter", "{caldir}", "--prompts", "{ok.jsonl}"],
      "its calibration.json is a directory, where calibrate writes the fit"),  # a traceback after the rollouts
     # round 11 (issue 22): the ninth probe
+    ("sim-conf-past-inline", ["simulate", "--sps-inline", "1,0.5", "--conf", "0.9,0.8,0.7"],
+     "up to 4 tokens, but --sps-inline gives them for 1..2"),  # said "the SPS table", where none was given
     ("import-minispark-drafter", ["import", "{fakedrafter}", "--out", "{out}", "--target", "{missing}"],
      "not a DeepSpec drafter"),  # refused after loading the target (here: a --target that does not exist)
 ]

@@ -394,5 +394,5 @@ def simulate(
         table = SPSTable.from_inline(validate.sps_values(sps_inline))
     else:
         raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
-    result = theta_table(confidences, table)
+    result = theta_table(confidences, table, source=f"--sps {sps}" if sps is not None else "--sps-inline")
     _print_json(result) if as_json else console.print(render_theta_table(result))

@@ -87,19 +87,21 @@ def causal_length(
 
 
 def theta_table(
-    confidences: Sequence[float], sps: SPSTable | Sequence[float], context_length: int = 0
+    confidences: Sequence[float], sps: SPSTable | Sequence[float], context_length: int = 0,
+    source: str = "the SPS table",
 ) -> dict:
     """Θ(ℓ) for every ℓ and each scheduler's choice, as a plain dict (for ``--json``).
 
     ``causal`` is the raw-table rule, ``envelope`` the verified length of the envelope rule (its
     scheduled length is ``envelope_admitted``; more when the verify is padded), ``peeking`` the
-    global argmax of the raw Θ. ``throughput`` scores every choice on the raw table.
+    global argmax of the raw Θ. ``throughput`` scores every choice on the raw table. ``source`` names where the
+    table came from in an error (``--sps-inline``: "the SPS table" sent the user looking for a file).
     """
     confidences = [float(c) for c in confidences]
     table = _as_table(sps)
     if len(confidences) + 1 > max(table.tokens):  # the table's own error would advise --gamma, which this lacks
         raise MinisparkError(f"--conf: {len(confidences)} draft positions need steps per second for up to "
-                             f"{len(confidences) + 1} tokens, but the SPS table gives them for 1..{max(table.tokens)}; "
+                             f"{len(confidences) + 1} tokens, but {source} gives them for 1..{max(table.tokens)}; "
                              "give fewer confidences or a longer table")
     curve = table.curve(len(confidences) + 1, context_length)
     envelope_curve, _ = monotone_envelope(curve)

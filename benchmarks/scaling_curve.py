@@ -9,7 +9,10 @@ per block), evaluates the held-out τ proxy every 250 steps (16k blocks) and sto
 for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here; the levers' rows and their baseline
 1M), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
 whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
-time and started again; a finished row (its ``drafter/`` written) is skipped.
+time and started again; a finished row (its ``drafter/`` written) is skipped. Each row's figures (and its
+held-out τ at every evaluation) are kept in ``benchmarks/results/scaling_curve.json`` whenever ``run`` or
+``table`` sees its run directory, so a row trained on a machine whose files are gone stays in the table:
+commit that file (a row of ~2 hours is what one working session here can finish).
 
     .venv/bin/python benchmarks/scaling_curve.py run 1k-dspark 1k-dflash     # train rows, one after another
     .venv/bin/python benchmarks/scaling_curve.py table                       # the markdown table so far
@@ -28,12 +31,15 @@ from typing import Any
 
 import numpy as np
 
+from minispark.atomic import write_json_atomic
 from minispark.data.answers import AnswerSet
 
 ANSWERS = Path("data/answers/smollm2-135m-instruct")
 HELDOUT = Path("data/answers/smollm2-135m-instruct-heldout")
 RECIPE = "smollm2-dspark"
 OUT = Path("runs/curve")
+#: Every row's figures as last seen, kept in git (a run directory does not outlive its machine).
+RESULTS = Path("benchmarks/results/scaling_curve.json")
 #: The batch and the stopping rule every row shares.
 BATCH_ANCHORS, ANCHOR_RUN = 64, 16
 EVAL_EVERY, PATIENCE_EVALS, MAX_EPOCHS, MAX_BLOCKS = 250, 5, 3, 4_000_000
@@ -65,25 +71,37 @@ ROWS: dict[str, Row] = {
     # At the largest size, one row per lever the literature names, against the same drafter at their budget.
     "16k-dspark-1m": Row(16384, {}, LEVER_BLOCKS),
     "16k-dflash-1m": Row(16384, {"head": "none"}, LEVER_BLOCKS),
+    # The middle size at the same budget: the rows one working session can finish.
+    "4k-dspark-1m": Row(4096, {}, LEVER_BLOCKS),
+    "4k-dflash-1m": Row(4096, {"head": "none"}, LEVER_BLOCKS),
     "16k-5-layers": Row(16384, {"num_layers": 5, "init_layers": "random"}, LEVER_BLOCKS),
     "16k-rank-256": Row(16384, {"markov_rank": 256}, LEVER_BLOCKS),
     "16k-layers-early": Row(16384, {"feature_layers": "2,5,8,11,14"}, LEVER_BLOCKS),
     "16k-window-128": Row(16384, {"window": 128}, LEVER_BLOCKS),
+    # Dense against sparse anchors at equal wall time: 64 anchors an answer cost one prefill per 64 blocks where dense
+    # ones share it over ~272, so ~700k sparse blocks take the dense row's ~2 hours, over ~11k answers instead of ~3.7k
+    # (the dense row's training-stream τ runs far above its held-out one: neighbouring anchors of an answer it has
+    # already trained on are nearly the same block).
+    "16k-sparse-64": Row(16384, {"max_anchors_per_sample": 64}, 700_000),
     # More prompts with shorter answers against fewer long ones, at equal answer tokens (283k: 1,024 whole
     # answers, or 2,048 cut to their first 168 tokens, 287k): what a regeneration capped at 168 would give.
     "2k-cut-168": Row(2048, {"max_answer_tokens": 168}),
 }
 
 
-def row_anchors(answers: AnswerSet, count: int, cut: int = 0) -> int:
-    """Dense anchors (one per answer token) of the first ``count`` answers, each cut to ``cut`` tokens: one epoch."""
-    lengths = answers.answer_lengths()[:count]
-    return int((np.minimum(lengths, cut) if cut else lengths).sum())
+def row_anchors(answers: AnswerSet, row: Row) -> int:
+    """One epoch of ``row``: its answers' anchors (one per answer token, each answer cut to ``max_answer_tokens``,
+    at most ``max_anchors_per_sample`` of them)."""
+    lengths = answers.answer_lengths()[:row.answers]
+    for key in ("max_answer_tokens", "max_anchors_per_sample"):
+        if row.overrides.get(key):
+            lengths = np.minimum(lengths, row.overrides[key])
+    return int(lengths.sum())
 
 
 def row_steps(answers: AnswerSet, row: Row) -> int:
     """The step cap: MAX_EPOCHS passes over the row's dense anchors, or its most blocks."""
-    epochs = MAX_EPOCHS * row_anchors(answers, row.answers, row.overrides.get("max_answer_tokens", 0))
+    epochs = MAX_EPOCHS * row_anchors(answers, row)
     return math.ceil(min(epochs, row.max_blocks) / BATCH_ANCHORS)
 
 
@@ -123,22 +141,42 @@ def row_figures(name: str, answers: AnswerSet) -> dict[str, Any] | None:
     seconds = sum(a["elapsed_s"] for a, b in zip(steps, steps[1:]) if b["elapsed_s"] < a["elapsed_s"])
     seconds += last["elapsed_s"]
     row = ROWS[name]
+    # (step, T 1, T 0) of every evaluation: where the row's curve bends
+    curve = [[r["step"], round(r["heldout_tau"], 4), round(r["heldout_tau_greedy"], 4)] for r in evaluations]
     return {"row": name, "answers": row.answers, "best_tau": best["heldout_tau"],
             "best_tau_greedy": best["heldout_tau_greedy"], "best_step": best["step"], "steps": last["step"],
-            "blocks": blocks, "epochs": blocks / row_anchors(answers, row.answers, row.overrides.get("max_answer_tokens", 0)),
+            "blocks": blocks, "epochs": blocks / row_anchors(answers, row),
             "blocks_per_s": blocks / max(seconds, 1e-9), "hours": seconds / 3600,
-            "finished": (OUT / name / "drafter").is_dir()}
+            "finished": (OUT / name / "drafter").is_dir(), "evaluations": curve}
+
+
+def recorded() -> dict[str, dict[str, Any]]:
+    return json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
+
+
+def record(answers: AnswerSet) -> dict[str, dict[str, Any]]:
+    """Every row's figures: its run directory's where there is one (written to ``RESULTS``), else the recorded ones."""
+    rows = recorded()
+    live = {name: f for name in ROWS if (f := row_figures(name, answers)) is not None}
+    # A run directory restarted from scratch on a new machine must not replace a further-trained record.
+    live = {name: f for name, f in live.items() if f["steps"] >= rows.get(name, {}).get("steps", 0)}
+    if live:
+        rows |= live
+        write_json_atomic(RESULTS, {name: rows[name] for name in ROWS if name in rows})
+    return rows
 
 
 def table(answers: AnswerSet) -> str:
     lines = ["| row | answers | best held-out τ T 1 / T 0 | at step | steps (blocks) | epochs | blocks/s | wall h | done |",
              "|---|---|---|---|---|---|---|---|---|"]
+    rows = record(answers)
     for name in ROWS:
-        f = row_figures(name, answers)
+        f = rows.get(name)
         if f is not None:
             lines.append(f"| {name} | {f['answers']:,} | {f['best_tau']:.3f} / {f['best_tau_greedy']:.3f} | "
                          f"{f['best_step']:,} | {f['steps']:,} ({f['blocks']:,}) | {f['epochs']:.2f} | "
                          f"{f['blocks_per_s']:.1f} | {f['hours']:.2f} | {'yes' if f['finished'] else 'no'} |")
+    lines += [f"\n{name}: {f['source']}" for name, f in rows.items() if "source" in f]
     return "\n".join(lines)
 
 
@@ -153,6 +191,7 @@ def main() -> None:
     if args.command == "run":
         for name in args.rows:
             train_row(name, answers)
+            record(answers)
     print(table(answers))
 
 

@@ -742,6 +742,38 @@ def test_a_set_grown_under_the_int8_runtime_is_refused(tiny_dir, files, tmp_path
         assert runner.invoke(app, args + ["--num-samples", "2"]).exit_code == 0  # the same runtime grows it
 
 
+def test_the_int8_runtime_is_said_where_it_drafts_and_recorded_by_the_drafter(tiny_dir, files, tmp_path,
+                                                                              monkeypatch) -> None:
+    """Its near-tie notice printed under answers and cache, where nothing drafts, and a drafter trained on an int8
+    answer set recorded the plain target (issue 22, tenth probe)."""
+    from minispark.defaults import TARGET_RUNTIME_ENV
+    from minispark.target.int8 import int8_supported
+    from minispark.target.remembered import read_record
+
+    if not int8_supported("cpu"):
+        pytest.skip("this torch build has no int8 weight-only CPU kernel")
+    runner, target = CliRunner(), str(tiny_dir("llama"))
+    monkeypatch.setenv(TARGET_RUNTIME_ENV, "int8")
+    built = runner.invoke(app, ["answers", "--target", target, "--prompts", files["ok.jsonl"], "--max-new-tokens", "8",
+                                "--num-samples", "2", "--out", str(tmp_path / "answers")])
+    assert built.exit_code == 0 and "bf16 activations" not in built.output, built.output
+    trained = runner.invoke(app, ["train", "--recipe", "tiny", "--answers", str(tmp_path / "answers"), "--out",
+                                  str(tmp_path / "run"), "steps=2", "--no-progress"])
+    assert trained.exit_code == 0, trained.output
+    drafter = tmp_path / "run" / "drafter"
+    assert read_record(drafter).runtime == "int8" and "runtime int8" in read_record(drafter).describe()
+    drafting = runner.invoke(app, ["generate", "--drafter", str(drafter), "--prompt", "Hi", "--max-new-tokens", "4",
+                                   "--mode", "fixed"])
+    assert drafting.exit_code == 0 and "bf16 activations" in drafting.output, drafting.output
+    plain = runner.invoke(app, ["generate", "--target", target, "--drafter", "none", "--prompt", "Hi",
+                                "--max-new-tokens", "4"])
+    assert plain.exit_code == 0 and "bf16 activations" not in plain.output, plain.output
+    monkeypatch.delenv(TARGET_RUNTIME_ENV)
+    packed = runner.invoke(app, ["generate", "--drafter", str(drafter), "--prompt", "Hi", "--max-new-tokens", "4",
+                                 "--mode", "fixed"])
+    assert packed.exit_code == 0 and "was trained against --runtime int8 of its target" in packed.output, packed.output
+
+
 def test_a_drafter_exported_for_another_target_is_refused(tiny_trained_drafter, tmp_path) -> None:
     """import would re-tag it for this target, and --drafter would run it: both refuse it, as for a minispark drafter."""
     target, drafter = tiny_trained_drafter

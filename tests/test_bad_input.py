@@ -273,6 +273,12 @@ CASES = [
     ("train-feature-layers-arabic-digits", ["train", "--recipe", "tiny", "feature_layers=١,٢"], "feature_layers"),
     ("cache-mix-count-arabic-digits", ["cache-mix", "{emptydir}:٣", "{userdir}", "--out", "{out}"],
      "expected a whole number of samples, got '٣'"),
+    # Python's digit grouping: int() reads '16_32' as 1632, a typo for '16,32' (issue 22, tenth probe)
+    ("profile-contexts-digit-grouping", ["profile", "--contexts", "16_32"], "--contexts: expected comma-separated whole"),
+    ("sim-conf-digit-grouping", ["simulate", "--conf", "0.9_0", "--sps-inline", "1,0.5"], "--conf: expected comma"),
+    ("train-steps-digit-grouping", ["train", "--recipe", "tiny", "steps=1_000"], "steps must be"),
+    ("cache-mix-count-digit-grouping", ["cache-mix", "{emptydir}:1_0", "{userdir}", "--out", "{out}"],
+     "expected a whole number of samples, got '1_0'"),
     ("profile-max-tokens-zero", ["profile", "--max-tokens", "0"], "--max-tokens"),
     ("profile-max-tokens-below-gamma", ["profile", "--max-tokens", "1"], "--max-tokens"),
     ("profile-threads-above-cpus", ["profile", "--threads", "999"], "--threads"),

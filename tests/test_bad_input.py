@@ -201,6 +201,8 @@ CASES = [
     ("bench-repeats-zero", ["bench", "--repeats", "0"], "--repeats"),
     ("bench-gamma-zero", ["bench", "--gamma", "0"], "--gamma"),
     ("bench-category-without-prompts", ["bench", "--category", "chat"], "--category"),
+    ("bench-category-not-in-file", ["bench", "--prompts", "{ok.jsonl}", "--category", "code"],  # said after the load:
+     'ok.jsonl is of it (no line has a "category" key)'),  # "no prompt of category 'code' usable with target ..."
     ("bench-prompts-missing", ["bench", "--prompts", "{missing}"], "--prompts"),
     ("bench-prompts-empty", ["bench", "--prompts", "{empty.jsonl}"], "--prompts"),
     ("bench-threshold-2", ["bench", "--threshold", "2"], "--threshold"),

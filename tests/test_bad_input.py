@@ -1120,6 +1120,9 @@ def test_a_damaged_draft_config_names_its_key() -> None:
             DraftConfig.from_dict({**good, key: value})
     with pytest.raises(ValueError, match=r"lacks the keys \['target'\]"):
         DraftConfig.from_dict({k: v for k, v in good.items() if k != "target"})
+    # a target's config.json (export TARGET_DIR): its dozens of keys were listed (issue 22, tenth probe)
+    with pytest.raises(ValueError, match=r"^a transformers model's config \(model_type 'llama'\), not a drafter's"):
+        DraftConfig.from_dict({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64})
     assert DraftConfig.from_dict(good) == make_config()
 
 

@@ -93,10 +93,23 @@ def items(text: str, flag: str, what: str) -> list[str]:
     return parts
 
 
+def is_number_text(text: str, *, whole: bool = False) -> bool:
+    """Whether ``text`` is a number as minispark reads one from text (lists, overrides, cache-mix counts): read by
+    int() (``whole``) or float(), ASCII (they read other scripts' digits too, '٣' is 3, where typer's integer
+    flags refuse them) and without '_' (they read Python's digit grouping too: the typo ``--contexts 16_32`` was
+    the one context 1632)."""
+    if not text.isascii() or "_" in text:
+        return False
+    try:
+        (int if whole else float)(text)
+    except ValueError:
+        return False
+    return True
+
+
 def number_text(text: str) -> str:
-    """``text`` when it is ASCII, else ValueError: int() and float() read other scripts' digits too ('٣' is 3)
-    where typer's integer flags refuse them; one rule for every number a user types (lists, overrides)."""
-    if not text.isascii():
+    """``text`` when :func:`is_number_text`, else ValueError: the one rule, for ``int(number_text(part))``."""
+    if not is_number_text(text):
         raise ValueError(text)
     return text
 

@@ -201,6 +201,8 @@ CASES = [
     ("bench-repeats-zero", ["bench", "--repeats", "0"], "--repeats"),
     ("bench-gamma-zero", ["bench", "--gamma", "0"], "--gamma"),
     ("bench-category-without-prompts", ["bench", "--category", "chat"], "--category"),
+    ("bench-category-not-in-file", ["bench", "--prompts", "{ok.jsonl}", "--category", "code"],  # said after the load:
+     'ok.jsonl is of it (no line has a "category" key)'),  # "no prompt of category 'code' usable with target ..."
     ("bench-prompts-missing", ["bench", "--prompts", "{missing}"], "--prompts"),
     ("bench-prompts-empty", ["bench", "--prompts", "{empty.jsonl}"], "--prompts"),
     ("bench-threshold-2", ["bench", "--threshold", "2"], "--threshold"),
@@ -273,6 +275,12 @@ CASES = [
     ("train-feature-layers-arabic-digits", ["train", "--recipe", "tiny", "feature_layers=١,٢"], "feature_layers"),
     ("cache-mix-count-arabic-digits", ["cache-mix", "{emptydir}:٣", "{userdir}", "--out", "{out}"],
      "expected a whole number of samples, got '٣'"),
+    # Python's digit grouping: int() reads '16_32' as 1632, a typo for '16,32' (issue 22, tenth probe)
+    ("profile-contexts-digit-grouping", ["profile", "--contexts", "16_32"], "--contexts: expected comma-separated whole"),
+    ("sim-conf-digit-grouping", ["simulate", "--conf", "0.9_0", "--sps-inline", "1,0.5"], "--conf: expected comma"),
+    ("train-steps-digit-grouping", ["train", "--recipe", "tiny", "steps=1_000"], "steps must be"),
+    ("cache-mix-count-digit-grouping", ["cache-mix", "{emptydir}:1_0", "{userdir}", "--out", "{out}"],
+     "expected a whole number of samples, got '1_0'"),
     ("profile-max-tokens-zero", ["profile", "--max-tokens", "0"], "--max-tokens"),
     ("profile-max-tokens-below-gamma", ["profile", "--max-tokens", "1"], "--max-tokens"),
     ("profile-threads-above-cpus", ["profile", "--threads", "999"], "--threads"),
@@ -742,6 +750,38 @@ def test_a_set_grown_under_the_int8_runtime_is_refused(tiny_dir, files, tmp_path
         assert runner.invoke(app, args + ["--num-samples", "2"]).exit_code == 0  # the same runtime grows it
 
 
+def test_the_int8_runtime_is_said_where_it_drafts_and_recorded_by_the_drafter(tiny_dir, files, tmp_path,
+                                                                              monkeypatch) -> None:
+    """Its near-tie notice printed under answers and cache, where nothing drafts, and a drafter trained on an int8
+    answer set recorded the plain target (issue 22, tenth probe)."""
+    from minispark.defaults import TARGET_RUNTIME_ENV
+    from minispark.target.int8 import int8_supported
+    from minispark.target.remembered import read_record
+
+    if not int8_supported("cpu"):
+        pytest.skip("this torch build has no int8 weight-only CPU kernel")
+    runner, target = CliRunner(), str(tiny_dir("llama"))
+    monkeypatch.setenv(TARGET_RUNTIME_ENV, "int8")
+    built = runner.invoke(app, ["answers", "--target", target, "--prompts", files["ok.jsonl"], "--max-new-tokens", "8",
+                                "--num-samples", "2", "--out", str(tmp_path / "answers")])
+    assert built.exit_code == 0 and "bf16 activations" not in built.output, built.output
+    trained = runner.invoke(app, ["train", "--recipe", "tiny", "--answers", str(tmp_path / "answers"), "--out",
+                                  str(tmp_path / "run"), "steps=2", "--no-progress"])
+    assert trained.exit_code == 0, trained.output
+    drafter = tmp_path / "run" / "drafter"
+    assert read_record(drafter).runtime == "int8" and "runtime int8" in read_record(drafter).describe()
+    drafting = runner.invoke(app, ["generate", "--drafter", str(drafter), "--prompt", "Hi", "--max-new-tokens", "4",
+                                   "--mode", "fixed"])
+    assert drafting.exit_code == 0 and "bf16 activations" in drafting.output, drafting.output
+    plain = runner.invoke(app, ["generate", "--target", target, "--drafter", "none", "--prompt", "Hi",
+                                "--max-new-tokens", "4"])
+    assert plain.exit_code == 0 and "bf16 activations" not in plain.output, plain.output
+    monkeypatch.delenv(TARGET_RUNTIME_ENV)
+    packed = runner.invoke(app, ["generate", "--drafter", str(drafter), "--prompt", "Hi", "--max-new-tokens", "4",
+                                 "--mode", "fixed"])
+    assert packed.exit_code == 0 and "was trained against --runtime int8 of its target" in packed.output, packed.output
+
+
 def test_a_drafter_exported_for_another_target_is_refused(tiny_trained_drafter, tmp_path) -> None:
     """import would re-tag it for this target, and --drafter would run it: both refuse it, as for a minispark drafter."""
     target, drafter = tiny_trained_drafter
@@ -1080,6 +1120,9 @@ def test_a_damaged_draft_config_names_its_key() -> None:
             DraftConfig.from_dict({**good, key: value})
     with pytest.raises(ValueError, match=r"lacks the keys \['target'\]"):
         DraftConfig.from_dict({k: v for k, v in good.items() if k != "target"})
+    # a target's config.json (export TARGET_DIR): its dozens of keys were listed (issue 22, tenth probe)
+    with pytest.raises(ValueError, match=r"^a transformers model's config \(model_type 'llama'\), not a drafter's"):
+        DraftConfig.from_dict({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64})
     assert DraftConfig.from_dict(good) == make_config()
 
 

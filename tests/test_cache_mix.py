@@ -126,6 +126,21 @@ def test_held_out_and_mismatched_caches_are_refused(caches, tmp_path) -> None:
         parse_part("runs/a:0")
 
 
+def test_a_count_is_read_by_the_one_number_rule(tmp_path) -> None:
+    """parse_part had its own twin of validate's rule; digit grouping ('1_0', 10 to int()) is refused by both
+    (issue 22, tenth probe)."""
+    from minispark import validate
+
+    assert [validate.is_number_text(t, whole=True) for t in ("12", "+3", "1_0", "٣", "1.5", "abc")] == [
+        True, True, False, False, False, False]
+    assert validate.is_number_text("1.5") and not validate.is_number_text("1_0.5")
+    assert parse_part("runs/a:+3") == MixPart(Path("runs/a"), 3)
+    assert parse_part("runs/a:1_0") == MixPart(Path("runs/a:1_0"))  # no directory runs/a: a name with a colon
+    (tmp_path / "a").mkdir()
+    with pytest.raises(CacheError, match="expected a whole number of samples, got '1_0'"):
+        parse_part(f"{tmp_path / 'a'}:1_0")
+
+
 def test_a_killed_mix_resumes_to_the_same_bytes(caches, tmp_path, monkeypatch) -> None:
     parts = [MixPart(caches["answers"]), MixPart(caches["texts"])]
     reference = mix_caches(tmp_path / "whole", parts, samples_per_shard=2)

@@ -16,6 +16,7 @@ from minispark.errors import MinisparkError
 from minispark.target import runtime as runtime_module
 from minispark.target.int8 import int8_supported
 from minispark.target.runtime import Int8WeightLinear, PackedLinear, apply_runtime, eager_linears
+from minispark.serving.builder import INT8_NOTICE, build_serving
 from minispark.serving.sps import SPSTable, find_table, table_mismatch, table_runtime
 from minispark.target.loading import load_target
 from minispark.serving.drafters.base import NoDrafter
@@ -181,10 +182,12 @@ def test_sps_tables_match_by_runtime(tmp_path) -> None:
 @pytest.mark.parametrize("family", ["llama", "qwen2_5_vl"])
 def test_int8_runtime_decodes_like_itself(tiny_dir, test_image, family: str) -> None:
     """``--runtime int8``: the text linears (not the vision tower) run int8, weights stay shared, the
-    logits stay near fp32's, loading says that near-ties may differ, and every drafting mode equals the
-    int8 target's own greedy decoding (up to near-ties, which these prompts do not meet)."""
-    with pytest.warns(UserWarning, match="runtime int8: bf16 activations"):
-        target = load_target(str(tiny_dir(family)), runtime="int8")
+    logits stay near fp32's, drafting on it (not loading it) says that near-ties may differ, and every
+    drafting mode equals the int8 target's own greedy decoding (up to near-ties, which these prompts do
+    not meet)."""
+    target = load_target(str(tiny_dir(family)), runtime="int8")
+    assert INT8_NOTICE in build_serving(target, "lookup").hints  # said where it drafts, not where it loads
+    assert INT8_NOTICE not in build_serving(target, "none").hints
     reference = load_target(str(tiny_dir(family)), runtime="eager")
     assert target.runtime == "int8"
     names = [name for name, module in target.model.named_modules() if isinstance(module, Int8WeightLinear)]

@@ -335,3 +335,36 @@ def test_bad_image_urls_are_a_4xx_that_names_no_server_file(test_image: Path, tm
             parse_chat_request(body, ServeLimits(), tmp_path, scratch, vision=True)
         assert caught.value.status == status and says in caught.value.message, caught.value.message
         assert str(scratch) not in caught.value.message
+
+
+def test_a_request_h11_cannot_parse_is_a_json_400(llama: Target) -> None:
+    """A negative Content-Length is refused by h11 before the app sees a request: uvicorn answered it in plain
+    text, unlike every other error (issue 22, tenth probe)."""
+    import socket
+
+    with server(llama, slots=1) as url:
+        host, port = url.removeprefix("http://").split(":")
+        with socket.create_connection((host, int(port)), timeout=30) as conn:
+            conn.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n")
+            reply = b""
+            while chunk := conn.recv(65536):
+                reply += chunk
+        head, _, body = reply.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 400") and b"application/json" in head, reply
+        error = json.loads(body)["error"]
+        assert "not valid HTTP/1.1" in error["message"] and error["type"] == "invalid_request_error"
+        assert post(url, {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2}).status_code == 200
+
+
+@pytest.mark.parametrize("content", ["", "  \n\t", [{"type": "text", "text": " "}, {"type": "text", "text": ""}]])
+def test_a_blank_user_message_is_a_400_naming_it(content, tmp_path: Path) -> None:
+    """A blank user turn was answered as if the template's empty turn were a question (issue 22, tenth probe);
+    an empty assistant turn, or an image without text, still asks something."""
+    from minispark.serve.protocol import APIError, parse_chat_request
+
+    messages = [*HELLO, {"role": "assistant", "content": ""}, {"role": "user", "content": content}]
+    with pytest.raises(APIError) as caught:
+        parse_chat_request({"model": "m", "messages": messages}, ServeLimits(), None, tmp_path, vision=False)
+    assert caught.value.status == 400 and caught.value.param == "messages"
+    assert "messages[2]: the user message is empty or blank" in caught.value.message
+    parse_chat_request({"model": "m", "messages": messages[:2] + HELLO}, ServeLimits(), None, tmp_path, vision=False)

@@ -347,13 +347,14 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
             validate_models.target_weights(location, target)
 
 
-def _check_prompts(prompts: Optional[Path]) -> None:
+def _check_prompts(prompts: Optional[Path]) -> list[Any]:
     """A --prompts file parsed whole (every line, every image) before the target loads: a bad line
-    costs milliseconds, not the minutes a large target takes to load."""
-    if validate.input_file(prompts, "--prompts") is not None:
-        from minispark.data.prompts import load_prompts
+    costs milliseconds, not the minutes a large target takes to load. Its samples (none without a file)."""
+    if validate.input_file(prompts, "--prompts") is None:
+        return []
+    from minispark.data.prompts import load_prompts
 
-        load_prompts(prompts)
+    return load_prompts(prompts)
 
 
 #: The order ``--help`` and the README's CLI reference list the commands in. The families register

@@ -84,12 +84,16 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     from minispark.target.sampling import SamplingConfig
 
     validate_models.drafter_spec(drafter)
-    _check_prompts(prompts)
+    samples = _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma"), (repeats, "--repeats")):
         validate.integer(value, flag, 1)
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
+    categories = sorted({s.category for s in samples if s.category is not None})
+    if category is not None and category not in categories:  # after the load, it said "no prompt ... usable"
+        has = f"its categories: {', '.join(categories)}" if categories else 'no line has a "category" key'
+        raise MinisparkError(f"--category {category}: no line of --prompts {prompts} is of it ({has})")
     names = None if modes is None else validate.items(modes, "--modes", "mode")
     if names is not None:
         validate.distinct_items(names, "--modes")

@@ -49,7 +49,7 @@ class MixPart:
 def parse_part(spec: str) -> MixPart:
     """``DIR`` or ``DIR:N`` → :class:`MixPart`; a bad count is a one-line error naming the spec."""
     directory, sep, count = spec.rpartition(":")
-    if not sep or not (count.isascii() and count.lstrip("+-").isdigit()):  # isdigit alone takes '٣
+    if not sep or not validate.is_number_text(count, whole=True):
         if sep and not Path(spec).exists() and Path(directory).is_dir():  # "DIR:abc", "DIR:1.5": a count mistyped
             raise CacheError(f"cache-mix part {spec!r}: after {directory}: expected a whole number of samples, "
                              f"got {count!r}")

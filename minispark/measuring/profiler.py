@@ -166,7 +166,8 @@ def profile_target(target: Target, config: ProfileConfig, progress: ProgressFn |
 
     wall_s = time.monotonic() - started
     load_after = load.machine_load(device, own_seconds=wall_s, since=cpu_start)
-    load.check_load(load_after, "during profiling", config.allow_busy)
+    if load_before is None or not load_before.busy:  # busy before: refused, or (--allow-busy) said once already
+        load.check_load(load_after, "during profiling", config.allow_busy)
     metadata = _metadata(target, config, device, skipped, wall_s)
     if load_before is not None and load_after is not None:
         metadata["machine_load"] = {"before": load_before.as_dict(), "after": load_after.as_dict(),

@@ -87,10 +87,12 @@ class MachineLoad:
 
     def describe(self) -> str:
         if self.measured_others is not None:
-            return (f"other processes kept {self.others:.2f} of {self.cores} cores busy, with {self.threads} "
-                    "torch threads")
+            return f"other processes kept {self.others:.2f} of {self.cores} cores busy, with {self._threads()}"
         return (f"1-min load {self.load_1min:.2f} on {self.cores} cores, {self.others:.2f} of it from other "
-                f"processes, with {self.threads} torch threads")
+                f"processes, with {self._threads()}")
+
+    def _threads(self) -> str:
+        return f"{self.threads} torch thread{'s' * (self.threads != 1)}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"load_1min": round(self.load_1min, 2), "others": round(self.others, 2), "cores": self.cores,

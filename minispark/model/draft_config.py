@@ -125,6 +125,9 @@ class DraftConfig:
         field's kind (a damaged or hand-edited ``config.json`` is a ValueError naming the key)."""
         known = {f.name: f for f in fields(cls)}
         unknown = set(data) - set(known)
+        if "model_type" in unknown:  # a target's directory given as a drafter: its dozens of keys listed, no advice
+            raise ValueError(f"a transformers model's config (model_type {data['model_type']!r}), not a drafter's; "
+                             "give a drafter directory (train writes one)")
         if unknown:
             raise ValueError(f"unknown draft config keys: {sorted(unknown)}")
         missing = [name for name, f in known.items() if name not in data and f.default is MISSING]

@@ -85,6 +85,27 @@ async def read_body(request: Request, limit: int) -> object:
         raise APIError(400, f"the request body is not valid JSON ({json_reason(exc)})") from None
 
 
+def json_error_protocol() -> type:
+    """uvicorn's h11 protocol, answering a request it cannot parse (a negative or non-numeric Content-Length, a
+    malformed header line) with the JSON 400 every other error gets: h11 refuses it before the app sees a request,
+    and uvicorn answered plain text. Pinned to h11 (uvicorn's ``auto`` would take httptools where installed, whose
+    refusal is plain text too), so every client sees one error format."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class JSONErrorH11Protocol(H11Protocol):
+        def send_400_response(self, msg: str) -> None:
+            body = json.dumps(APIError(400, "the request is not valid HTTP/1.1 (a malformed header, e.g. a negative "
+                                            "or non-numeric Content-Length)", code="bad_http").body()).encode()
+            headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+            for event in (h11.Response(status_code=400, headers=headers, reason=b"Bad Request"), h11.Data(data=body),
+                          h11.EndOfMessage()):
+                self.transport.write(self.conn.send(event))
+            self.transport.close()
+
+    return JSONErrorH11Protocol
+
+
 def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> FastAPI:
     """The FastAPI app; its lifespan starts the decoding worker and drains it on shutdown."""
     if config.slots > 1:
@@ -225,7 +246,8 @@ def run_server(target: Target, setup: ServingSetup, config: ServeConfig, host: s
     import uvicorn
 
     server = uvicorn.Server(uvicorn.Config(create_app(target, setup, config), host=host, port=port,
-                                           log_level="warning", timeout_graceful_shutdown=int(config.drain_s)))
+                                           http=json_error_protocol(), log_level="warning",
+                                           timeout_graceful_shutdown=int(config.drain_s)))
     server.run()
 
 
@@ -243,7 +265,8 @@ class LocalServer:
         self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.socket.bind(("127.0.0.1", 0))
         self.host, self.port = self.socket.getsockname()
-        self.server = uvicorn.Server(uvicorn.Config(create_app(target, setup, config), log_level="warning",
+        self.server = uvicorn.Server(uvicorn.Config(create_app(target, setup, config), http=json_error_protocol(),
+                                                    log_level="warning",
                                                     timeout_graceful_shutdown=int(config.drain_s)))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
         self.timer = threading.Timer(lifetime_s, self.stop)

@@ -172,6 +172,7 @@ def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits
                        "messages")
     content = message.get("content")
     if isinstance(content, str):
+        _not_blank(role, [content], where)
         return {"role": role, "content": content}
     if not isinstance(content, list) or not content:
         raise APIError(400, f"{where}.content must be a string or a non-empty list of parts", "messages")
@@ -193,9 +194,18 @@ def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits
         else:
             raise APIError(400, f"{where}.content[{k}]: expected a text part{' or an image_url part' * (role == 'user')}",
                            "messages")
+    if not any(p["type"] == "image" for p in parts):
+        _not_blank(role, [p["text"] for p in parts], where)
     if role != "user":  # system and assistant turns are text: the template renders a string
         return {"role": role, "content": "".join(p["text"] for p in parts)}
     return {"role": role, "content": parts}
+
+
+def _not_blank(role: str, texts: list[str], where: str) -> None:
+    """Refuse a user turn with no text but whitespace (and no image): the model was asked to answer nothing, and
+    answered whatever the template's empty turn suggests (``--prompt ""`` is refused the same way)."""
+    if role == "user" and not "".join(texts).strip():
+        raise APIError(400, f"{where}: the user message is empty or blank; send the text to answer", "messages")
 
 
 DATA_URL = re.compile(r"data:image/[\w.+-]+;base64,(.*)", re.S)

@@ -45,6 +45,12 @@ TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter;
 PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
 COMPILED_NOTICE = ("--runtime compiled: decoding steps of 1..{widths} tokens ready in {seconds:.0f} s (compiled "
                    "once per process; inductor's disk cache makes the next start faster)")
+# The int8 kernel is row-invariant, but its bf16 activations round: a 1e-6 difference between a one-token step and
+# a wide verify can cross a rounding boundary and flip a near-tied argmax. Said where a drafter verifies, not where
+# the target only generates (answers, cache) or times itself (profile).
+INT8_NOTICE = ("runtime int8: bf16 activations make near-tied greedy tokens depend on how many tokens a forward "
+               "verifies, so drafting modes can differ from this target's own greedy output at near-ties (measured "
+               "on held-out chat); use packed for token-identical decoding")
 SHORT_TABLE_HINT = ("the SPS table for this device and {target} profiles up to {tokens} tokens per step, this γ "
                     "verifies up to {need}: {fallback}; run `minispark profile --max-tokens {need}` to cover it")
 
@@ -120,6 +126,8 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     if draft is None:
         draft = make_drafter(drafter, target)
     gamma = resolve_gamma(draft, drafter, gamma)
+    if target.runtime == "int8" and not isinstance(draft, NoDrafter):
+        hints.append(INT8_NOTICE)
     table, mismatch = matching_sps_table(target, sps, strict)
     if mismatch:
         hints.append(mismatch)

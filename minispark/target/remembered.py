@@ -1,5 +1,5 @@
 """One remembered target: a drafter directory records the target it was trained for and how that target
-was loaded (``target.json``: source, identity, dtype, quantization), as answer sets and caches already
+was loaded (``target.json``: source, identity, dtype, quantization, an int8 runtime), as answer sets and caches already
 do in their manifests; a command given ``--drafter DIR`` (or a cache / answer set) and no ``--target``
 loads that target the same way.
 
@@ -38,18 +38,23 @@ DTYPE_FLAGS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16":
 class TargetRecord:
     """How a target was loaded for an artifact: ``source`` as given (hub id, resolved path, or the embedded
     name), ``identity`` (``name@weights-hash``), ``dtype`` (fp32 | bf16 | fp16) and ``quantization``
-    (``4bit`` | ``8bit`` | None)."""
+    (``4bit`` | ``8bit`` | None); ``runtime`` ``int8`` for one that ran ``--runtime int8`` (weight-only int8
+    linears: another target; every other runtime computes the same numbers, as ``cache_format.int8_runtime``)."""
 
     source: str
     identity: str
     dtype: str | None = None
     quantization: str | None = None
+    runtime: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        record = asdict(self)
+        if record["runtime"] is None:  # records written before the key stay byte-identical
+            del record["runtime"]
+        return record
 
     def describe(self) -> str:
-        how = ", ".join(f for f in (self.dtype, self.quantization) if f)
+        how = ", ".join(f for f in (self.dtype, self.quantization, self.runtime and f"runtime {self.runtime}") if f)
         return f"{self.source} ({how})" if how else self.source
 
 
@@ -62,7 +67,7 @@ def record_from_manifest(config: dict[str, Any]) -> TargetRecord:
     dtype = config.get("compute_dtype", model.get("compute_dtype"))
     quantization = config.get("quantization", model.get("quantization"))
     return TargetRecord(identity["name"], target_id(identity), DTYPE_FLAGS.get(str(dtype)) if dtype else None,
-                        quantization)
+                        quantization, config.get("runtime", model.get("runtime")))
 
 
 def _checked_record(data: dict[str, Any]) -> TargetRecord:
@@ -75,7 +80,10 @@ def _checked_record(data: dict[str, Any]) -> TargetRecord:
         raise ValueError(f"'dtype' must be one of {', '.join(sorted(set(DTYPE_FLAGS.values())))}, got {data['dtype']!r}")
     if data.get("quantization") not in (None, "4bit", "8bit"):
         raise ValueError(f"'quantization' must be 4bit, 8bit or null, got {data['quantization']!r}")
-    return TargetRecord(data["source"], data["identity"], data.get("dtype"), data.get("quantization"))
+    if data.get("runtime") not in (None, "int8"):
+        raise ValueError(f"'runtime' must be int8 or absent, got {data['runtime']!r}")
+    return TargetRecord(data["source"], data["identity"], data.get("dtype"), data.get("quantization"),
+                        data.get("runtime"))
 
 
 def write_record(directory: Path | str, record: TargetRecord) -> Path:
@@ -139,12 +147,12 @@ def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str 
     set) and the user's flags (see the module docstring). An explicit ``target`` the record contradicts is
     refused with one line."""
     record = read_record(artifact) if artifact is not None and Path(artifact).is_dir() else None
-    given = Loading(target, dtype, load_in_4bit, load_in_8bit)
     if record is None:
-        return given
+        return Loading(target, dtype, load_in_4bit, load_in_8bit)
+    runtime = _runtime_notice(record, f"{flag} {artifact}")
     if target is not None:
         check_target(record, target, f"{flag} {artifact}")
-        return given
+        return Loading(target, dtype, load_in_4bit, load_in_8bit, runtime)
     if Path(record.source).is_absolute() and not Path(record.source).exists():  # not "--target X", never typed
         raise MinisparkError(f"{flag} {artifact}: the target it records, {record.source}, does not exist (moved "
                              "or deleted?); give the target with --target")
@@ -156,7 +164,18 @@ def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str 
         dtype = record.dtype
     how = ", ".join(f for f in (dtype, "4-bit" if q4 else "8-bit" if q8 else None) if f)
     notice = f"target: {record.source}{f' ({how})' if how else ''}, recorded in {artifact}"
-    return Loading(record.source, dtype, q4, q8, notice)
+    return Loading(record.source, dtype, q4, q8, notice if runtime is None else f"{notice}; {runtime}")
+
+
+def _runtime_notice(record: TargetRecord, what: str) -> str | None:
+    """What to say when ``record`` is the int8 runtime's and this run loads another: the runtime is a global flag
+    that a record never switches (the drafter serves either target losslessly; its τ was measured on int8's)."""
+    from minispark.target.runtime import requested_runtime
+
+    if record.runtime != "int8" or requested_runtime() == "int8":
+        return None
+    return (f"{what} was trained against --runtime int8 of its target, this run loads {requested_runtime()} "
+            "(`minispark --runtime int8 COMMAND` runs the one it was trained against)")
 
 
 def check_target(record: TargetRecord, target: str, what: str) -> None:

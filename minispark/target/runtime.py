@@ -165,12 +165,7 @@ def apply_runtime(model: nn.Module, runtime: str | None = None) -> str:
     if runtime == "int8":
         for name, module in _plain_linears(model, text_only=True):
             _replace(model, name, Int8WeightLinear.from_linear(module))
-        use_grouped_attention(model)
-        # The int8 kernel is row-invariant, but its bf16 activations round: a 1e-6 difference between
-        # a one-token step and a wide verify can cross a rounding boundary and flip a near-tied argmax.
-        warnings.warn("runtime int8: bf16 activations make near-tied greedy tokens depend on how many tokens "
-                      "a forward verifies, so drafting modes can differ from this target's own greedy output "
-                      "at near-ties (measured on held-out chat); use packed for token-identical decoding")
+        use_grouped_attention(model)  # drafting on it says what int8 changes (serving.builder.INT8_NOTICE)
         return "int8"
     try:
         packed = [(name, PackedLinear.from_linear(module)) for name, module in _plain_linears(model)]

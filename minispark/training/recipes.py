@@ -347,11 +347,31 @@ def list_recipes() -> list[str]:
     return sorted(p.stem for p in RECIPE_DIR.rglob("*.toml"))
 
 
+def toml_error(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
+    """One line for tomllib's refusal, naming the file and line: a key or a section given twice in tomllib's
+    words ("Cannot overwrite a value", "Cannot declare ('train',) twice") sent the user looking for a value."""
+    reason = str(exc)
+    match = re.fullmatch(r"(.*) \(at line (\d+), column \d+\)", reason)
+    if match is None:  # "(at end of document)"
+        return f"{path}: unreadable recipe ({reason})"
+    reason, line = match.group(1), int(match.group(2))
+    if reason == "Cannot overwrite a value":
+        key = text.splitlines()[line - 1].partition("=")[0].strip()
+        return f"{path}:{line}: {key} is given twice; give each key once"
+    if twice := re.fullmatch(r"Cannot declare \((.*?),?\) twice", reason):
+        section = ".".join(part.strip().strip("'\"") for part in twice.group(1).split(","))
+        return f"{path}:{line}: section [{section}] is declared twice; give each section once"
+    return f"{path}:{line}: unreadable recipe ({reason})"
+
+
 def read_recipe_file(path: Path) -> dict[str, Any]:
     """The flat key → value mapping of one recipe file, every key and type checked."""
     try:
-        data = tomllib.loads(validate.edited_text(path))
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        text = validate.edited_text(path)
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise MinisparkError(toml_error(path, text, exc)) from None
+    except OSError as exc:
         raise MinisparkError(f"{path}: unreadable recipe ({exc})") from None
     except UnicodeDecodeError:
         raise MinisparkError(f"{path}: unreadable recipe (not UTF-8 text; a recipe is TOML)") from None

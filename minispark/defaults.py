@@ -49,6 +49,9 @@ MAX_DRAFT_LAYERS = 128
 #: The smallest learning rate a recipe takes: an Adam step of a smaller one changes no fp32 weight (lr=1e-320
 #: trained nothing, without a word).
 MIN_LR = 1e-10
+#: The largest: an Adam step moves every weight by about lr, so above 1 each step is larger than the weights
+#: themselves (lr=1e308 passed --dry-run and the run diverged at its first step).
+MAX_LR = 1.0
 #: Monte Carlo draws of `minispark simulate --appendix-a` (the peeking-scheduler counterexample) by default.
 APPENDIX_A_DRAWS = 100_000
 #: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style

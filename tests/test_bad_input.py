@@ -262,6 +262,7 @@ CASES = [
     ("profile-batch-requests-twice", ["profile", "--batch-requests", "4,2,4"], "--batch-requests: 4 is given twice"),
     ("profile-note-control-character", ["profile", "--note", "a\nb"], "--note: holds control character"),
     ("train-lr-subnormal", ["train", "--recipe", "tiny", "lr=1e-320"], "lr: at least 1e-10"),
+    ("train-lr-huge", ["train", "--recipe", "tiny", "lr=1e308", "--dry-run"], "lr: at most 1"),
     ("train-dry-run-init-from-missing", ["train", "--recipe", "tiny", "--dry-run", "init_from={missing}"],
      "missing: no such directory"),
     ("train-feature-layers-open-bracket", ["train", "--recipe", "tiny", "feature_layers=[1,2"], "feature_layers"),

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1
 from minispark import validate
-from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MIN_LR, RECIPE_DIR
+from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
 from minispark.errors import MinisparkError, json_reason
 
 CHOICES = {
@@ -163,6 +163,8 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if self.lr < MIN_LR:
             raise MinisparkError(f"lr: at least {MIN_LR:g} (a smaller step changes no fp32 weight), got {self.lr:g}")
+        if self.lr > MAX_LR:
+            raise MinisparkError(f"lr: at most {MAX_LR:g} (an Adam step moves every weight by about lr), got {self.lr:g}")
         weights = ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau")
         if not any(getattr(self, key) for key in weights):  # the loss would be 0: steps that train nothing
             raise MinisparkError(f"{', '.join(weights)}: all 0, so the loss is 0 and training would change nothing; "

@@ -100,7 +100,7 @@ def row_anchors(answers: AnswerSet, row: Row) -> int:
 
 
 def row_steps(answers: AnswerSet, row: Row) -> int:
-    """The step cap: MAX_EPOCHS passes over the row's dense anchors, or its most blocks."""
+    """The step cap: MAX_EPOCHS passes over the row's anchors, or its most blocks."""
     epochs = MAX_EPOCHS * row_anchors(answers, row)
     return math.ceil(min(epochs, row.max_blocks) / BATCH_ANCHORS)
 
@@ -150,13 +150,9 @@ def row_figures(name: str, answers: AnswerSet) -> dict[str, Any] | None:
             "finished": (OUT / name / "drafter").is_dir(), "evaluations": curve}
 
 
-def recorded() -> dict[str, dict[str, Any]]:
-    return json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
-
-
 def record(answers: AnswerSet) -> dict[str, dict[str, Any]]:
     """Every row's figures: its run directory's where there is one (written to ``RESULTS``), else the recorded ones."""
-    rows = recorded()
+    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
     live = {name: f for name in ROWS if (f := row_figures(name, answers)) is not None}
     # A run directory restarted from scratch on a new machine must not replace a further-trained record.
     live = {name: f for name, f in live.items() if f["steps"] >= rows.get(name, {}).get("steps", 0)}

@@ -172,9 +172,10 @@ def _runtime_notice(record: TargetRecord, what: str) -> str | None:
     that a record never switches (the drafter serves either target losslessly; its τ was measured on int8's)."""
     from minispark.target.runtime import requested_runtime
 
-    if record.runtime != "int8" or requested_runtime() == "int8":
+    loads = requested_runtime()
+    if record.runtime != "int8" or loads == "int8":
         return None
-    return (f"{what} was trained against --runtime int8 of its target, this run loads {requested_runtime()} "
+    return (f"{what} was trained against --runtime int8 of its target, this run loads {loads} "
             "(`minispark --runtime int8 COMMAND` runs the one it was trained against)")
 
 

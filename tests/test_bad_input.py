@@ -2020,12 +2020,26 @@ def test_an_out_holding_another_minispark_output_says_which(tiny_trained_drafter
     assert says in one_line_error(CliRunner().invoke(app, args)) and snapshot(out) == before
 
 
-def test_a_diverging_run_stops_with_one_line(tiny_trained_drafter, tmp_path) -> None:
-    """lr=1e308 trained to a NaN loss, exited 0 and saved a drafter of NaN weights."""
+def test_a_diverging_run_stops_with_one_line(tiny_trained_drafter, tmp_path, monkeypatch) -> None:
+    """lr=1e308 trained to a NaN loss, exited 0 and saved a drafter of NaN weights.
+
+    lr is now capped (``defaults.MAX_LR``), so the divergence is planted: from step 3 one weight is inf, as a
+    blown-up Adam step leaves it, and the real loss computed from it is NaN."""
+    import minispark.training.trainer as trainer_module
+    real_step = trainer_module.train_step
+
+    def step_that_blows_up(model, optimizer, scheduler, batch, config, generator):
+        if scheduler.last_epoch >= 2:
+            with torch.no_grad():
+                next(model.parameters()).fill_(float("inf"))
+        return real_step(model, optimizer, scheduler, batch, config, generator)
+
+    monkeypatch.setattr(trainer_module, "train_step", step_that_blows_up)
     cache = Path(tiny_trained_drafter[1]).parents[1] / "cache"
     result = CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out", str(tmp_path / "run"),
-                                      "lr=1e308", "steps=4", "--no-progress"])
-    assert "training diverged: the loss at step" in one_line_error(result) and "lower lr (now 1e+308)" in result.stderr
+                                      "lr=0.5", "steps=4", "--no-progress"])
+    assert "training diverged: the loss at step 3 is nan" in one_line_error(result)
+    assert "lower lr (now 0.5)" in result.stderr
     assert not (tmp_path / "run" / "drafter").exists()
 
 

@@ -112,6 +112,25 @@ def test_online_plan_covers_every_anchor_once_per_epoch_and_is_a_function_of_the
     assert len(picked) == len(set(picked)) == sparse.total <= 3 * len(source.anchors_per_sample())
 
 
+def test_answer_use_names_answers_used_whole_and_untouched_as_the_steps_drew_them(llama, data):
+    _, answers, _ = data
+    source = OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3)
+    plan = OnlinePlan(source, batch_anchors=5, seed=1, run=2, pool=4, stay=2)
+    per_epoch = plan.steps_per_epoch(0)
+    drawn: dict[int, int] = {}
+    for steps in range(per_epoch + 2):
+        whole, untouched = plan.answer_use(steps)
+        # what the first ``steps`` steps drew, anchor by anchor
+        assert all(drawn.get(int(a), 0) == plan.counts[a] for a in whole)
+        assert all(int(a) not in drawn for a in untouched)
+        assert not set(whole.tolist()) & set(untouched.tolist())
+        if steps < per_epoch:
+            for anchor in plan.anchors(steps):
+                drawn[anchor.sample_index] = drawn.get(anchor.sample_index, 0) + 1
+    assert sorted(plan.answer_use(per_epoch + 1)[0].tolist()) == sorted(drawn)  # a second epoch: all used
+    assert len(plan.answer_use(0)[1]) == plan.samples and len(plan.answer_use(1)[1]) > 0
+
+
 def test_train_on_an_answer_set(llama, data, tmp_path):
     _, answers, cache = data
     config = load_recipe("tiny", ["steps=6", "checkpoint_every=3", "window=6", "block_size=3",

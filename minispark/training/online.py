@@ -252,6 +252,20 @@ class OnlinePlan:
     def steps_per_epoch(self, epoch: int = 0) -> int:
         return self._length(epoch)
 
+    def answer_use(self, steps: int) -> tuple[np.ndarray, np.ndarray]:
+        """(answers whose every anchor the first ``steps`` steps used, answers no step has touched yet).
+
+        An answer at position k of the epoch's order is in the buffer for phases k // enter .. + stay − 1,
+        so it is used up once the phase after its last is reached, and untouched before its first. Past
+        the first epoch every answer has been used whole and none is untouched."""
+        if steps <= 0:
+            return np.zeros(0, dtype=np.int64), self._order(0).astype(np.int64)
+        epoch, phase, _ = self._locate(steps - 1)
+        order = self._order(0).astype(np.int64)
+        if epoch > 0:
+            return order, np.zeros(0, dtype=np.int64)
+        return order[:max(0, phase - self.stay + 1) * self.enter], order[(phase + 1) * self.enter:]
+
 
 def _prompt_samples(answers: AnswerSet, target: Target, prompts: Path | None) -> list:
     """The prompt file an answer set was sampled from (``prompts``, else the shipped corpus of that name),

@@ -2236,3 +2236,35 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
     # '--threshold -0.0' is the threshold 0: the notice said "threshold mode (-0)"
     hints = builder.build_serving(target, str(drafter), threshold=-0.0).hints
     assert any("threshold mode (0)" in hint for hint in hints) and not any("(-0)" in hint for hint in hints), hints
+
+
+
+# round 13 (issue 22): the eleventh probe
+@pytest.mark.parametrize("kind, text, says", [
+    (int, "1_000", "expected a whole number (no '_': digit grouping is refused)"),  # typer read it as 1000
+    (int, "5.0", "expected a whole number"),  # typer read it as 5
+    (int, "\u0663", "expected a whole number (in ASCII digits)"),
+    (int, "abc", "expected a whole number"),
+    (float, "0.5_0", "expected a number (no '_': digit grouping is refused)"),  # typer read it as 0.5
+    (float, "\uff10.5", "expected a number (in ASCII digits)"),
+])
+def test_every_number_option_reads_numbers_by_the_one_rule(kind: type, text: str, says: str) -> None:
+    """Every int (float) option of every command, and the global --max-pixels, refuses what
+    ``validate.is_number_text`` refuses, as one line naming the flag, before anything runs (typer's own
+    conversion read '--max-new-tokens 1_000' as 1000)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    commands = [([], group, ["generate"])] + [([name], command, []) for name, command in group.commands.items()]
+    flags = [(before, param.opts[0], after) for before, command, after in commands for param in command.params
+             if param.type_descriptor.annotation is kind and param.param_type_name == "option"]
+    assert len(flags) > (50 if kind is int else 15)
+    for before, flag, after in flags:
+        error = one_line_error(CliRunner().invoke(app, before + [flag, text] + after))
+        assert f"{flag} {text!r}: {says}" in error, error
+
+
+def test_numbers_by_the_one_rule_still_pass() -> None:
+    for argv in (["generate", "--temperature", "1e-1"], ["generate", "--gamma", "+3"], ["--max-pixels", "4000"]):
+        assert CliRunner().invoke(app, argv + ["--help"]).exit_code == 0, argv
+

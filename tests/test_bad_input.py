@@ -2268,3 +2268,33 @@ def test_numbers_by_the_one_rule_still_pass() -> None:
     for argv in (["generate", "--temperature", "1e-1"], ["generate", "--gamma", "+3"], ["--max-pixels", "4000"]):
         assert CliRunner().invoke(app, argv + ["--help"]).exit_code == 0, argv
 
+
+def test_an_output_directory_that_refuses_writes_is_one_line(tiny_dir, tmp_path, monkeypatch) -> None:
+    """os.access can pass a directory where the write is then refused (an ACL, NFS root squash; and root, which
+    these tests run as, passes chmod): the one line names the directory, not the temporary file that was never
+    made, exit 2, and nothing of the user's is touched."""
+    import errno
+    import tempfile
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "notes.txt").write_text("mine\n")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+
+    def refused(make):
+        def refusing(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir).is_relative_to(ro):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.path.join(dir, ".x.abc.tmp"))
+            return make(*args, dir=dir, **kwargs)
+        return refusing
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused(tempfile.mkstemp))
+    monkeypatch.setattr(tempfile, "mkdtemp", refused(tempfile.mkdtemp))
+    out = ro / "answers"
+    error = one_line_error(CliRunner().invoke(app, ["answers", "--target", str(tiny_dir("llama")), "--prompts",
+                                                    str(prompts), "--out", str(out), "--num-samples", "1",
+                                                    "--max-new-tokens", "2"]))
+    assert f"{out}: permission denied" in error and ".tmp" not in error, error
+    assert [p.name for p in ro.iterdir()] == ["notes.txt"] and (ro / "notes.txt").read_text() == "mine\n"
+

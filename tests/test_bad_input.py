@@ -2298,3 +2298,15 @@ def test_an_output_directory_that_refuses_writes_is_one_line(tiny_dir, tmp_path,
     assert f"{out}: permission denied" in error and ".tmp" not in error, error
     assert [p.name for p in ro.iterdir()] == ["notes.txt"] and (ro / "notes.txt").read_text() == "mine\n"
 
+
+@pytest.mark.parametrize("role", [["user"], {"name": "user"}])
+def test_a_role_that_is_no_string_is_a_400(tmp_path, role) -> None:
+    """A list or object as a message's role was a 500 (unhashable, looked up in a dict of role aliases)."""
+    from minispark.serve.protocol import APIError, ServeLimits, parse_chat_request
+
+    body = {"model": "m", "messages": [{"role": role, "content": "hi"}]}
+    with pytest.raises(APIError, match=r"messages\[0\].role .*: expected system, developer, user or assistant"):
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert parse_chat_request({"model": "m", "messages": developer}, ServeLimits(), None, tmp_path,
+                              vision=False).messages[0]["role"] == "system"

@@ -608,6 +608,10 @@ CASES = [
      "up to 4 tokens, but --sps-inline gives them for 1..2"),  # said "the SPS table", where none was given
     ("import-minispark-drafter", ["import", "{fakedrafter}", "--out", "{out}", "--target", "{missing}"],
      "not a DeepSpec drafter"),  # refused after loading the target (here: a --target that does not exist)
+    # round 13 (issue 22): the eleventh probe
+    ("cache-layers-digit-grouping", ["cache", "--layers", "1_0"], "--layers: expected 'auto' or comma-separated layer "
+     "ids, got '1_0'"),  # was layer 10
+    ("cache-layers-other-digits", ["cache", "--layers", "\u0663"], "--layers: expected 'auto'"),  # was layer 3
 ]
 
 
@@ -2310,3 +2314,4 @@ def test_a_role_that_is_no_string_is_a_400(tmp_path, role) -> None:
     developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]
     assert parse_chat_request({"model": "m", "messages": developer}, ServeLimits(), None, tmp_path,
                               vision=False).messages[0]["role"] == "system"
+

@@ -2315,3 +2315,10 @@ def test_a_role_that_is_no_string_is_a_400(tmp_path, role) -> None:
     assert parse_chat_request({"model": "m", "messages": developer}, ServeLimits(), None, tmp_path,
                               vision=False).messages[0]["role"] == "system"
 
+
+def test_serve_says_an_image_dir_is_missing(tmp_path) -> None:
+    """A missing --image-dir was "not a directory", as a file is."""
+    (tmp_path / "afile").write_text("x\n")
+    for name, says in (("missing", "no such directory"), ("afile", "not a directory")):
+        error = one_line_error(CliRunner().invoke(app, ["serve", "--image-dir", str(tmp_path / name)]))
+        assert f"--image-dir {tmp_path / name}: {says}" in error, error

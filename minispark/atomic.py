@@ -31,7 +31,8 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     if path.is_dir() and not path.is_symlink():  # os.replace's IsADirectoryError named the temporary file
         raise MinisparkError(f"{path}: is a directory, where minispark writes this file; move it away")
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    with _named_by_directory(path.parent):
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep the file from every other user
         with os.fdopen(fd, "wb") as handle:
@@ -51,6 +52,16 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     finally:
         os.close(directory)
     return path
+
+
+@contextlib.contextmanager
+def _named_by_directory(directory: Path) -> Iterator[None]:
+    """A temporary refused in ``directory`` reported as that directory refusing it, not as the random temporary
+    name that never existed (os.access can pass a directory a write is then refused in: an ACL, NFS root squash)."""
+    try:
+        yield
+    except PermissionError as exc:
+        raise PermissionError(exc.errno, exc.strerror, str(directory)) from None
 
 
 def _umask() -> int:
@@ -80,7 +91,8 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
         raise MinisparkError(f"output directory {path}: {foreign}; minispark replaces only directories it wrote "
                              "itself: choose a new or empty directory")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    with _named_by_directory(path.parent):
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
         fill(tmp)

@@ -608,6 +608,10 @@ CASES = [
      "up to 4 tokens, but --sps-inline gives them for 1..2"),  # said "the SPS table", where none was given
     ("import-minispark-drafter", ["import", "{fakedrafter}", "--out", "{out}", "--target", "{missing}"],
      "not a DeepSpec drafter"),  # refused after loading the target (here: a --target that does not exist)
+    # round 13 (issue 22): the eleventh probe
+    ("cache-layers-digit-grouping", ["cache", "--layers", "1_0"], "--layers: expected 'auto' or comma-separated layer "
+     "ids, got '1_0'"),  # was layer 10
+    ("cache-layers-other-digits", ["cache", "--layers", "\u0663"], "--layers: expected 'auto'"),  # was layer 3
 ]
 
 
@@ -2236,3 +2240,85 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
     # '--threshold -0.0' is the threshold 0: the notice said "threshold mode (-0)"
     hints = builder.build_serving(target, str(drafter), threshold=-0.0).hints
     assert any("threshold mode (0)" in hint for hint in hints) and not any("(-0)" in hint for hint in hints), hints
+
+
+
+# round 13 (issue 22): the eleventh probe
+@pytest.mark.parametrize("kind, text, says", [
+    (int, "1_000", "expected a whole number (no '_': digit grouping is refused)"),  # typer read it as 1000
+    (int, "5.0", "expected a whole number"),  # typer read it as 5
+    (int, "\u0663", "expected a whole number (in ASCII digits)"),
+    (int, "abc", "expected a whole number"),
+    (float, "0.5_0", "expected a number (no '_': digit grouping is refused)"),  # typer read it as 0.5
+    (float, "\uff10.5", "expected a number (in ASCII digits)"),
+])
+def test_every_number_option_reads_numbers_by_the_one_rule(kind: type, text: str, says: str) -> None:
+    """Every int (float) option of every command, and the global --max-pixels, refuses what
+    ``validate.is_number_text`` refuses, as one line naming the flag, before anything runs (typer's own
+    conversion read '--max-new-tokens 1_000' as 1000)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    commands = [([], group, ["generate"])] + [([name], command, []) for name, command in group.commands.items()]
+    flags = [(before, param.opts[0], after) for before, command, after in commands for param in command.params
+             if param.type_descriptor.annotation is kind and param.param_type_name == "option"]
+    assert len(flags) > (50 if kind is int else 15)
+    for before, flag, after in flags:
+        error = one_line_error(CliRunner().invoke(app, before + [flag, text] + after))
+        assert f"{flag} {text!r}: {says}" in error, error
+
+
+def test_numbers_by_the_one_rule_still_pass() -> None:
+    for argv in (["generate", "--temperature", "1e-1"], ["generate", "--gamma", "+3"], ["--max-pixels", "4000"]):
+        assert CliRunner().invoke(app, argv + ["--help"]).exit_code == 0, argv
+
+
+def test_an_output_directory_that_refuses_writes_is_one_line(tiny_dir, tmp_path, monkeypatch) -> None:
+    """os.access can pass a directory where the write is then refused (an ACL, NFS root squash; and root, which
+    these tests run as, passes chmod): the one line names the directory, not the temporary file that was never
+    made, exit 2, and nothing of the user's is touched."""
+    import errno
+    import tempfile
+
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    (ro / "notes.txt").write_text("mine\n")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+
+    def refused(make):
+        def refusing(*args, dir=None, **kwargs):
+            if dir is not None and Path(dir).is_relative_to(ro):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.path.join(dir, ".x.abc.tmp"))
+            return make(*args, dir=dir, **kwargs)
+        return refusing
+
+    monkeypatch.setattr(tempfile, "mkstemp", refused(tempfile.mkstemp))
+    monkeypatch.setattr(tempfile, "mkdtemp", refused(tempfile.mkdtemp))
+    out = ro / "answers"
+    error = one_line_error(CliRunner().invoke(app, ["answers", "--target", str(tiny_dir("llama")), "--prompts",
+                                                    str(prompts), "--out", str(out), "--num-samples", "1",
+                                                    "--max-new-tokens", "2"]))
+    assert f"{out}: permission denied" in error and ".tmp" not in error, error
+    assert [p.name for p in ro.iterdir()] == ["notes.txt"] and (ro / "notes.txt").read_text() == "mine\n"
+
+
+@pytest.mark.parametrize("role", [["user"], {"name": "user"}])
+def test_a_role_that_is_no_string_is_a_400(tmp_path, role) -> None:
+    """A list or object as a message's role was a 500 (unhashable, looked up in a dict of role aliases)."""
+    from minispark.serve.protocol import APIError, ServeLimits, parse_chat_request
+
+    body = {"model": "m", "messages": [{"role": role, "content": "hi"}]}
+    with pytest.raises(APIError, match=r"messages\[0\].role .*: expected system, developer, user or assistant"):
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    developer = [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "hi"}]
+    assert parse_chat_request({"model": "m", "messages": developer}, ServeLimits(), None, tmp_path,
+                              vision=False).messages[0]["role"] == "system"
+
+
+def test_serve_says_an_image_dir_is_missing(tmp_path) -> None:
+    """A missing --image-dir was "not a directory", as a file is."""
+    (tmp_path / "afile").write_text("x\n")
+    for name, says in (("missing", "no such directory"), ("afile", "not a directory")):
+        error = one_line_error(CliRunner().invoke(app, ["serve", "--image-dir", str(tmp_path / name)]))
+        assert f"--image-dir {tmp_path / name}: {says}" in error, error

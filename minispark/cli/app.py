@@ -36,7 +36,21 @@ from minispark.errors import MinisparkError, out_of_memory
 
 class PlainHelp:
     """Help that shows what to type: no ``<bool>`` after a flag, and a repeatable option as its
-    element (``--image <path>``, ``PARTS... <str>``), not ``<list[Path]>``."""
+    element (``--image <path>``, ``PARTS... <str>``), not ``<list[Path]>``; and every number option (the global
+    ones too) read by the project's one rule of numbers in text, ``validate.typed_number``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        typed, _, _ = self.make_parser(ctx).parse_args(args=list(args))
+        try:
+            for param in self.params:
+                kind = param.type_descriptor.annotation  # ``int | None`` reads as int
+                if kind in (int, float) and param.name in typed:
+                    validate.typed_number(str(typed[param.name]), param.opts[0], whole=kind is int)
+        except MinisparkError as exc:  # before typer converts it (click's own errors would come after)
+            _print_error(str(exc))
+            raise typer.Exit(2) from None
+        ctx.meta[TYPED_KEY] = typed  # for :func:`_check_typed_paths`: typer's ``Path`` drops a trailing '/'
+        return super().parse_args(ctx, args)
 
     def get_params(self, ctx: Any) -> list:
         params = super().get_params(ctx)
@@ -56,11 +70,7 @@ class PlainHelpGroup(PlainHelp, TyperGroup):
 
 
 class PlainHelpCommand(PlainHelp, TyperCommand):
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        # Each option's strings as typed, kept for :func:`_check_typed_paths`: typer's ``Path`` drops a trailing '/'.
-        opts, _, _ = self.make_parser(ctx).parse_args(args=list(args))
-        ctx.meta[TYPED_KEY] = opts
-        return super().parse_args(ctx, args)
+    pass
 
 
 class PlainHelpTyper(typer.Typer):

@@ -223,8 +223,7 @@ def serve(
     validate.integer(max_concurrent, "--max-concurrent", 1, defaults.SERVE_MAX_SLOTS)
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)
-    if image_dir is not None and not image_dir.is_dir():
-        raise MinisparkError(f"--image-dir {image_dir}: not a directory")
+    validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, sps=sps)
     for hint in setup.hints:

@@ -94,7 +94,7 @@ class CacheConfig:
             if self.layers.strip() == "auto":
                 return None
             try:
-                ids = [int(x) for x in self.layers.split(",")]
+                ids = [int(validate.number_text(x)) for x in self.layers.split(",")]  # '1_0' was layer 10
             except ValueError:
                 raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
                                      f"got {self.layers!r}") from None

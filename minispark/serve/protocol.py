@@ -166,7 +166,7 @@ def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits
     where = f"messages[{index}]"
     if not isinstance(message, dict):
         raise APIError(400, f"{where} must be an object", "messages")
-    role = {"developer": "system"}.get(message.get("role"), message.get("role"))
+    role = "system" if message.get("role") == "developer" else message.get("role")  # a list or object: a 400 too
     if role not in ("system", "user", "assistant"):
         raise APIError(400, f"{where}.role {message.get('role')!r}: expected system, developer, user or assistant",
                        "messages")

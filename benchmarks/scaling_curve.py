@@ -49,6 +49,8 @@ COMMON = {"max_anchors_per_sample": 0, "online_pool": 256, "batch_anchors": BATC
 #: levers at the full cap would take ~15 hours here), so a lever is compared with the same drafter at the same
 #: budget and the same cosine schedule.
 LEVER_BLOCKS = 1_000_000
+#: The sparse rows' budget: ~2/3 of one epoch of 64 anchors over 16k answers.
+SPARSE_BLOCKS = 700_000
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,14 @@ ROWS: dict[str, Row] = {
     # ones share it over ~272, so ~700k sparse blocks take the dense row's ~2 hours, over ~11k answers instead of ~3.7k
     # (the dense row's training-stream τ runs far above its held-out one: neighbouring anchors of an answer it has
     # already trained on are nearly the same block).
-    "16k-sparse-64": Row(16384, {"max_anchors_per_sample": 64}, 700_000),
+    "16k-sparse-64": Row(16384, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
+    # Sparse won (eleventh session: 1.71 at 368k blocks where dense reached 1.675 at 1M), so the curve and the
+    # DSpark/DFlash ratio again with sparse anchors at its budget, and one row twice as long (a second epoch
+    # draws another 64 anchors of each answer); each takes ~3 hours here, the long one ~8.
+    "16k-sparse-64-dflash": Row(16384, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
+    "4k-sparse-64": Row(4096, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
+    "1k-sparse-64": Row(1024, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
+    "16k-sparse-64-2m": Row(16384, {"max_anchors_per_sample": 64}, 2_000_000),
     # More prompts with shorter answers against fewer long ones, at equal answer tokens (283k: 1,024 whole
     # answers, or 2,048 cut to their first 168 tokens, 287k): what a regeneration capped at 168 would give.
     "2k-cut-168": Row(2048, {"max_answer_tokens": 168}),

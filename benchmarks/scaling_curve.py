@@ -1,12 +1,12 @@
 """The drafter's data-scaling curve (issue 20 §4): one `minispark train` run per row, each until its held-out
 τ proxy stops improving, then one table of every row trained so far.
 
-Every row trains the ``smollm2-dspark`` recipe on the first N answers of the committed answer set with
-online features and dense anchors (every answer token an anchor, a sliding shuffle buffer of 256
-answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the CPU has
-bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32 16 × 4 here, and the same held-out τ
-per block), evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not improved
-for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here; the levers' rows and their baseline
+Every row trains the ``smollm2-dspark`` recipe on the first N answers of the committed answer set with online
+features and dense anchors (every answer token an anchor; the sparse rows 64 an answer; a sliding shuffle
+buffer of 256 answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the
+CPU has bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32 16 × 4 here, and the same
+held-out τ per block), evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not
+improved for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here; the levers' rows and their baseline
 1M), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
 whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
 time and started again; a finished row (its ``drafter/`` written) is skipped. Each row's figures (and its

@@ -8,6 +8,8 @@ answers its steps used whole and which no step touched; ``--answers`` of each ar
 held-out proxy's rule (512 blocks spread evenly, T 1 and T 0), beside the run's held-out set.
 
     .venv/bin/python benchmarks/seen_unseen.py runs/curve/16k-dflash-1m --answers 40
+    .venv/bin/python benchmarks/seen_unseen.py runs/curve/16k-sparse-64 --drafter best --answers 0 \
+        --heldout runs/answers-heldout-t0          # beside a held-out set regenerated at T 0
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ def _steps_done(run: Path) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("run", type=Path, help="an online run's --out (train_config.json, metrics.jsonl, drafter/)")
-    parser.add_argument("--answers", type=int, default=40, help="answers scored from each of seen and unseen")
+    parser.add_argument("--answers", type=int, default=40, help="answers scored from each of seen and unseen (0: none)")
+    parser.add_argument("--heldout", type=Path, action="append", default=[],
+                        help="a further held-out answer set or cache to score (repeatable; e.g. one regenerated at T 0)")
     parser.add_argument("--drafter", default="drafter", help="which of the run's drafters: drafter or best")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -53,15 +57,17 @@ def main() -> None:
     print(f"{args.run} after {steps} steps: {len(whole)} answers used whole, {len(untouched)} untouched")
     rng = np.random.default_rng(args.seed)
     readers = {name: MemoryReader(source, sorted(rng.choice(pool, min(args.answers, len(pool)), replace=False).tolist()))
-               for name, pool in (("seen", whole), ("unseen", untouched)) if len(pool)}
+               for name, pool in (("seen", whole), ("unseen", untouched)) if len(pool) and args.answers > 0}
     if saved.get("heldout_cache"):
         readers["held-out"] = open_reader(Path(saved["heldout_cache"]), target, config.feature_layers, config.window,
                                           config.block_size)
+    for extra in args.heldout:
+        readers[str(extra)] = open_reader(extra, target, config.feature_layers, config.window, config.block_size)
     for name, reader in readers.items():
         proxy = HeldoutProxy.from_reader(reader, config.block_size, config.eval_anchors, heldout_batch_anchors(config),
                                          full_lm_head=target.lm_head.weight.detach(), vocab_chunk=config.chunk_anchors)
         score = proxy.score(trainer.model, autocast(config))
-        print(f"{name:9s} τ {score.tau:.3f} (T 0 {score.tau_greedy:.3f}) on {score.blocks} blocks; acceptance "
+        print(f"{name:>9s} τ {score.tau:.3f} (T 0 {score.tau_greedy:.3f}) on {score.blocks} blocks; acceptance "
               f"{' '.join(f'{a:.2f}' for a in score.acceptance)}", flush=True)
 
 

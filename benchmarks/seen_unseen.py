@@ -26,11 +26,16 @@ from minispark.target.loading import load_target
 from minispark.training.heldout import HeldoutProxy, heldout_batch_anchors
 from minispark.training.online import MemoryReader, OnlineSource, open_reader
 from minispark.training.recipes import TrainConfig
-from minispark.training.trainer import Trainer, autocast
+from minispark.training.trainer import BEST_DIR, HELDOUT_FILE, METRICS_FILE, TRAIN_CONFIG_FILE, Trainer, autocast
 
 
-def _steps_done(run: Path) -> int:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+def _drafter_step(run: Path) -> int:
+    """The step the run's drafter was saved at: its best checkpoint's with a held-out set (``drafter/`` is a copy
+    of ``best/``), else the last step logged; steps after it are answers these weights never saw."""
+    best = run / BEST_DIR / HELDOUT_FILE
+    if best.is_file():
+        return json.loads(best.read_text())["step"]
+    rows = [json.loads(line) for line in (run / METRICS_FILE).read_text().splitlines() if line.strip()]
     return max(row["step"] for row in rows)
 
 
@@ -43,26 +48,24 @@ def main() -> None:
     parser.add_argument("--drafter", default="drafter", help="which of the run's drafters: drafter or best")
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    saved = json.loads((args.run / "train_config.json").read_text())
+    saved = json.loads((args.run / TRAIN_CONFIG_FILE).read_text())
     # The run's own config, its drafter loaded over the fresh model; no held-out set built by the trainer.
     config = TrainConfig.from_dict(saved | {"init_from": str(args.run / args.drafter), "heldout_cache": None},
-                                   where=str(args.run / "train_config.json"))
+                                   where=str(args.run / TRAIN_CONFIG_FILE))
     target = load_target(config.target, dtype="fp32")
     source = OnlineSource(AnswerSet(Path(config.answers_dir)), target, config.feature_layers, config.window,
                           config.block_size, config.cache_dtype, max_answer_tokens=config.max_answer_tokens)
     with tempfile.TemporaryDirectory() as out:
         trainer = Trainer(config, source, target, Path(out))
-    steps = _steps_done(args.run)
+    steps = _drafter_step(args.run)
     whole, untouched = trainer.plan.answer_use(steps)
     print(f"{args.run} after {steps} steps: {len(whole)} answers used whole, {len(untouched)} untouched")
     rng = np.random.default_rng(args.seed)
     readers = {name: MemoryReader(source, sorted(rng.choice(pool, min(args.answers, len(pool)), replace=False).tolist()))
                for name, pool in (("seen", whole), ("unseen", untouched)) if len(pool) and args.answers > 0}
-    if saved.get("heldout_cache"):
-        readers["held-out"] = open_reader(Path(saved["heldout_cache"]), target, config.feature_layers, config.window,
-                                          config.block_size)
-    for extra in args.heldout:
-        readers[str(extra)] = open_reader(extra, target, config.feature_layers, config.window, config.block_size)
+    heldout = {"held-out": Path(saved["heldout_cache"])} if saved.get("heldout_cache") else {}
+    for name, directory in (heldout | {str(extra): extra for extra in args.heldout}).items():
+        readers[name] = open_reader(directory, target, config.feature_layers, config.window, config.block_size)
     for name, reader in readers.items():
         proxy = HeldoutProxy.from_reader(reader, config.block_size, config.eval_anchors, heldout_batch_anchors(config),
                                          full_lm_head=target.lm_head.weight.detach(), vocab_chunk=config.chunk_anchors)

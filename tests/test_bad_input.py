@@ -2242,7 +2242,6 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
     assert any("threshold mode (0)" in hint for hint in hints) and not any("(-0)" in hint for hint in hints), hints
 
 
-
 # round 13 (issue 22): the eleventh probe
 @pytest.mark.parametrize("kind, text, says", [
     (int, "1_000", "expected a whole number (no '_': digit grouping is refused)"),  # typer read it as 1000

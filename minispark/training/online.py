@@ -256,15 +256,16 @@ class OnlinePlan:
         """(answers whose every anchor the first ``steps`` steps used, answers no step has touched yet).
 
         An answer at position k of the epoch's order is in the buffer for phases k // enter .. + stay − 1,
-        so it is used up once the phase after its last is reached, and untouched before its first. Past
+        so the answers before the buffer at the current phase are used up and those after it untouched. Past
         the first epoch every answer has been used whole and none is untouched."""
-        if steps <= 0:
-            return np.zeros(0, dtype=np.int64), self._order(0).astype(np.int64)
-        epoch, phase, _ = self._locate(steps - 1)
         order = self._order(0).astype(np.int64)
+        if steps <= 0:
+            return order[:0], order
+        epoch, phase, _ = self._locate(steps - 1)
         if epoch > 0:
-            return order, np.zeros(0, dtype=np.int64)
-        return order[:max(0, phase - self.stay + 1) * self.enter], order[(phase + 1) * self.enter:]
+            return order, order[:0]
+        members = self._members(order, phase)
+        return order[:members.start], order[members.stop:]
 
 
 def _prompt_samples(answers: AnswerSet, target: Target, prompts: Path | None) -> list:

@@ -12,9 +12,14 @@ whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` ca
 time and started again; a finished row (its ``drafter/`` written) is skipped. Each row's figures (and its
 held-out τ at every evaluation) are kept in ``benchmarks/results/scaling_curve.json`` whenever ``run`` or
 ``table`` sees its run directory, so a row trained on a machine whose files are gone stays in the table:
-commit that file (a row of ~2 hours is what one working session here can finish).
+commit that file (a row of ~2 hours is what one working session here can finish). A finished row's drafter is
+then walked the way the greedy loop walks (``minispark/training/loop_walk.py``) on the held-out prompts' greedy
+answers, the first 12 chat and 12 code ones cut at 96 tokens: the loop's τ at T 0, which the proxy's mean over
+anchors overstates where acceptance comes in stretches (kept with every walk in ``benchmarks/results/
+loop_walk.json``; ``walk`` walks a row's best checkpoint so far, or a row trained before).
 
     .venv/bin/python benchmarks/scaling_curve.py run 1k-dspark 1k-dflash     # train rows, one after another
+    .venv/bin/python benchmarks/scaling_curve.py walk 16k-sparse-64          # a finished row's loop τ
     .venv/bin/python benchmarks/scaling_curve.py table                       # the markdown table so far
 """
 
@@ -34,8 +39,13 @@ import numpy as np
 from minispark.atomic import write_json_atomic
 from minispark.data.answers import AnswerSet
 
+import loop_walk  # the sibling benchmark (benchmarks/ is the script's directory): it keeps every walk
+
 ANSWERS = Path("data/answers/smollm2-135m-instruct")
 HELDOUT = Path("data/answers/smollm2-135m-instruct-heldout")
+#: The held-out prompts' greedy answers a finished row is walked on, and the slice the bench measures.
+GREEDY = Path("data/answers/smollm2-135m-instruct-heldout-t0")
+WALK_CATEGORIES, WALK_PROMPTS, WALK_TOKENS = ("chat", "code"), 12, 96
 RECIPE = "smollm2-dspark"
 OUT = Path("runs/curve")
 #: Every row's figures as last seen, kept in git (a run directory does not outlive its machine).
@@ -159,6 +169,28 @@ def row_figures(name: str, answers: AnswerSet) -> dict[str, Any] | None:
             "finished": (OUT / name / "drafter").is_dir(), "evaluations": curve}
 
 
+def walk_row(name: str) -> None:
+    """Walk a row's best drafter so far on the greedy held-out slice; kept in ``loop_walk.RESULTS``."""
+    from minispark.target.loading import load_target
+    from minispark.training.loop_walk import walk_drafter
+
+    drafter = OUT / name / "best"
+    if not drafter.is_dir():
+        raise SystemExit(f"{name}: no best checkpoint yet ({drafter} is missing)")
+    target = load_target("embedded", dtype="fp32")
+    for category in WALK_CATEGORIES:
+        score, _ = walk_drafter(drafter, GREEDY, target, category, WALK_PROMPTS, WALK_TOKENS)
+        loop_walk.record(summary := loop_walk.summarise(drafter, category, WALK_PROMPTS, WALK_TOKENS, score))
+        print(json.dumps(summary), flush=True)
+
+
+def walked(name: str) -> dict[str, float] | None:
+    """A row's recorded loop τ per category (its best drafter walked), or None before every category is."""
+    kept = loop_walk.recorded()
+    found = {c: kept.get(f"{OUT / name / 'best'}|{c}|{WALK_PROMPTS}|{WALK_TOKENS}") for c in WALK_CATEGORIES}
+    return None if None in found.values() else {c: f["walk_tau"] for c, f in found.items()}
+
+
 def record(answers: AnswerSet) -> dict[str, dict[str, Any]]:
     """Every row's figures: its run directory's where there is one (written to ``RESULTS``), else the recorded ones."""
     rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else {}
@@ -172,13 +204,15 @@ def record(answers: AnswerSet) -> dict[str, dict[str, Any]]:
 
 
 def table(answers: AnswerSet) -> str:
-    lines = ["| row | answers | best held-out τ T 1 / T 0 | at step | steps (blocks) | epochs | blocks/s | wall h | done |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| row | answers | best held-out τ T 1 / T 0 | loop τ chat / code | at step | steps (blocks) | epochs "
+             "| blocks/s | wall h | done |", "|---|---|---|---|---|---|---|---|---|---|"]
     rows = record(answers)
     for name in ROWS:
         f = rows.get(name)
         if f is not None:
-            lines.append(f"| {name} | {f['answers']:,} | {f['best_tau']:.3f} / {f['best_tau_greedy']:.3f} | "
+            loop = walked(name)
+            loop = " / ".join(f"{loop[c]:.3f}" for c in WALK_CATEGORIES) if loop else "–"
+            lines.append(f"| {name} | {f['answers']:,} | {f['best_tau']:.3f} / {f['best_tau_greedy']:.3f} | {loop} | "
                          f"{f['best_step']:,} | {f['steps']:,} ({f['blocks']:,}) | {f['epochs']:.2f} | "
                          f"{f['blocks_per_s']:.1f} | {f['hours']:.2f} | {'yes' if f['finished'] else 'no'} |")
     lines += [f"\n{name}: {f['source']}" for name, f in rows.items() if "source" in f]
@@ -190,6 +224,8 @@ def main() -> None:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="train rows in order (resumable)")
     run.add_argument("rows", nargs="+", choices=list(ROWS))
+    walk = sub.add_parser("walk", help="walk finished rows' drafters as the greedy loop walks (their loop τ)")
+    walk.add_argument("rows", nargs="+", choices=list(ROWS))
     sub.add_parser("table", help="print the table of every row trained so far")
     args = parser.parse_args()
     answers = AnswerSet(ANSWERS)
@@ -197,6 +233,11 @@ def main() -> None:
         for name in args.rows:
             train_row(name, answers)
             record(answers)
+            if walked(name) is None:
+                walk_row(name)
+    elif args.command == "walk":
+        for name in args.rows:
+            walk_row(name)
     print(table(answers))
 
 

@@ -6,8 +6,8 @@ beside the held-out proxy's uniform mean over the same anchors and their harmoni
         --max-new-tokens 96 --record
 
 stands for ``minispark bench --prompts examples/prompts/heldout.jsonl --category chat --num-prompts 12
---max-new-tokens 96 --temperature 0 --modes fixed --drafter DIR``; ``--check N`` runs that loop on the first
-N prompts and compares its rounds with the walk's one by one.
+--max-new-tokens 96 --temperature 0 --modes fixed --drafter DIR``; ``--check N`` runs that loop on N of
+those prompts and compares its rounds with the walk's one by one.
 """
 
 from __future__ import annotations
@@ -71,10 +71,11 @@ def main() -> None:
     parser.add_argument("drafter", type=Path)
     parser.add_argument("--answers", type=Path, required=True, help="a held-out answer set regenerated at T 0")
     parser.add_argument("--category", default=None)
-    parser.add_argument("--num-prompts", type=int, default=0, help="the first N of the category (0: all)")
+    parser.add_argument("--num-prompts", type=int, default=0,
+                        help="the last N of the category, as bench takes them (0: all)")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--check", type=int, default=0,
-                        help="also run the real loop on the first N answers and compare it round by round")
+                        help="also run the real loop on N of those answers and compare it round by round")
     parser.add_argument("--record", action="store_true", help=f"keep the summary in {RESULTS.name}")
     args = parser.parse_args()
     target = load_target("embedded", dtype="fp32")

@@ -14,9 +14,9 @@ held-out τ at every evaluation) are kept in ``benchmarks/results/scaling_curve.
 ``table`` sees its run directory, so a row trained on a machine whose files are gone stays in the table:
 commit that file (a row of ~2 hours is what one working session here can finish). A finished row's drafter is
 then walked the way the greedy loop walks (``minispark/training/loop_walk.py``) on the held-out prompts' greedy
-answers, the first 12 chat and 12 code ones cut at 96 tokens: the loop's τ at T 0, which the proxy's mean over
-anchors overstates where acceptance comes in stretches (kept with every walk in ``benchmarks/results/
-loop_walk.json``; ``walk`` walks a row's best checkpoint so far, or a row trained before).
+answers, the last 12 chat and 12 code ones (those the bench runs) cut at 96 tokens: the loop's τ at T 0, which
+the proxy's mean over anchors overstates where acceptance comes in stretches (kept with every walk in
+``benchmarks/results/loop_walk.json``; ``walk`` walks a row's best checkpoint so far, or a row trained before).
 
     .venv/bin/python benchmarks/scaling_curve.py run 1k-dspark 1k-dflash     # train rows, one after another
     .venv/bin/python benchmarks/scaling_curve.py walk 16k-sparse-64          # a finished row's loop τ

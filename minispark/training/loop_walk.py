@@ -111,9 +111,10 @@ def walk_score(accepted: dict[int, dict[int, int]], lengths: Sequence[tuple[int,
 
 def walk_drafter(drafter_dir: str | Path, answers_dir: str | Path, target: Target, category: str | None = None,
                  num_prompts: int = 0, max_new_tokens: int = 96) -> tuple[WalkScore, dict[int, dict[int, int]]]:
-    """The walked loop of the drafter in ``drafter_dir`` over a greedy held-out answer set: the first
+    """The walked loop of the drafter in ``drafter_dir`` over a greedy held-out answer set: the last
     ``num_prompts`` answers (0: all) whose prompt is of ``category`` (the prompt file's ``category`` key),
-    with :func:`run_lengths` (for comparing single answers with the loop)."""
+    the prompts ``minispark bench --prompts FILE --category C --num-prompts N`` runs, with
+    :func:`run_lengths` (for comparing single answers with the loop)."""
     answers = AnswerSet(Path(answers_dir))
     temperature = answers.config["sampling"]["temperature"]
     if temperature != 0:
@@ -125,7 +126,7 @@ def walk_drafter(drafter_dir: str | Path, answers_dir: str | Path, target: Targe
     prompts = load_prompts(shipped, check_images=False)
     picked = [i for i in range(len(answers))
               if category is None or prompts[answers[i].prompt_line - 1].category == category]
-    picked = picked[:num_prompts] if num_prompts else picked
+    picked = picked[-num_prompts:] if num_prompts else picked
     head = target.lm_head.weight.detach()
     model = load_draft_model(drafter_dir, target.model.get_input_embeddings().weight.detach(), head,
                              target.device).float().eval()

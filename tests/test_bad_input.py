@@ -612,6 +612,10 @@ CASES = [
     ("cache-layers-digit-grouping", ["cache", "--layers", "1_0"], "--layers: expected 'auto' or comma-separated layer "
      "ids, got '1_0'"),  # was layer 10
     ("cache-layers-other-digits", ["cache", "--layers", "\u0663"], "--layers: expected 'auto'"),  # was layer 3
+    # round 14 (issue 22): the twelfth probe
+    ("serve-host-empty", ["serve", "--host", ""], "--host '': empty; give an address"),  # "--host : not an address"
+    ("train-feature-layers-empty", ["train", "--recipe", "tiny", "--dry-run", "feature_layers="],
+     "override 'feature_layers=': feature_layers has an empty value"),  # said "not set in recipe 'tiny'"
 ]
 
 

@@ -136,6 +136,8 @@ class Target:
             messages = [{"role": "user", "content": content if images else prompt}]
         image_paths = _message_images(messages)
         for path in image_paths:
+            if Path(path).is_dir():
+                raise MinisparkError(f"image {path}: a directory, not an image file")
             if not Path(path).is_file():
                 raise MinisparkError(f"image not found: {path}")
         if image_paths and not self.is_vlm:

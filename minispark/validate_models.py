@@ -58,7 +58,7 @@ def checkpoint(path: Path, flag: str) -> Path:
         raise MinisparkError(f"{flag} {path}: not a directory (expected a drafter directory)")
     config = path / "config.json"
     if not config.is_file():
-        raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json)")
+        raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json){_what_it_is(path)}")
     try:
         if not isinstance(json.loads(edited_text(config)), dict):
             raise ValueError("not a JSON object")
@@ -68,6 +68,18 @@ def checkpoint(path: Path, flag: str) -> Path:
         raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
     safetensors_headers(path, flag)
     return path
+
+
+def _what_it_is(path: Path) -> str:
+    """What another minispark command left in ``path`` (a cache, an answer set, a training run: its drafter), as
+    the end of a refusal; empty for anything else."""
+    from minispark.atomic import minispark_artifact
+
+    artifact = minispark_artifact(path)
+    if artifact is None:
+        return ""
+    drafter = path / "drafter"  # a training run's final drafter (training.trainer.DRAFTER_DIR)
+    return f"; it holds {artifact[0]}" + (f": its drafter is {drafter}" if (drafter / "config.json").is_file() else "")
 
 
 def safetensors_headers(directory: Path, flag: str) -> None:

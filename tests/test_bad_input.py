@@ -2336,11 +2336,16 @@ def test_serve_says_an_image_dir_is_missing(tmp_path) -> None:
         assert f"--image-dir {tmp_path / name}: {says}" in error, error
 
 
-def test_a_run_or_a_cache_given_as_a_drafter_says_what_it_is(tiny_trained_drafter) -> None:
-    """A training run, a cache or an answer set where a drafter goes said only 'no config.json' (twelfth probe)."""
+def test_a_run_a_cache_or_a_drafter_in_the_wrong_place_says_what_it_is(tiny_trained_drafter) -> None:
+    """A training run, a cache or an answer set where a drafter goes said only 'no config.json', a drafter given as
+    the target transformers' 'Unrecognized model' (twelfth probe)."""
     run = tiny_trained_drafter[1].parent
     error = one_line_error(CliRunner().invoke(app, ["generate", "--drafter", str(run), "--prompt", "hi"]))
     assert f"it holds a minispark training run (train_config.json): its drafter is {run / 'drafter'}" in error
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(run / "drafter"), "--prompt", "hi",
+                                                      "--drafter", "none"]))
+    assert error.endswith("a minispark drafter, not a target model; give it to --drafter, and --target the model it "
+                          "drafts for")  # said "Unrecognized model ... Should have a `model_type` key"
     error = one_line_error(CliRunner().invoke(app, ["export", str(run.parent / "cache"), "--out", str(run / "x")]))
     assert error.endswith("not a drafter directory (no config.json); it holds a minispark-cache manifest "
                           "(manifest.json)")

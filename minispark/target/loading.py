@@ -343,10 +343,22 @@ def model_config(ref: str, source: str | None, trust_remote_code: bool = False) 
     try:
         return AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
+        if _is_drafter_config(Path(ref) / "config.json"):  # transformers said only "Should have a model_type key"
+            raise MinisparkError(f"--target {source}: a minispark drafter, not a target model; give it to --drafter, "
+                                 "and --target the model it drafts for") from None
         raise MinisparkError(f"--target {source}: cannot load a model config ({first_line(exc)})") from None
     except StrictDataclassError as exc:  # its first line only names the field; the cause says what is wrong
         raise MinisparkError(f"--target {source}: cannot load a model config ({Path(ref) / 'config.json'}: "
                              f"{first_line(exc.__cause__ or exc)})") from None
+
+
+def _is_drafter_config(path: Path) -> bool:
+    """Whether ``path`` reads as a minispark drafter's config.json (its own keys, no transformers model_type)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "model_type" not in data and {"block_size", "feature_layers"} <= data.keys()
 
 
 def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path | None,

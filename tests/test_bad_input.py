@@ -621,6 +621,8 @@ CASES = [
     ("serve-host-empty", ["serve", "--host", ""], "--host '': empty; give an address"),  # "--host : not an address"
     ("train-feature-layers-empty", ["train", "--recipe", "tiny", "--dry-run", "feature_layers="],
      "override 'feature_layers=': feature_layers has an empty value"),  # said "not set in recipe 'tiny'"
+    ("train-init-from-a-target", ["train", "--recipe", "tiny", "--dry-run", "init_from={notokenizer}"],
+     "a transformers model's config (model_type 'llama'), not a drafter's"),  # passed; the real run a traceback
     ("target-config-wrong-type", ["generate", "--target", "{strtarget}", "--prompt", "hi", "--drafter", "none"],
      "config.json: Field 'num_hidden_layers' expected int, got str"),  # huggingface_hub's traceback
     ("target-config-negative-size", ["generate", "--target", "{negtarget}", "--prompt", "hi", "--drafter", "none"],

@@ -623,6 +623,8 @@ CASES = [
      "override 'feature_layers=': feature_layers has an empty value"),  # said "not set in recipe 'tiny'"
     ("train-init-from-a-target", ["train", "--recipe", "tiny", "--dry-run", "init_from={notokenizer}"],
      "a transformers model's config (model_type 'llama'), not a drafter's"),  # passed; the real run a traceback
+    ("gen-drafter-a-target", ["generate", "--drafter", "{notokenizer}", "--target", "{missing}", "--prompt", "hi"],
+     "a transformers model's config (model_type 'llama'), not a drafter's"),  # refused only once the target loaded
     ("target-config-wrong-type", ["generate", "--target", "{strtarget}", "--prompt", "hi", "--drafter", "none"],
      "config.json: Field 'num_hidden_layers' expected int, got str"),  # huggingface_hub's traceback
     ("target-config-negative-size", ["generate", "--target", "{negtarget}", "--prompt", "hi", "--drafter", "none"],

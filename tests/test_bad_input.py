@@ -2342,7 +2342,8 @@ def test_serve_says_an_image_dir_is_missing(tmp_path) -> None:
 
 def test_a_run_a_cache_or_a_drafter_in_the_wrong_place_says_what_it_is(tiny_trained_drafter) -> None:
     """A training run, a cache or an answer set where a drafter goes said only 'no config.json', a drafter given as
-    the target transformers' 'Unrecognized model' (twelfth probe)."""
+    the target transformers' 'Unrecognized model', and as a cache 'a minispark-written-files manifest' (twelfth
+    probe)."""
     run = tiny_trained_drafter[1].parent
     error = one_line_error(CliRunner().invoke(app, ["generate", "--drafter", str(run), "--prompt", "hi"]))
     assert f"it holds a minispark training run (train_config.json): its drafter is {run / 'drafter'}" in error
@@ -2353,3 +2354,6 @@ def test_a_run_a_cache_or_a_drafter_in_the_wrong_place_says_what_it_is(tiny_trai
     error = one_line_error(CliRunner().invoke(app, ["export", str(run.parent / "cache"), "--out", str(run / "x")]))
     assert error.endswith("not a drafter directory (no config.json); it holds a minispark-cache manifest "
                           "(manifest.json)")
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(run / "drafter"),
+                                                    "--out", str(run.parent / "elsewhere")]))
+    assert error.endswith("holds a drafter or checkpoint minispark wrote, not a minispark-cache")

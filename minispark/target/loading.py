@@ -385,8 +385,8 @@ def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path |
     except (RuntimeError, ValueError, TypeError, ArithmeticError) as exc:  # "hidden_size": -64 built no tensor
         if out_of_memory(exc) is not None:  # one_line_errors says that one
             raise
-        raise MinisparkError(f"--target {source}: cannot build the model its config.json describes "
-                             f"({first_line(exc)})") from None
+        raise MinisparkError(f"--target {source}: cannot build the model ({first_line(exc)}); a damaged or "
+                             "hand-edited config.json?") from None
     absent = sorted(info.get("missing_keys") or ()) + sorted(str(k[0]) if isinstance(k, tuple) else str(k)
                                                              for k in info.get("mismatched_keys") or ())
     if absent:

@@ -93,6 +93,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     path.parent.mkdir(parents=True, exist_ok=True)
     with _named_by_directory(path.parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    old, existed = path.with_name(f".{path.name}.old"), False
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
         fill(tmp)
@@ -100,15 +101,16 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
             if file.is_file() and not file.is_symlink():
                 file.chmod(0o666 & ~_umask())
         _write_record(tmp, _hashes(tmp), by)
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old")
+        existed = path.exists()
+        if existed:
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)  # a directory cannot be renamed over a non-empty one
         os.replace(tmp, path)
-        if old is not None:
+        if existed:
             shutil.rmtree(old, ignore_errors=True)
     except BaseException as exc:
+        if existed and not path.exists() and old.exists():  # Ctrl-C between the two renames: the old one goes back
+            os.replace(old, path)
         if isinstance(exc, NoSpaceError) or out_of_space(exc, tmp):
             raise NoSpaceError(path) from None
         raise

@@ -192,6 +192,8 @@ class ChatREPL:
             return
         if not self.conversation.target.is_vlm:
             self.error(f"target {self.conversation.target.name} is text-only: it cannot take images")
+        elif file.is_dir():
+            self.error(f"{path}: a directory, not an image file")
         elif not file.is_file():
             self.error(f"image not found: {path}")
         elif (problem := _image_problem(file)) is not None:

@@ -217,6 +217,9 @@ def listen_address(host: str, port: int) -> int:
     import socket
 
     integer(port, "--port", 0, 65535)
+    if not host.strip():  # getaddrinfo's own error printed as "--host : not an address"
+        raise MinisparkError(f"--host {host!r}: empty; give an address, e.g. 127.0.0.1 (this machine only) "
+                             "or 0.0.0.0 (every interface)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:

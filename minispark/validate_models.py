@@ -58,16 +58,34 @@ def checkpoint(path: Path, flag: str) -> Path:
         raise MinisparkError(f"{flag} {path}: not a directory (expected a drafter directory)")
     config = path / "config.json"
     if not config.is_file():
-        raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json)")
+        raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json){_what_it_is(path)}")
     try:
-        if not isinstance(json.loads(edited_text(config)), dict):
+        data = json.loads(edited_text(config))
+        if not isinstance(data, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise MinisparkError(f"{flag} {config}: unreadable config ({json_reason(exc)})") from None
+    architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else []
+    if "model_type" in data and not any(str(name).endswith("DSparkModel") for name in architectures):
+        # a target's directory: refused now, not once the target has loaded (seconds here, minutes for a 3B one)
+        raise MinisparkError(f"{flag} {path}: a transformers model's config (model_type {data['model_type']!r}), not "
+                             "a drafter's; give a drafter directory (train writes one)")
     if not any(path.glob("*.safetensors")):
         raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
     safetensors_headers(path, flag)
     return path
+
+
+def _what_it_is(path: Path) -> str:
+    """What another minispark command left in ``path`` (a cache, an answer set, a training run: its drafter), as
+    the end of a refusal; empty for anything else."""
+    from minispark.atomic import minispark_artifact
+
+    artifact = minispark_artifact(path)
+    if artifact is None:
+        return ""
+    drafter = path / "drafter"  # a training run's final drafter (training.trainer.DRAFTER_DIR)
+    return f"; it holds {artifact[0]}" + (f": its drafter is {drafter}" if (drafter / "config.json").is_file() else "")
 
 
 def safetensors_headers(directory: Path, flag: str) -> None:

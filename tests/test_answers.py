@@ -167,6 +167,29 @@ def test_kill_resume_and_grow_keep_earlier_shards(llama, prompt_file, tmp_path):
                       log=lambda _: None)
 
 
+def test_a_shard_renamed_before_its_manifest_entry_is_kept(llama, prompt_file, tmp_path, monkeypatch):
+    """Ctrl-C between a shard's rename and the manifest's write: the rerun the hint prints ("run the same command
+    again to resume") refused the shard as not listed in answers.json (twelfth probe)."""
+    import minispark.data.answers as answers
+
+    real, writes = answers._write_manifest, []
+
+    def stopped(*args) -> None:
+        writes.append(1)
+        if len(writes) == 2:  # shard 1 renamed into place, its entry never written
+            raise KeyboardInterrupt
+        real(*args)
+
+    monkeypatch.setattr(answers, "_write_manifest", stopped)
+    out = tmp_path / "a"
+    with pytest.raises(KeyboardInterrupt):
+        build_answers(make_config(prompt_file, out), target=llama, log=lambda _: None)
+    monkeypatch.undo()
+    kept = (out / shard_name(1)).read_bytes()
+    resumed = build_answers(make_config(prompt_file, out), target=llama, log=lambda _: None)
+    assert resumed.resumed_shards == 2 and (out / shard_name(1)).read_bytes() == kept and len(AnswerSet(out)) == 9
+
+
 def test_a_file_not_listed_is_never_deleted(llama, prompt_file, tmp_path):
     out = tmp_path / "a"
     build_answers(make_config(prompt_file, out, num_samples=4), target=llama, log=lambda _: None)

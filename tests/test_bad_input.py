@@ -56,6 +56,11 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     weights = load_file(str(d / "holedtarget" / "model.safetensors"))
     save_file({k: v for k, v in weights.items() if k != "model.layers.0.mlp.down_proj.weight"},
               str(d / "holedtarget" / "model.safetensors"), metadata={"format": "pt"})
+    for name, edit in (("strtarget", {"num_hidden_layers": "4"}), ("negtarget", {"hidden_size": -64})):
+        shutil.copytree(tiny_dir("llama"), d / name, copy_function=os.link)  # a hand-edited config.json
+        config = json.loads((d / name / "config.json").read_text())
+        (d / name / "config.json").unlink()
+        (d / name / "config.json").write_text(json.dumps({**config, **edit}))
     (d / "userdir").mkdir()
     (d / "userdir" / "notes.txt").write_text("my notes\n")
     (d / "corrupt.png").write_bytes(b"this is not an image")
@@ -612,6 +617,18 @@ CASES = [
     ("cache-layers-digit-grouping", ["cache", "--layers", "1_0"], "--layers: expected 'auto' or comma-separated layer "
      "ids, got '1_0'"),  # was layer 10
     ("cache-layers-other-digits", ["cache", "--layers", "\u0663"], "--layers: expected 'auto'"),  # was layer 3
+    # round 14 (issue 22): the twelfth probe
+    ("serve-host-empty", ["serve", "--host", ""], "--host '': empty; give an address"),  # "--host : not an address"
+    ("train-feature-layers-empty", ["train", "--recipe", "tiny", "--dry-run", "feature_layers="],
+     "override 'feature_layers=': feature_layers has an empty value"),  # said "not set in recipe 'tiny'"
+    ("train-init-from-a-target", ["train", "--recipe", "tiny", "--dry-run", "init_from={notokenizer}"],
+     "a transformers model's config (model_type 'llama'), not a drafter's"),  # passed; the real run a traceback
+    ("gen-drafter-a-target", ["generate", "--drafter", "{notokenizer}", "--target", "{missing}", "--prompt", "hi"],
+     "a transformers model's config (model_type 'llama'), not a drafter's"),  # refused only once the target loaded
+    ("target-config-wrong-type", ["generate", "--target", "{strtarget}", "--prompt", "hi", "--drafter", "none"],
+     "config.json: Field 'num_hidden_layers' expected int, got str"),  # huggingface_hub's traceback
+    ("target-config-negative-size", ["generate", "--target", "{negtarget}", "--prompt", "hi", "--drafter", "none"],
+     "cannot build the model (Trying to create tensor with negative dimension"),  # torch's traceback
 ]
 
 
@@ -2321,3 +2338,22 @@ def test_serve_says_an_image_dir_is_missing(tmp_path) -> None:
     for name, says in (("missing", "no such directory"), ("afile", "not a directory")):
         error = one_line_error(CliRunner().invoke(app, ["serve", "--image-dir", str(tmp_path / name)]))
         assert f"--image-dir {tmp_path / name}: {says}" in error, error
+
+
+def test_a_run_a_cache_or_a_drafter_in_the_wrong_place_says_what_it_is(tiny_trained_drafter) -> None:
+    """A training run, a cache or an answer set where a drafter goes said only 'no config.json', a drafter given as
+    the target transformers' 'Unrecognized model', and as a cache 'a minispark-written-files manifest' (twelfth
+    probe)."""
+    run = tiny_trained_drafter[1].parent
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--drafter", str(run), "--prompt", "hi"]))
+    assert f"it holds a minispark training run (train_config.json): its drafter is {run / 'drafter'}" in error
+    error = one_line_error(CliRunner().invoke(app, ["generate", "--target", str(run / "drafter"), "--prompt", "hi",
+                                                      "--drafter", "none"]))
+    assert error.endswith("a minispark drafter, not a target model; give it to --drafter, and --target the model it "
+                          "drafts for")  # said "Unrecognized model ... Should have a `model_type` key"
+    error = one_line_error(CliRunner().invoke(app, ["export", str(run.parent / "cache"), "--out", str(run / "x")]))
+    assert error.endswith("not a drafter directory (no config.json); it holds a minispark-cache manifest "
+                          "(manifest.json)")
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(run / "drafter"),
+                                                    "--out", str(run.parent / "elsewhere")]))
+    assert error.endswith("holds a drafter or checkpoint minispark wrote, not a minispark-cache")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from minispark.atomic import open_append, save_figure, write_json_atomic
+from minispark.atomic import open_append, save_figure, write_dir_atomic, write_json_atomic
 from minispark.cli import app
 from minispark.cli.app import json_safe
 from minispark.errors import MinisparkError
@@ -176,6 +176,25 @@ def test_writes_replace_symlinks_instead_of_following_them(tmp_path: Path) -> No
         open_append(links["metrics.jsonl"])  # training metrics
     assert victim.read_text() == "precious\n"
     assert not links["save.json"].is_symlink() and not links["plot.png"].is_symlink()
+
+
+def test_ctrl_c_between_the_renames_keeps_the_old_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A directory written whole moves the old one aside, then the new one in: Ctrl-C between the two renames
+    left neither (the new one's temporary removed, the old one hidden as .NAME.old)."""
+    drafter = tmp_path / "drafter"
+    write_dir_atomic(drafter, lambda tmp: (tmp / "w.txt").write_text("old"))
+    real, renames = os.replace, []
+
+    def replace(source, destination) -> None:
+        real(source, destination)
+        renames.append(destination)
+        if len(renames) == 1:  # the old directory moved aside; the new one not in yet
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(KeyboardInterrupt):
+        write_dir_atomic(drafter, lambda tmp: (tmp / "w.txt").write_text("new"))
+    assert (drafter / "w.txt").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["drafter"]
 
 
 def test_same_target_spelled_differently(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -296,6 +296,42 @@ def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str,
     assert caught.value.status == 400 and says in caught.value.message and caught.value.param == field
 
 
+def test_a_value_is_named_as_json_and_a_null_stream_is_the_default(tmp_path: Path) -> None:
+    """A 400 spelled the value as Python does (None, True, '2'), and 'stream': null was refused where every other
+    null field is its default (twelfth probe)."""
+    from minispark.serve.protocol import APIError, parse_chat_request
+
+    for field, value, says in (("max_tokens", True, "got true"), ("seed", "1", 'got "1"'),
+                               ("stream", "yes", 'got "yes"'), ("messages", [{"content": "hi"}], "role null: expected")):
+        with pytest.raises(APIError) as caught:
+            parse_chat_request({"model": "m", "messages": HELLO, field: value}, ServeLimits(), None, tmp_path, False)
+        assert says in caught.value.message
+    body = {"model": "m", "messages": HELLO, "stream": None}
+    assert parse_chat_request(body, ServeLimits(), None, tmp_path, False).stream is False
+
+
+def test_a_client_gone_before_its_body_is_a_400_not_a_logged_traceback() -> None:
+    """A Content-Length the client never sent in full: starlette's ClientDisconnect went up to uvicorn, which logged
+    'Exception in ASGI application' and its traceback (twelfth probe)."""
+    import asyncio
+
+    from starlette.requests import ClientDisconnect
+
+    from minispark.serve.app import read_body
+    from minispark.serve.protocol import APIError
+
+    class HungUp:
+        headers = {"content-length": "500"}
+
+        async def stream(self):
+            yield b'{"model"'
+            raise ClientDisconnect()
+
+    with pytest.raises(APIError) as caught:
+        asyncio.run(read_body(HungUp(), 4096))
+    assert caught.value.status == 400 and "disconnected" in caught.value.message
+
+
 def test_a_number_too_long_to_read_is_a_400_in_words(llama: Target) -> None:
     """Its message told the client to call sys.set_int_max_str_digits() (issue 22, seventh probe)."""
     body = b'{"model": "m", "messages": [], "max_tokens": 1' + b"0" * 5000 + b"}"

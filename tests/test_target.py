@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +38,8 @@ def test_missing_image(tiny_dir) -> None:
     target = load_target(str(tiny_dir("qwen2_5_vl")))
     with pytest.raises(MinisparkError, match="image not found: .*nope.png"):
         target.encode(prompt="hi", images=["nope.png"])
+    with pytest.raises(MinisparkError, match="a directory, not an image file"):  # said "image not found"
+        target.encode(prompt="hi", images=[Path(__file__).parent])
 
 
 def test_final_layer_refused(tiny_llama: Target) -> None:

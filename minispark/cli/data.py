@@ -215,7 +215,10 @@ def train(
     if heldout_cache is not None:
         config.heldout_cache = str(heldout_cache)
     if config.init_from:  # before the dry run's estimate too: it says what the run would do
+        from minispark.model.checkpoint import init_from_config
+
         validate_models.checkpoint(Path(config.init_from), "init_from")
+        init_from_config(config.init_from)
     if dry_run:
         breakdown = estimate_memory(config)
         _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe(), markup=False)

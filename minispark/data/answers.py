@@ -350,7 +350,9 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
         entry = listed.get(path.name)
         if not path.exists() and not path.is_symlink():
             continue
-        if entry is None:  # our writes list a shard right after renaming it: anything else is not ours
+        if entry is None:  # our writes list a shard right after renaming it: stopped between the two, or not ours
+            entry = _unlisted_shard(path, k, count, config_hash(cfg))
+        if entry is None:
             raise AnswerSetError(f"{path}: exists but is not listed in {MANIFEST}; use another --out")
         intact = not path.is_symlink() and path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]
         if intact and entry["samples"] == count:
@@ -362,6 +364,25 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
         log(f"{path}: {why}")
         path.unlink()
     return done
+
+
+def _unlisted_shard(path: Path, k: int, count: int, stamp: str) -> dict[str, Any] | None:
+    """The manifest entry of shard ``k`` of this set renamed into place but not yet listed (Ctrl-C or a kill
+    between the two writes: the rerun the hint prints refused it), read from its own metadata; None for any
+    other file, which is never ours to keep or delete."""
+    if path.is_symlink() or not path.is_file():
+        return None
+    try:
+        with safetensors.safe_open(str(path), framework="pt") as handle:
+            metadata = json.loads((handle.metadata() or {}).get(FORMAT, "null"))
+            offsets = handle.get_tensor("answer_offset")
+    except (safetensors.SafetensorError, OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(metadata, dict) or [metadata.get(key) for key in ("config_hash", "shard", "num_samples")] \
+            != [stamp, k, count]:
+        return None
+    return {"file": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path), "samples": count,
+            "answer_tokens": int(offsets[-1])}
 
 
 # ---------------------------------------------------------------------- reading

@@ -37,7 +37,7 @@ import torch
 from minispark import __version__
 from minispark.data.cache_windows import WindowLayout, full_bytes
 # file_sha256: re-exported for the cache modules
-from minispark.atomic import file_sha256, format_manifest, write_bytes_atomic
+from minispark.atomic import file_sha256, minispark_artifact, write_bytes_atomic
 from minispark.errors import MinisparkError, json_reason
 
 FORMAT = "minispark-cache"
@@ -181,8 +181,8 @@ def read_format_manifest(path: Path, fmt: str, version: int, error: type[Minispa
     try:
         manifest = json.loads(path.read_text())
     except FileNotFoundError:
-        if (other := format_manifest(path.parent)) is not None:  # e.g. an answer set where a cache was asked for
-            raise error(f"{path.parent}: holds a {other[0]} manifest ({other[1]}), not a {fmt}") from None
+        if (other := minispark_artifact(path.parent)) is not None:  # an answer set where a cache goes, a drafter, a run
+            raise error(f"{path.parent}: holds {other[0]}, not a {fmt}") from None
         raise error(f"{path}: missing ({missing})") from None
     except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
         raise error(f"{path}: unreadable manifest ({json_reason(exc)})") from None

@@ -128,15 +128,23 @@ def apply_weights(model: DraftModel, weights: dict[str, torch.Tensor], path: str
                              f"unexpected {unexpected}")
 
 
+def init_from_config(path: str | Path) -> tuple[Path, DraftConfig]:
+    """The drafter directory ``init_from`` names and its config, a refusal one line naming init_from (a target's
+    directory there passed --dry-run, then was a ValueError traceback from inside the trainer)."""
+    found = read_drafter_dir(path)
+    if found.raw is None:
+        raise MinisparkError(f"init_from: {found.path} is not a drafter directory (no {CONFIG_FILE})")
+    try:
+        return found.path, found.draft_config()
+    except ValueError as exc:
+        raise MinisparkError(f"init_from: {found.path}: {exc}") from None
+
+
 def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfig) -> None:
     """Load the trainable weights of the drafter at ``path`` into ``model`` to continue training it;
     its config (architecture, target, draft vocabulary size) must equal ``expected`` and its draft
     vocabulary the model's, else a one-line error naming the first difference."""
-    found = read_drafter_dir(path)
-    path = found.path
-    if found.raw is None:
-        raise MinisparkError(f"init_from: {path} is not a drafter directory (no {CONFIG_FILE})")
-    config = found.draft_config()
+    path, config = init_from_config(path)
     for name, value in vars(config).items():
         if value != getattr(expected, name):
             raise MinisparkError(f"init_from: {path / CONFIG_FILE}: {name} is {value!r}, this run's is "

@@ -33,6 +33,7 @@ from fastapi.responses import JSONResponse
 from sse_starlette.sse import EventSourceResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from minispark import defaults
 from minispark.errors import DuplicateKey, MinisparkError, json_reason, unique_keys
@@ -66,11 +67,14 @@ async def read_body(request: Request, limit: int) -> object:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body of {int(declared):,} bytes; at most {limit:,}", code="body_too_large")
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone before its whole body came: uvicorn logged the traceback of an ordinary hang-up
+        raise APIError(400, "the client disconnected before sending the whole request body") from None
     try:
         # JSON over HTTP is UTF-8 (RFC 8259; a leading BOM tolerated): json.loads on bytes would guess UTF-16/32
         # from the first bytes and report a body starting \xff\xfe as some unrelated JSON error.

@@ -83,19 +83,25 @@ _NOT_APPLIED = {"frequency_penalty": (0,), "presence_penalty": (0,), "repetition
                 "web_search_options": (None,)}
 
 
+def _spelled(value: Any) -> str:
+    """A request's value as the client wrote it, in JSON (null, true, "2"), not as Python prints it (None, True,
+    '2')."""
+    return json.dumps(value)
+
+
 def _number(body: dict, name: str, default: float, low: float, high: float) -> float:
     value = body.get(name)
     if value is None:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-        raise APIError(400, f"'{name}' must be a number in [{low}, {high}], got {value!r}", name)
+        raise APIError(400, f"'{name}' must be a number in [{low}, {high}], got {_spelled(value)}", name)
     return float(value)
 
 
 def _integer(body: dict, name: str) -> int | None:
     value = body.get(name)
     if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise APIError(400, f"'{name}' must be an integer, got {value!r}", name)
+        raise APIError(400, f"'{name}' must be an integer, got {_spelled(value)}", name)
     return value
 
 
@@ -108,7 +114,7 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     if model is None or model == "":
         raise APIError(400, "'model' is required (GET /v1/models lists it)", "model")
     if not isinstance(model, str):  # given, as a number or a list: "is required" sent the client looking for a typo
-        raise APIError(400, f"'model' must be a string (GET /v1/models lists it), got {model!r}", "model")
+        raise APIError(400, f"'model' must be a string (GET /v1/models lists it), got {_spelled(model)}", "model")
     for name, no_op in _NOT_APPLIED.items():
         if body.get(name) is not None and body[name] not in no_op:
             raise APIError(400, f"'{name}' {json.dumps(body[name])}: this server does not apply it; leave it out "
@@ -132,15 +138,15 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     seed = _integer(body, "seed")
     if seed is not None and not -2**63 <= seed < 2**63:  # past int64 the generator raised: a 500 to every request in flight
         raise APIError(400, f"'seed' must be an integer in [-2**63, 2**63 - 1], got {seed}", "seed")
-    stream = body.get("stream", False)
+    stream = False if body.get("stream") is None else body["stream"]  # null is the default, as for every field
     if not isinstance(stream, bool):
-        raise APIError(400, f"'stream' must be true or false, got {stream!r}", "stream")
+        raise APIError(400, f"'stream' must be true or false, got {_spelled(stream)}", "stream")
     options = body.get("stream_options")
     if options is not None and not isinstance(options, dict):  # was ignored without a word
-        raise APIError(400, f"'stream_options' must be an object, got {options!r}", "stream_options")
+        raise APIError(400, f"'stream_options' must be an object, got {_spelled(options)}", "stream_options")
     include_usage = (options or {}).get("include_usage", False)
     if not isinstance(include_usage, bool):  # "no" was taken as true
-        raise APIError(400, f"'stream_options.include_usage' must be true or false, got {include_usage!r}",
+        raise APIError(400, f"'stream_options.include_usage' must be true or false, got {_spelled(include_usage)}",
                        "stream_options")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
@@ -168,8 +174,8 @@ def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits
         raise APIError(400, f"{where} must be an object", "messages")
     role = "system" if message.get("role") == "developer" else message.get("role")  # a list or object: a 400 too
     if role not in ("system", "user", "assistant"):
-        raise APIError(400, f"{where}.role {message.get('role')!r}: expected system, developer, user or assistant",
-                       "messages")
+        raise APIError(400, f"{where}.role {_spelled(message.get('role'))}: expected system, developer, user or "
+                       "assistant", "messages")
     content = message.get("content")
     if isinstance(content, str):
         _not_blank(role, [content], where)

@@ -27,7 +27,7 @@ from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
-from minispark.errors import MinisparkError, first_line
+from minispark.errors import MinisparkError, first_line, out_of_memory
 from minispark.identity import torch_dtype
 from minispark.validate import device as validate_device, lone_surrogate
 from minispark.validate_models import PICKLE_WEIGHTS, allow_pickle_weights, target_location, target_weights
@@ -136,6 +136,8 @@ class Target:
             messages = [{"role": "user", "content": content if images else prompt}]
         image_paths = _message_images(messages)
         for path in image_paths:
+            if Path(path).is_dir():
+                raise MinisparkError(f"image {path}: a directory, not an image file")
             if not Path(path).is_file():
                 raise MinisparkError(f"image not found: {path}")
         if image_paths and not self.is_vlm:
@@ -274,8 +276,8 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
 
     ``runtime`` (default: ``minispark --runtime``, else auto) is how its linears run; see ``runtime.py``.
     """
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, \
-        AutoTokenizer, BitsAndBytesConfig
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, \
+        BitsAndBytesConfig
 
     from transformers.utils import logging as hf_logging
 
@@ -299,11 +301,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         if location is not None:
             target_weights(location, source)
     ref = str(location) if location is not None else name
-    try:
-        config = AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        first = first_line(exc)
-        raise MinisparkError(f"--target {source}: cannot load a model config ({first})") from None
+    config = model_config(ref, source, trust_remote_code)
     model_type = config.model_type
     if model_type not in VLM_TYPES | TEXT_TYPES and not trust_remote_code:
         raise MinisparkError(f"--target {source}: unsupported model type {model_type!r} "
@@ -336,6 +334,33 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     return Target(name, model, tokenizer, processor, location, used)
 
 
+def model_config(ref: str, source: str | None, trust_remote_code: bool = False) -> Any:
+    """``AutoConfig.from_pretrained(ref)``, a damaged ``config.json`` one line naming ``--target``: a value of the
+    wrong type (``"num_hidden_layers": "4"``) raised huggingface_hub's strict-dataclass error as a traceback."""
+    from huggingface_hub.errors import StrictDataclassError
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError) as exc:
+        if _is_drafter_config(Path(ref) / "config.json"):  # transformers said only "Should have a model_type key"
+            raise MinisparkError(f"--target {source}: a minispark drafter, not a target model; give it to --drafter, "
+                                 "and --target the model it drafts for") from None
+        raise MinisparkError(f"--target {source}: cannot load a model config ({first_line(exc)})") from None
+    except StrictDataclassError as exc:  # its first line only names the field; the cause says what is wrong
+        raise MinisparkError(f"--target {source}: cannot load a model config ({Path(ref) / 'config.json'}: "
+                             f"{first_line(exc.__cause__ or exc)})") from None
+
+
+def _is_drafter_config(path: Path) -> bool:
+    """Whether ``path`` reads as a minispark drafter's config.json (its own keys, no transformers model_type)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(data, dict) and "model_type" not in data and {"block_size", "feature_layers"} <= data.keys()
+
+
 def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path | None,
                   kwargs: dict[str, Any]) -> torch.nn.Module:
     """``model_cls.from_pretrained``, with a damaged or refused weight file as one line naming it, and
@@ -357,6 +382,11 @@ def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path |
     except (OSError, SafetensorError) as exc:
         first = first_line(exc)
         raise MinisparkError(f"--target {source}: cannot load the weights ({first})") from None
+    except (RuntimeError, ValueError, TypeError, ArithmeticError) as exc:  # "hidden_size": -64 built no tensor
+        if out_of_memory(exc) is not None:  # one_line_errors says that one
+            raise
+        raise MinisparkError(f"--target {source}: cannot build the model ({first_line(exc)}); a damaged or "
+                             "hand-edited config.json?") from None
     absent = sorted(info.get("missing_keys") or ()) + sorted(str(k[0]) if isinstance(k, tuple) else str(k)
                                                              for k in info.get("mismatched_keys") or ())
     if absent:

@@ -302,7 +302,10 @@ def parse_value(key: str, text: str, where: str) -> Any:
     """Parse the string of a ``key=value`` override into the type of field ``key``."""
     kind, nullable = _base_type(key)
     raw = text.strip()
-    if nullable and raw.lower() in ("none", "null", ""):
+    if not raw:  # "key=" is a value left out, not "none": it said "not set in recipe" far from the override
+        none = f" (write {key}=none to leave it unset)" if nullable else ""
+        raise MinisparkError(f"{where}: {key} has an empty value{none}")
+    if nullable and raw.lower() in ("none", "null"):
         return None
     try:
         if kind is bool:

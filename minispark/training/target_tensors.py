@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from minispark.errors import MinisparkError
-from minispark.target.loading import VLM_TYPES, Target
+from minispark.target.loading import VLM_TYPES, Target, model_config
 
 #: Checkpoint key endings of the two tensors (every supported family names them so; VL checkpoints may
 #: prefix them with ``model.`` or ``model.language_model.``).
@@ -66,13 +66,13 @@ def read_frozen_tensors(location: Path, vocab_size: int, hidden_size: int) -> tu
 def load_frozen_parts(source: str | None) -> Target:
     """A :class:`Target` for training from a cache: real tokenizer, identity, embedding and lm_head (the
     checkpoint's dtype, on the CPU), every other weight on the meta device."""
-    from transformers import (AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor,
-                              AutoTokenizer, GenerationConfig)
+    from transformers import (AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer,
+                              GenerationConfig)
 
     name, location = _locate(source)
     if not any(location.glob("*.safetensors")):
         raise MinisparkError(f"--target {source}: no safetensors weights to read the embedding from")
-    config = AutoConfig.from_pretrained(str(location))
+    config = model_config(str(location), source)
     auto = AutoModelForImageTextToText if config.model_type in VLM_TYPES else AutoModelForCausalLM
     with torch.device("meta"):
         model = auto.from_config(config, dtype=torch.float32)

@@ -138,6 +138,8 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "dtypetable.json").write_text(json.dumps(table))
     shutil.copytree(d / "fakedrafter", d / "caldir")
     (d / "caldir" / "calibration.json").mkdir()  # where calibrate writes its fit
+    shutil.copytree(d / "fakedrafter", d / "badcal")
+    (d / "badcal" / "calibration.json").write_text("{")  # refused only once the target had loaded
     names = {p.name: str(p) for p in d.iterdir()}
     from minispark.data.prompts import HELDOUT_FILE
 
@@ -608,6 +610,11 @@ CASES = [
      "override 'draft_vocab=99999999'"),
     ("cal-calibration-json-dir", ["calibrate", "--drafter", "{caldir}", "--prompts", "{ok.jsonl}"],
      "its calibration.json is a directory, where calibrate writes the fit"),  # a traceback after the rollouts
+    # round 14 (issue 22): the twelfth probe's leftover, refused before the target (here: one that does not exist)
+    ("gen-drafter-calibration-damaged", ["generate", "--prompt", "hi", "--drafter", "{badcal}", "--target", "{missing}"],
+     "badcal/calibration.json: not readable as JSON"),
+    ("bench-drafter-calibration-damaged", ["bench", "--drafter", "hybrid:{badcal}", "--target", "{missing}"],
+     "badcal/calibration.json: not readable as JSON"),
     # round 11 (issue 22): the ninth probe
     ("sim-conf-past-inline", ["simulate", "--sps-inline", "1,0.5", "--conf", "0.9,0.8,0.7"],
      "up to 4 tokens, but --sps-inline gives them for 1..2"),  # said "the SPS table", where none was given

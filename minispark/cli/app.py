@@ -357,6 +357,21 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
             validate_models.target_weights(location, target)
 
 
+def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = None) -> Optional[str]:
+    """``validate_models.drafter_spec``, and a drafter directory's ``calibration.json`` read whole, for the commands
+    that serve a drafter (not ``calibrate``, which replaces it): a damaged one was refused only once the target had
+    loaded."""
+    validate_models.drafter_spec(spec, drafting=drafting)
+    directory = spec.partition(":")[2] if spec and spec.startswith("hybrid:") else spec
+    if directory and directory not in ("none", "lookup", "hybrid"):
+        from minispark.model.calibration import Calibration
+        from minispark.model.drafter_dir import CALIBRATION_FILE
+
+        if (Path(directory) / CALIBRATION_FILE).is_file():
+            Calibration.load(Path(directory) / CALIBRATION_FILE)
+    return spec
+
+
 def _check_prompts(prompts: Optional[Path]) -> list[Any]:
     """A --prompts file parsed whole (every line, every image) before the target loads: a bad line
     costs milliseconds, not the minutes a large target takes to load. Its samples (none without a file)."""

@@ -21,7 +21,7 @@ from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
                   TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
-                  _remembered, app, console, err_console, one_line_errors, typed_on_command_line)
+                  _remembered, app, checked_drafter, console, err_console, one_line_errors, typed_on_command_line)
 
 
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
@@ -48,8 +48,8 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     validate.stop_strings(stop)
     _check_images(images)
     skip_flag = "--draft-skip" if draft_skip else "--no-draft-skip"  # either is ignored by a drafter that drafts nothing
-    validate_models.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
-                                             skip_flag: draft_skip})
+    checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
+                                       skip_flag: draft_skip})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     if threshold is not None:
@@ -205,7 +205,7 @@ def serve(
     from minispark.serve.protocol import ServeLimits
     from minispark.serving.builder import build_serving
 
-    validate_models.drafter_spec(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
+    checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     checked_table_file(sps)
@@ -264,7 +264,7 @@ def demo(
         if typed_on_command_line("out"):  # the plain demo writes nothing: --out was ignored without a word
             raise MinisparkError(f"--out {out}: only demo --train writes a pipeline directory (the plain demo keeps "
                                  "nothing); add --train or drop --out")
-        validate_models.drafter_spec(drafter)
+        checked_drafter(drafter)
 
         def notice(line: str) -> None:
             err_console.print(f"[yellow]{escape(line)}[/yellow]", highlight=False, soft_wrap=True)

@@ -22,7 +22,7 @@ from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOpt, SeedOpt, StrictOpt, TargetOpt,
                   TopKOpt, TopPOpt, _auto_4bit, _check_prompts, _check_target_flags, _load,
-                  _print_json, _remembered, app, console, err_console, one_line_errors)
+                  _print_json, _remembered, app, checked_drafter, console, err_console, one_line_errors)
 
 
 @app.command()
@@ -83,7 +83,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     from minispark.measuring.bench import BASELINE_MODES, BenchConfig
     from minispark.target.sampling import SamplingConfig
 
-    validate_models.drafter_spec(drafter)
+    checked_drafter(drafter)
     samples = _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
     for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma"), (repeats, "--repeats")):

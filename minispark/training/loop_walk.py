@@ -63,7 +63,8 @@ def run_lengths(model: DraftModel, reader: MemoryReader, full_lm_head: torch.Ten
     out: dict[int, dict[int, int]] = {}
     for start in range(0, len(anchors), BATCH_ANCHORS):
         part = anchors[start:start + BATCH_ANCHORS]
-        _, match, mask = block_acceptance(model, make_batch(part, gamma), full_lm_head, vocab_chunk=8)
+        batch = make_batch(part, gamma).to(model.lm_head.weight.device)
+        _, match, mask = block_acceptance(model, batch, full_lm_head, vocab_chunk=8)
         lengths = torch.cumprod(match * mask.double(), -1).sum(-1).long()  # (R·A,)
         # make_batch's rows: runs of one sample's anchors, sorted by position, padded to the longest row.
         rows: list[list] = []
@@ -119,13 +120,14 @@ def walk_drafter(drafter_dir: str | Path, answers_dir: str | Path, target: Targe
     temperature = answers.config["sampling"]["temperature"]
     if temperature != 0:
         raise MinisparkError(f"{answers_dir}: regenerated at T {temperature}; the walk needs greedy answers (T 0)")
-    shipped = default_prompts(target.is_vlm, answers.config["split"])
-    if category is not None and answers.config["prompts"]["hash"] != prompt_file_hash(shipped):
-        raise MinisparkError(f"{answers_dir}: its prompts are not the shipped {shipped.name}, whose categories "
-                             f"--category reads")
-    prompts = load_prompts(shipped, check_images=False)
-    picked = [i for i in range(len(answers))
-              if category is None or prompts[answers[i].prompt_line - 1].category == category]
+    picked = list(range(len(answers)))
+    if category is not None:  # categories are the shipped prompt file's: the set must come from it
+        shipped = default_prompts(target.is_vlm, answers.config["split"])
+        if answers.config["prompts"]["hash"] != prompt_file_hash(shipped):
+            raise MinisparkError(f"{answers_dir}: its prompts are not the shipped {shipped.name}, whose categories "
+                                 "--category reads")
+        prompts = load_prompts(shipped, check_images=False)
+        picked = [i for i in picked if prompts[answers[i].prompt_line - 1].category == category]
     picked = picked[-num_prompts:] if num_prompts else picked
     head = target.lm_head.weight.detach()
     model = load_draft_model(drafter_dir, target.model.get_input_embeddings().weight.detach(), head,

@@ -104,16 +104,23 @@ class AnchorPlan:
         return [self.reader[i] for i in self.step_anchors(step)]
 
 
-def make_batch(anchors: list[Anchor], gamma: int) -> Batch:
-    """Pack anchors into rows: consecutive anchors of one sample share a row whose context is the
-    union of their windows (rows of ``[a−c, a)`` per anchor, each stored once)."""
+def batch_rows(anchors: list[Anchor]) -> list[list[Anchor]]:
+    """:func:`make_batch`'s rows: runs of consecutive anchors of one sample, each sorted by position; a batch's
+    flattened (row, slot) order, padded to the longest row."""
     rows: list[list[Anchor]] = []
     for anchor in anchors:
         if rows and rows[-1][0].sample_index == anchor.sample_index:
             rows[-1].append(anchor)
         else:
             rows.append([anchor])
-    packed = [_pack_row(sorted(row, key=lambda a: a.position), gamma) for row in rows]
+    return [sorted(row, key=lambda a: a.position) for row in rows]
+
+
+def make_batch(anchors: list[Anchor], gamma: int) -> Batch:
+    """Pack anchors into rows: consecutive anchors of one sample share a row whose context is the
+    union of their windows (rows of ``[a−c, a)`` per anchor, each stored once)."""
+    rows = batch_rows(anchors)
+    packed = [_pack_row(row, gamma) for row in rows]
     n_ctx = max(1, max(p[0].shape[0] for p in packed))
     n_anchors = max(len(row) for row in rows)
     first = anchors[0]

@@ -30,7 +30,7 @@ from minispark.errors import MinisparkError
 from minispark.model.checkpoint import load_draft_model
 from minispark.model.draft_model import DraftModel
 from minispark.target.loading import Target
-from minispark.training.anchor_batches import make_batch
+from minispark.training.anchor_batches import batch_rows, make_batch
 from minispark.training.heldout import block_acceptance
 from minispark.training.online import MemoryReader, OnlineSource
 
@@ -66,16 +66,10 @@ def run_lengths(model: DraftModel, reader: MemoryReader, full_lm_head: torch.Ten
         batch = make_batch(part, gamma).to(model.lm_head.weight.device)
         _, match, mask = block_acceptance(model, batch, full_lm_head, vocab_chunk=8)
         lengths = torch.cumprod(match * mask.double(), -1).sum(-1).long()  # (R·A,)
-        # make_batch's rows: runs of one sample's anchors, sorted by position, padded to the longest row.
-        rows: list[list] = []
-        for anchor in part:
-            if rows and rows[-1][0].sample_index == anchor.sample_index:
-                rows[-1].append(anchor)
-            else:
-                rows.append([anchor])
+        rows = batch_rows(part)
         width = max(len(row) for row in rows)
         for r, row in enumerate(rows):
-            for k, anchor in enumerate(sorted(row, key=lambda a: a.position)):
+            for k, anchor in enumerate(row):
                 out.setdefault(anchor.sample_index, {})[anchor.position] = int(lengths[r * width + k])
     return out
 

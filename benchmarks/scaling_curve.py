@@ -5,7 +5,8 @@ Every row trains the ``smollm2-dspark`` recipe on the first N answers of the com
 features and dense anchors (every answer token an anchor; the sparse rows 64 an answer; a sliding shuffle
 buffer of 256 answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the
 CPU has bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32 16 × 4 here, and the same
-held-out τ per block), evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not
+held-out τ per block), keeps every answer's features after its first prefill (``online_store``, shared by the rows),
+evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not
 improved for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here; the levers' rows and their baseline
 1M), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
 whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
@@ -48,6 +49,10 @@ GREEDY = Path("data/answers/smollm2-135m-instruct-heldout-t0")
 WALK_CATEGORIES, WALK_PROMPTS, WALK_TOKENS = ("chat", "code"), 12, 96
 RECIPE = "smollm2-dspark"
 OUT = Path("runs/curve")
+#: Every row's answers' features after their first prefill (``online_store``: later epochs, and later rows over the
+#: same answers, read them instead of running the target again; ~2.3 MB an answer); a row cutting its answers
+#: keeps its own.
+STORE = Path("runs/curve-features")
 #: Every row's figures as last seen, kept in git (a run directory does not outlive its machine).
 RESULTS = Path("benchmarks/results/scaling_curve.json")
 #: The batch and the stopping rule every row shares.
@@ -133,7 +138,10 @@ def train_row(name: str, answers: AnswerSet) -> None:
     if (out / "drafter").is_dir():
         print(f"{name}: finished", flush=True)
         return
-    settings = COMMON | {"max_samples": row.answers, "steps": row_steps(answers, row)} | row.overrides
+    cut = row.overrides.get("max_answer_tokens")
+    store = STORE.with_name(f"{STORE.name}-cut-{cut}") if cut else STORE
+    settings = COMMON | {"max_samples": row.answers, "steps": row_steps(answers, row), "online_store": store} \
+        | row.overrides
     command = [sys.executable, "-m", "minispark.cli", "train", "--recipe", RECIPE, "--answers", str(ANSWERS),
                "--heldout-cache", str(HELDOUT), "--out", str(out), "--no-progress",
                *(["--resume"] if (out / "train_config.json").is_file() else []),

@@ -168,3 +168,71 @@ def test_online_anchors_of_image_prompts_equal_cached_anchors(tiny_dir, tmp_path
         assert torch.equal(a.input_ids, b.input_ids) and torch.equal(a.text_positions, b.text_positions)
         torch.testing.assert_close(b.context_features, a.context_features, rtol=1e-4, atol=1e-4)
         torch.testing.assert_close(b.final_hidden, a.final_hidden, rtol=1e-4, atol=1e-4)
+
+
+def _shard(source: OnlineSource) -> dict[str, torch.Tensor]:
+    return MemoryReader(source).shard
+
+
+def test_a_feature_store_gives_the_prefills_numbers_and_runs_no_second_prefill(tiny_dir, llama, data, tmp_path,
+                                                                               monkeypatch):
+    """Read back, a stored answer's features are bit-equal to its prefill's (fp32 and bf16 targets alike)."""
+    _, answers, _ = data
+    bf16 = load_target(str(tiny_dir("llama")), dtype="bf16")
+    for target, store in ((llama, tmp_path / "fp32"), (bf16, tmp_path / "bf16")):
+        want = _shard(OnlineSource(AnswerSet(answers), target, [1, 2], window=6, block=3))
+        first = _shard(OnlineSource(AnswerSet(answers), target, [1, 2], window=6, block=3, store=store))
+        assert len(list(store.glob("*.safetensors"))) == 5
+        with monkeypatch.context() as patch:
+            patch.setattr(target, "capture", lambda *_: pytest.fail("prefilled an answer the store holds"))
+            again = _shard(OnlineSource(AnswerSet(answers), target, [1, 2], window=6, block=3, store=store))
+        for shard in (first, again):
+            assert shard.keys() == want.keys() and all(torch.equal(shard[k], want[k]) for k in want)
+    with pytest.raises(MinisparkError, match="another dtype"):  # the bf16 target's features are not the fp32 one's
+        OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=tmp_path / "bf16")
+
+
+def test_a_feature_store_refuses_other_features_and_recomputes_a_damaged_or_planted_file(llama, data, tmp_path):
+    _, answers, _ = data
+    store = tmp_path / "store"
+    want = _shard(OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=store))
+    with pytest.raises(MinisparkError, match="holds features of another layers"):
+        OnlineSource(AnswerSet(answers), llama, [1], window=6, block=3, store=store)
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(MinisparkError, match="not empty and not a minispark feature store"):
+        OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=tmp_path / "mine")
+    files = sorted(store.glob("*.safetensors"))
+    files[0].write_bytes(files[0].read_bytes()[:100])  # cut short
+    outside = tmp_path / "outside.bin"
+    outside.write_bytes(b"someone else's")
+    files[1].unlink()
+    files[1].symlink_to(outside)  # planted: never read, never written through
+    stale = store / f".{files[2].name}.abc.tmp"
+    stale.write_bytes(b"half")  # a write cut short by a kill
+    got = _shard(OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=store))
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    assert outside.read_bytes() == b"someone else's" and not files[1].is_symlink() and not stale.exists()
+    assert len(files[0].read_bytes()) > 100
+    (store / "feature_store.json").write_text("{")
+    with pytest.raises(MinisparkError, match="feature_store.json: unreadable"):
+        OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=store)
+
+
+def test_training_with_an_online_store_gives_the_same_losses(llama, data, tmp_path, monkeypatch):
+    """Two epochs (~12 steps each): without a store every answer is prefilled twice, with one once."""
+    _, answers, cache = data
+    base = ["steps=30", "checkpoint_every=10", "window=6", "block_size=3", "feature_layers=[1,2]",
+            f"answers_dir={answers}", "online_pool=2"]
+    prefills = []
+    capture = llama.capture
+    monkeypatch.setattr(llama, "capture", lambda *a: prefills.append(1) or capture(*a))
+    plain = train(load_recipe("tiny", base), out_dir=tmp_path / "plain", target=llama, log=None)
+    assert len(prefills) >= 10
+    prefills.clear()
+    stored = train(load_recipe("tiny", [*base, f"online_store={tmp_path / 'store'}"]), out_dir=tmp_path / "stored",
+                   target=llama, log=None)
+    assert stored.losses == plain.losses and len(prefills) == 5
+    with pytest.raises(MinisparkError, match="online_store: keeps the features an answer set"):
+        train(load_recipe("tiny", ["steps=2", f"cache_dir={cache}", f"online_store={tmp_path / 'store'}"]),
+              out_dir=tmp_path / "cached", target=llama, log=None)

@@ -9,7 +9,8 @@ same numbers a cache of those answers holds (tested with ``assert_close``). :cla
 trainer's anchor stream over it: a sliding shuffle buffer of ``pool`` answers, each staying a few
 phases and giving part of its anchors to each, so a step's anchors come from many answers, every
 anchor is used once per epoch, and step s is a pure function of (seed, s) — a resumed run sees the
-batches it would have seen. :class:`MemoryReader` holds a small set's anchors
+batches it would have seen. With a :class:`~minispark.training.feature_store.FeatureStore` (``online_store``)
+an answer's prefill runs once, not once an epoch. :class:`MemoryReader` holds a small set's anchors
 in memory with the ``CacheReader`` interface (held-out answer sets for the held-out proxy).
 
     minispark train --recipe tiny --answers runs/answers --out runs/draft-online
@@ -31,8 +32,10 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_format import Anchor, CacheFacts, CacheReader, config_hash, pack_shard
 from minispark.data.regenerate import Answer
 from minispark.errors import MinisparkError
+from minispark.identity import dtype_name
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
+from minispark.training.feature_store import FeatureStore
 
 #: More anchors per answer than any answer has tokens: every answer position is an anchor.
 DENSE = 1 << 30
@@ -44,7 +47,8 @@ class OnlineSource(CacheFacts):
     """An answer set seen as a feature cache: the manifest facts the trainer checks, anchors on demand."""
 
     def __init__(self, answers: AnswerSet, target: Target, layers: list[int], window: int, block: int,
-                 dtype: str = "fp32", prompts: Path | None = None, max_answer_tokens: int = 0) -> None:
+                 dtype: str = "fp32", prompts: Path | None = None, max_answer_tokens: int = 0,
+                 store: str | Path | None = None) -> None:
         answers.require_target(target)
         self.answers, self.target = answers, target
         # Answers cut to their first N tokens (0: whole): what a regeneration capped at N would have written.
@@ -60,6 +64,16 @@ class OnlineSource(CacheFacts):
         # The anchor rule of a cache build with every answer position an anchor (no sampling of anchors).
         self._pack = CacheConfig(prompts=Path("-"), out=Path("-"), anchors_per_sample=DENSE, anchor_run=1,
                                  window=window, block=block, dtype=dtype)
+        self.store = None if store is None else FeatureStore(store, self._store_facts(), target.dtype)
+
+    def _store_facts(self) -> dict[str, Any]:
+        """What a feature store's features are of: the same numbers only from the same target, answers, layers and
+        cut, computed in the same dtype on the same kind of device."""
+        identity = self.target.identity()
+        known = identity["weights_hash"] != "unknown"  # content hashes decide, the name only when there are none
+        return {"target": {k: v for k, v in identity.items() if k != "name" or not known},
+                "answers": self.config["answers"], "layers": list(self.layers), "max_answer_tokens": self.cut,
+                "dtype": dtype_name(self.target.dtype), "device": self.target.device.type}
 
     def anchors_per_sample(self) -> np.ndarray:
         """(N,) dense anchors of each answer (every answer token with a label after it), from lengths alone."""
@@ -91,9 +105,16 @@ class OnlineSource(CacheFacts):
         tokens = stored.answer_ids[:self.cut] if self.cut else stored.answer_ids
         eos = stored.stopped_at_eos and len(tokens) == len(stored.answer_ids)
         full = self.target.extend(prompt, tokens.to(self.target.device))
-        features, final = self.target.capture(full, self.layers)  # (L, m, d), (L, d)
-        # The last token predicts nothing and is no anchor's context: zero, as generation leaves it.
-        features[-1], final[-1] = 0, 0
+        ids = full.input_ids[0]
+        kept = self.store.get(stored.sample_index, ids) if self.store is not None else None
+        if kept is not None:
+            features, final = kept
+        else:
+            features, final = self.target.capture(full, self.layers)  # (L, m, d), (L, d)
+            # The last token predicts nothing and is no anchor's context: zero, as generation leaves it.
+            features[-1], final[-1] = 0, 0
+            if self.store is not None:
+                self.store.put(stored.sample_index, ids, features, final)
         return Answer(tokens=tokens, stopped_at_eos=eos, features=features,
                       final_hidden=final)
 

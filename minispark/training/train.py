@@ -146,6 +146,9 @@ def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any
     if config.max_answer_tokens and not online:
         raise MinisparkError("max_answer_tokens: cuts the answers of an answer set (--answers); a cache's anchors are "
                              "fixed when it is built")
+    if config.online_store and not online:
+        raise MinisparkError("online_store: keeps the features an answer set's prefill computes (--answers); a cache "
+                             "holds its features already")
     data = AnswerSet(Path(config.answers_dir)) if online else CacheReader(Path(cache_dir or config.cache_dir))
     # A held-out answer set is encoded by the target's decoder as a held-out cache is not: the whole target then
     heldout_answers = config.heldout_cache is not None and (Path(config.heldout_cache) / ANSWERS_MANIFEST).exists()
@@ -167,7 +170,8 @@ def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any
         return data, data, target
     layers = target.auto_layers() if config.feature_layers is None else target.check_layers(config.feature_layers)
     return data, OnlineSource(data, target, layers, config.window, config.block_size,
-                              prompts=config.online_prompts, max_answer_tokens=config.max_answer_tokens), target
+                              prompts=config.online_prompts, max_answer_tokens=config.max_answer_tokens,
+                              store=config.online_store), target
 
 
 def _log_plan(trainer: Trainer, config: TrainConfig, reader: CacheReader | OnlineSource,

@@ -46,7 +46,7 @@ TRAINER_FILE, TRAIN_CONFIG_FILE = "trainer.pt", "train_config.json"
 METRICS_FILE, LATEST_FILE = "metrics.jsonl", "latest"
 #: Fields that may change on ``--resume`` without changing the math of the next steps.
 RESUMABLE_CHANGES = ("log_every", "checkpoint_every", "keep_checkpoints", "cache_dir", "answers_dir", "online_prompts",
-                     "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience")
+                     "online_store", "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience")
 BEST_DIR, HELDOUT_FILE, DRAFTER_DIR = "best", "heldout.json", "drafter"
 CHECKPOINT_NAME = re.compile(r"checkpoint-\d{6}")
 

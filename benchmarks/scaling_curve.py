@@ -107,6 +107,9 @@ ROWS: dict[str, Row] = {
     "4k-sparse-64": Row(4096, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
     "1k-sparse-64": Row(1024, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
     "16k-sparse-64-2m": Row(16384, {"max_anchors_per_sample": 64}, 2_000_000),
+    # DFlash's side of the sparse curve: over answers the DSpark rows' store holds, their prefills are read, not run.
+    "1k-sparse-64-dflash": Row(1024, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
+    "4k-sparse-64-dflash": Row(4096, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
     # More prompts with shorter answers against fewer long ones, at equal answer tokens (283k: 1,024 whole
     # answers, or 2,048 cut to their first 168 tokens, 287k): what a regeneration capped at 168 would give.
     "2k-cut-168": Row(2048, {"max_answer_tokens": 168}),

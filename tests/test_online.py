@@ -230,9 +230,11 @@ def test_training_with_an_online_store_gives_the_same_losses(llama, data, tmp_pa
     plain = train(load_recipe("tiny", base), out_dir=tmp_path / "plain", target=llama, log=None)
     assert len(prefills) >= 10
     prefills.clear()
+    lines: list[str] = []
     stored = train(load_recipe("tiny", [*base, f"online_store={tmp_path / 'store'}"]), out_dir=tmp_path / "stored",
-                   target=llama, log=None)
+                   target=llama, log=lines.append)
     assert stored.losses == plain.losses and len(prefills) == 5
+    assert any(f"features kept in {tmp_path / 'store'} (0 answers so far" in line for line in lines)
     with pytest.raises(MinisparkError, match="online_store: keeps the features an answer set"):
         train(load_recipe("tiny", ["steps=2", f"cache_dir={cache}", f"online_store={tmp_path / 'store'}"]),
               out_dir=tmp_path / "cached", target=llama, log=None)

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 import torch.utils.checkpoint
 
@@ -266,13 +267,19 @@ def stopped_before_checkpoint(out: Path) -> bool:
 def online_memory(config: TrainConfig, source: OnlineSource) -> str:
     """What online training keeps beside the drafter's step: the target's weights (on its device) and one
     pool's features (every position of ``online_pool`` answers at the longest answer of the set, fp32, in
-    CPU memory)."""
+    CPU memory), and what a feature store keeps on disk."""
     target = source.target.model
     weights = sum(p.numel() * p.element_size() for p in target.parameters())
-    longest = max((len(source.answers[i].ids) for i in range(min(len(source.answers), 4096))), default=0)
-    pool = config.online_pool * longest * (len(source.layers) + 1) * source.target.hidden_size * 4
-    return (f" + online: target weights {weights / 1e9:.2f} GB on {source.target.device.type}, one pool's features "
+    lengths = [len(source.answers[i].ids) for i in range(min(len(source.answers), 4096))]  # (prompt + answer)
+    pool = config.online_pool * max(lengths, default=0) * (len(source.layers) + 1) * source.target.hidden_size * 4
+    text = (f" + online: target weights {weights / 1e9:.2f} GB on {source.target.device.type}, one pool's features "
             f"{pool / 1e9:.2f} GB in CPU memory")
+    if source.store is not None:  # its disk: every position's features, in the target's dtype
+        row = (len(source.layers) + 1) * source.target.hidden_size * source.store.dtype.itemsize
+        each = np.mean(lengths or [0]) * row
+        text += (f"; features kept in {source.store.directory} ({len(source.store)} answers so far, "
+                 f"~{each / 1e6:.1f} MB an answer)")
+    return text
 
 
 def _logged_step(line: str) -> float:

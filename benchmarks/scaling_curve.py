@@ -2,13 +2,13 @@
 τ proxy stops improving, then one table of every row trained so far.
 
 Every row trains the ``smollm2-dspark`` recipe on the first N answers of the committed answer set with online
-features and dense anchors (every answer token an anchor; the sparse rows 64 an answer; a sliding shuffle
-buffer of 256 answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the
+features and sparse anchors (64 an answer, drawn again each epoch; the first two rows dense: every answer token
+an anchor; a sliding shuffle buffer of 256 answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the
 CPU has bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32 16 × 4 here, and the same
 held-out τ per block), keeps every answer's features after its first prefill (``online_store``, shared by the rows),
 evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not
-improved for 5 evaluations, after 3 epochs, or at 4M blocks (about 4 hours here; the levers' rows and their baseline
-1M), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
+improved for 5 evaluations, after 3 epochs, or at its most blocks (700k for the sparse rows, ~2/3 of an epoch at
+16k answers; 1M for the dense ones), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
 whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
 time and started again; a finished row (its ``drafter/`` written) is skipped. Each row's figures (and its
 held-out τ at every evaluation) are kept in ``benchmarks/results/scaling_curve.json`` whenever ``run`` or
@@ -19,9 +19,9 @@ answers, the last 12 chat and 12 code ones (those the bench runs) cut at 96 toke
 the proxy's mean over anchors overstates where acceptance comes in stretches (kept with every walk in
 ``benchmarks/results/loop_walk.json``; ``walk`` walks a row's best checkpoint so far, or a row trained before).
 
-    .venv/bin/python benchmarks/scaling_curve.py run 1k-dspark 1k-dflash     # train rows, one after another
-    .venv/bin/python benchmarks/scaling_curve.py walk 16k-sparse-64          # a finished row's loop τ
-    .venv/bin/python benchmarks/scaling_curve.py table                       # the markdown table so far
+    .venv/bin/python benchmarks/scaling_curve.py run 1k-sparse-64 1k-sparse-64-dflash   # rows, one after another
+    .venv/bin/python benchmarks/scaling_curve.py walk 16k-sparse-64                     # a finished row's loop τ
+    .venv/bin/python benchmarks/scaling_curve.py table                                  # the markdown table so far
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import json
 import math
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,20 +50,18 @@ WALK_CATEGORIES, WALK_PROMPTS, WALK_TOKENS = ("chat", "code"), 12, 96
 RECIPE = "smollm2-dspark"
 OUT = Path("runs/curve")
 #: Every row's answers' features after their first prefill (``online_store``: later epochs, and later rows over the
-#: same answers, read them instead of running the target again; ~2.3 MB an answer); a row cutting its answers
-#: keeps its own.
+#: same answers, read them instead of running the target again; ~2.2 MB an answer); a row with other feature layers
+#: or cut answers keeps its own.
 STORE = Path("runs/curve-features")
 #: Every row's figures as last seen, kept in git (a run directory does not outlive its machine).
 RESULTS = Path("benchmarks/results/scaling_curve.json")
 #: The batch and the stopping rule every row shares.
 BATCH_ANCHORS, ANCHOR_RUN = 64, 16
-EVAL_EVERY, PATIENCE_EVALS, MAX_EPOCHS, MAX_BLOCKS = 250, 5, 3, 4_000_000
+EVAL_EVERY, PATIENCE_EVALS, MAX_EPOCHS = 250, 5, 3
 COMMON = {"max_anchors_per_sample": 0, "online_pool": 256, "batch_anchors": BATCH_ANCHORS, "anchor_run": ANCHOR_RUN,
           "dtype": "auto", "eval_every": EVAL_EVERY, "patience": EVAL_EVERY * PATIENCE_EVALS}
-#: The levers' budget: each lever row and its baseline train at most this many blocks on the largest set (four
-#: levers at the full cap would take ~15 hours here), so a lever is compared with the same drafter at the same
-#: budget and the same cosine schedule.
-LEVER_BLOCKS = 1_000_000
+#: The dense rows' budget (~2 hours here).
+DENSE_BLOCKS = 1_000_000
 #: The sparse rows' budget: ~2/3 of one epoch of 64 anchors over 16k answers.
 SPARSE_BLOCKS = 700_000
 
@@ -73,46 +71,37 @@ class Row:
     """A row: the first ``answers`` answers of the set, recipe overrides, and the most blocks it trains."""
 
     answers: int
-    overrides: dict[str, Any] = field(default_factory=dict)
-    max_blocks: int = MAX_BLOCKS
+    overrides: dict[str, Any]
+    max_blocks: int
 
 
 #: DFlash is the same drafter without its Markov head.
 ROWS: dict[str, Row] = {
-    "1k-dspark": Row(1024),
-    "1k-dflash": Row(1024, {"head": "none"}),
-    "4k-dspark": Row(4096),
-    "4k-dflash": Row(4096, {"head": "none"}),
-    "16k-dspark": Row(16384),
-    "16k-dflash": Row(16384, {"head": "none"}),
-    # At the largest size, one row per lever the literature names, against the same drafter at their budget.
-    "16k-dspark-1m": Row(16384, {}, LEVER_BLOCKS),
-    "16k-dflash-1m": Row(16384, {"head": "none"}, LEVER_BLOCKS),
-    # The middle size at the same budget: the rows one working session can finish.
-    "4k-dspark-1m": Row(4096, {}, LEVER_BLOCKS),
-    "4k-dflash-1m": Row(4096, {"head": "none"}, LEVER_BLOCKS),
-    "16k-5-layers": Row(16384, {"num_layers": 5, "init_layers": "random"}, LEVER_BLOCKS),
-    "16k-rank-256": Row(16384, {"markov_rank": 256}, LEVER_BLOCKS),
-    "16k-layers-early": Row(16384, {"feature_layers": "2,5,8,11,14"}, LEVER_BLOCKS),
-    "16k-window-128": Row(16384, {"window": 128}, LEVER_BLOCKS),
+    # Dense anchors at one budget, the first rows measured: DSpark against DFlash at the largest size.
+    "16k-dspark-1m": Row(16384, {}, DENSE_BLOCKS),
+    "16k-dflash-1m": Row(16384, {"head": "none"}, DENSE_BLOCKS),
     # Dense against sparse anchors at equal wall time: 64 anchors an answer cost one prefill per 64 blocks where dense
     # ones share it over ~272, so ~700k sparse blocks take the dense row's ~2 hours, over ~11k answers instead of ~3.7k
     # (the dense row's training-stream τ runs far above its held-out one: neighbouring anchors of an answer it has
-    # already trained on are nearly the same block).
+    # already trained on are nearly the same block). Sparse won (eleventh session: 1.71 at 368k blocks where dense
+    # reached 1.675 at 1M), so the curve, the DSpark/DFlash ratio and the levers are measured with sparse anchors.
     "16k-sparse-64": Row(16384, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
-    # Sparse won (eleventh session: 1.71 at 368k blocks where dense reached 1.675 at 1M), so the curve and the
-    # DSpark/DFlash ratio again with sparse anchors at its budget, and one row twice as long (a second epoch
-    # draws another 64 anchors of each answer); each takes ~3 hours here, the long one ~8.
     "16k-sparse-64-dflash": Row(16384, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
     "4k-sparse-64": Row(4096, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
-    "1k-sparse-64": Row(1024, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
-    "16k-sparse-64-2m": Row(16384, {"max_anchors_per_sample": 64}, 2_000_000),
-    # DFlash's side of the sparse curve: over answers the DSpark rows' store holds, their prefills are read, not run.
-    "1k-sparse-64-dflash": Row(1024, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
     "4k-sparse-64-dflash": Row(4096, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
-    # More prompts with shorter answers against fewer long ones, at equal answer tokens (283k: 1,024 whole
-    # answers, or 2,048 cut to their first 168 tokens, 287k): what a regeneration capped at 168 would give.
-    "2k-cut-168": Row(2048, {"max_answer_tokens": 168}),
+    "1k-sparse-64": Row(1024, {"max_anchors_per_sample": 64}, SPARSE_BLOCKS),
+    "1k-sparse-64-dflash": Row(1024, {"max_anchors_per_sample": 64, "head": "none"}, SPARSE_BLOCKS),
+    # At the largest size, one row per lever the literature names, against 16k-sparse-64 under the same rule.
+    "16k-sparse-64-5-layers": Row(16384, {"max_anchors_per_sample": 64, "num_layers": 5}, SPARSE_BLOCKS),
+    "16k-sparse-64-rank-256": Row(16384, {"max_anchors_per_sample": 64, "markov_rank": 256}, SPARSE_BLOCKS),
+    "16k-sparse-64-layers-early": Row(16384, {"max_anchors_per_sample": 64, "feature_layers": "2,5,8,11,14"},
+                                      SPARSE_BLOCKS),
+    "16k-sparse-64-window-128": Row(16384, {"max_anchors_per_sample": 64, "window": 128}, SPARSE_BLOCKS),
+    # A second epoch at the largest size (it draws another 64 anchors of each answer).
+    "16k-sparse-64-2m": Row(16384, {"max_anchors_per_sample": 64}, 2_000_000),
+    # More prompts with shorter answers against fewer long ones, at equal answer tokens (2,048 answers cut to their
+    # first 168 tokens, 287k, against 1k-sparse-64's 1,024 whole ones, 283k): what a regeneration capped at 168 gives.
+    "2k-cut-168-sparse-64": Row(2048, {"max_anchors_per_sample": 64, "max_answer_tokens": 168}, SPARSE_BLOCKS),
 }
 
 
@@ -132,6 +121,13 @@ def row_steps(answers: AnswerSet, row: Row) -> int:
     return math.ceil(min(epochs, row.max_blocks) / BATCH_ANCHORS)
 
 
+def store_dir(row: Row) -> Path:
+    """The feature store a row reads and grows: one per set of features (the feature layers, the answers' cut)."""
+    suffix = "".join(f"-{key}-{str(row.overrides[key]).replace(',', '.')}"
+                     for key in ("feature_layers", "max_answer_tokens") if key in row.overrides)
+    return STORE.with_name(STORE.name + suffix)
+
+
 def train_row(name: str, answers: AnswerSet) -> None:
     """Train one row (resuming it when it has a checkpoint); refuse a row the answer set cannot fill yet."""
     row = ROWS[name]
@@ -141,8 +137,7 @@ def train_row(name: str, answers: AnswerSet) -> None:
     if (out / "drafter").is_dir():
         print(f"{name}: finished", flush=True)
         return
-    cut = row.overrides.get("max_answer_tokens")
-    store = STORE.with_name(f"{STORE.name}-cut-{cut}") if cut else STORE
+    store = store_dir(row)
     settings = COMMON | {"max_samples": row.answers, "steps": row_steps(answers, row), "online_store": store} \
         | row.overrides
     command = [sys.executable, "-m", "minispark.cli", "train", "--recipe", RECIPE, "--answers", str(ANSWERS),

@@ -66,6 +66,25 @@ def loop_rounds(target, drafter_dir: Path, sample, max_new: int) -> tuple[list[i
     return out.result.token_ids, out.result.stats.accepted_lengths
 
 
+def check(target, drafter_dir: Path, answers: AnswerSet, accepted: dict[int, dict[int, int]], count: int,
+          max_new: int) -> None:
+    """Run the real loop on the first ``count`` walked answers and print, per answer, where it and the walk part."""
+    prompts = load_prompts(default_prompts(False, "heldout"), check_images=False)
+    picked = [i for i in range(len(answers)) if answers[i].sample_index in accepted]
+    for i in picked[:count]:
+        stored = answers[i]
+        ids, real = loop_rounds(target, drafter_dir, prompts[stored.prompt_line - 1], max_new)
+        walked = walk(accepted.get(stored.sample_index, {}), len(stored.prompt_ids), len(stored.answer_ids),
+                      max_new)
+        same = next((k for k, (a, b) in enumerate(zip(ids, stored.answer_ids.tolist())) if a != b),
+                    min(len(ids), len(stored.answer_ids)))
+        first = next((k for k, (a, b) in enumerate(zip(real, walked)) if a != b), None)
+        print(json.dumps({"answer": stored.sample_index, "tokens_equal_answer": same, "loop_tokens": len(ids),
+                          "loop_tau": round((sum(real) + len(real)) / len(real), 4),
+                          "walk_tau": round((sum(walked) + len(walked)) / len(walked), 4),
+                          "first_differing_round": first, "loop": real[:12], "walk": walked[:12]}), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("drafter", type=Path)
@@ -81,25 +100,13 @@ def main() -> None:
     target = load_target("embedded", dtype="fp32")
     score, accepted = walk_drafter(args.drafter, args.answers, target, args.category, args.num_prompts,
                                    args.max_new_tokens)
-    answers = AnswerSet(args.answers)
-    prompts = load_prompts(default_prompts(False, "heldout"), check_images=False)
-    picked = [i for i in range(len(answers)) if answers[i].sample_index in accepted]
-    for i in picked[:args.check]:
-        stored = answers[i]
-        ids, real = loop_rounds(target, args.drafter, prompts[stored.prompt_line - 1], args.max_new_tokens)
-        walked = walk(accepted.get(stored.sample_index, {}), len(stored.prompt_ids), len(stored.answer_ids),
-                      args.max_new_tokens)
-        same = next((k for k, (a, b) in enumerate(zip(ids, stored.answer_ids.tolist())) if a != b),
-                    min(len(ids), len(stored.answer_ids)))
-        first = next((k for k, (a, b) in enumerate(zip(real, walked)) if a != b), None)
-        print(json.dumps({"answer": stored.sample_index, "tokens_equal_answer": same, "loop_tokens": len(ids),
-                          "loop_tau": round((sum(real) + len(real)) / len(real), 4),
-                          "walk_tau": round((sum(walked) + len(walked)) / len(walked), 4),
-                          "first_differing_round": first, "loop": real[:12], "walk": walked[:12]}), flush=True)
-    summary = summarise(args.drafter, args.category, len(picked), args.max_new_tokens, score)
+    if args.check:
+        check(target, args.drafter, AnswerSet(args.answers), accepted, args.check, args.max_new_tokens)
+    summary = summarise(args.drafter, args.category, len(accepted), args.max_new_tokens, score)
     print(json.dumps(summary))
     if args.record:
         record(summary)
+
 
 if __name__ == "__main__":
     main()

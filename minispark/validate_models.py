@@ -40,7 +40,7 @@ def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, 
         raise MinisparkError(f"{flag} {spec!r}: empty (expected none, lookup, hybrid, hybrid:DIR or a drafter "
                              "directory)")
     if spec.startswith("hybrid:"):
-        checkpoint(Path(spec.partition(":")[2]), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
+        checkpoint(Path(drafter_directory(spec)), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
         return spec
     dangling_link(Path(spec), flag)
     if not Path(spec).exists():
@@ -48,6 +48,14 @@ def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, 
                              "directory)")
     checkpoint(Path(spec), flag)
     return spec
+
+
+def drafter_directory(spec: str | None) -> str | None:
+    """The directory a ``--drafter`` spec names (DIR, or the DIR of ``hybrid:DIR``); None for ``none``, ``lookup``,
+    ``hybrid`` and no spec."""
+    if spec is None or spec in ("none", "lookup", "hybrid"):
+        return None
+    return spec.removeprefix("hybrid:")
 
 
 def checkpoint(path: Path, flag: str) -> Path:

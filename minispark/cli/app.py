@@ -329,9 +329,7 @@ def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[
 
     validate.choice(dtype, "--dtype", validate.DTYPES)
     validate.device(device)
-    artifact = None if artifact is None or str(artifact) in ("none", "lookup", "hybrid") else str(artifact)
-    if artifact is not None and artifact.startswith("hybrid:"):
-        artifact = artifact.removeprefix("hybrid:")
+    artifact = validate_models.drafter_directory(None if artifact is None else str(artifact))
     loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
     if loading.notice:
         err_console.print(f"[dim]{escape(loading.notice)}[/dim]", highlight=False, soft_wrap=True)
@@ -362,8 +360,7 @@ def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = No
     that serve a drafter (not ``calibrate``, which replaces it): a damaged one was refused only once the target had
     loaded."""
     validate_models.drafter_spec(spec, drafting=drafting)
-    directory = spec.partition(":")[2] if spec and spec.startswith("hybrid:") else spec
-    if directory and directory not in ("none", "lookup", "hybrid"):
+    if directory := validate_models.drafter_directory(spec):
         from minispark.model.calibration import Calibration
         from minispark.model.drafter_dir import CALIBRATION_FILE
 

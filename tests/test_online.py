@@ -4,6 +4,8 @@ online plan is a resumable pure function of (seed, step), and ``train`` runs on 
 from __future__ import annotations
 
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -208,11 +210,14 @@ def test_a_feature_store_refuses_other_features_and_recomputes_a_damaged_or_plan
     outside.write_bytes(b"someone else's")
     files[1].unlink()
     files[1].symlink_to(outside)  # planted: never read, never written through
-    stale = store / f".{files[2].name}.abc.tmp"
+    stale, young = store / f".{files[2].name}.abc.tmp", store / f".{files[3].name}.def.tmp"
     stale.write_bytes(b"half")  # a write cut short by a kill
+    os.utime(stale, (time.time() - 7200,) * 2)
+    young.write_bytes(b"in flight")  # maybe another run's write: left alone
     got = _shard(OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=store))
     assert all(torch.equal(got[k], want[k]) for k in want)
-    assert outside.read_bytes() == b"someone else's" and not files[1].is_symlink() and not stale.exists()
+    assert outside.read_bytes() == b"someone else's" and not files[1].is_symlink()
+    assert not stale.exists() and young.exists()
     assert len(files[0].read_bytes()) > 100
     (store / "feature_store.json").write_text("{")
     with pytest.raises(MinisparkError, match="feature_store.json: unreadable"):

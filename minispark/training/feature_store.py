@@ -6,7 +6,7 @@ the time of a 64-anchors-an-answer run here), so a run of several epochs spends 
 same numbers. ``online_store=DIR`` keeps every answer's captured features (every position, the feature layers
 and the final-norm hidden) in ``DIR`` as one safetensors file an answer, in the dtype the target computed them
 in, so what is read back is bit-equal to what the prefill gave (tested) and the run's batches and losses do not
-change. About 6 × hidden × 2 bytes a position for a bf16 target with 5 feature layers: ~2.3 MB a SmolLM2 answer.
+change. About 6 × hidden × 2 bytes a position for a bf16 target with 5 feature layers: ~2.2 MB a SmolLM2 answer.
 
 The store's ``feature_store.json`` names what its features are of (the target's identity, the answer set's
 config hash, the layers, the cut, the target's dtype and device); a store of anything else is refused, never

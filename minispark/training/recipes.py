@@ -72,7 +72,7 @@ class TrainConfig:
         features as training goes, in a sliding shuffle buffer of ``online_pool`` answers (``training/online.py``); a VLM's
         image prompts are encoded again from ``online_prompts`` (default: the shipped corpus of that name).
         ``online_store`` keeps each answer's features in that directory after its first prefill, so later epochs
-        read them instead of running the target again (``training/feature_store.py``; ~2.3 MB a SmolLM2 answer).
+        read them instead of running the target again (``training/feature_store.py``; ~2.2 MB a SmolLM2 answer).
     loss: §10.3 weights (α) and the position decay w_k = exp(−(k−1)/loss_decay_gamma); ``alpha_kl``
         (KL(p_t ‖ p_d)) and ``alpha_tau`` (minus the expected accepted drafts) are the optional
         variants of ``losses.py``.
@@ -262,8 +262,8 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "max_answer_tokens",
               "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
-              "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "online_prompts", "online_store", "out_dir", "heldout_cache", "eval_every",
-              "eval_anchors", "patience", "init_from", "onpolicy"),
+              "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "online_prompts", "online_store",
+              "out_dir", "heldout_cache", "eval_every", "eval_anchors", "patience", "init_from", "onpolicy"),
     "loss": ("alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau", "loss_decay_gamma"),
 }
 FILE_KEYS = {key for keys in SECTIONS.values() for key in keys}

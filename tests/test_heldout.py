@@ -149,3 +149,9 @@ def test_patience_stops_when_held_out_tau_stops_improving(run, tmp_path, monkeyp
     assert report.last_step == 6 and [row["step"] for row in report.evaluations] == [2, 4, 6]
     assert json.loads((tmp_path / "out" / BEST_DIR / SCORE_FILE).read_text())["step"] == 2
     assert (tmp_path / "out" / "checkpoint-000006").is_dir() and (report.drafter / "model.safetensors").is_file()
+    # A more patient rule resumes the stopped run where it stopped, as a run under that rule would have gone on.
+    recipe = load_recipe("tiny", ["steps=40", "eval_every=2", "eval_anchors=16", "patience=10",
+                                  "checkpoint_every=100", f"heldout_cache={root / 'held'}"])
+    again = train(recipe, root / "cache", tmp_path / "out", resume=True, target=target, log=None)
+    assert (again.first_step, again.last_step) == (7, 12) and [row["step"] for row in again.evaluations] == [8, 10, 12]
+    assert json.loads((tmp_path / "out" / BEST_DIR / SCORE_FILE).read_text())["step"] == 2

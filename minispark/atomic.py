@@ -17,6 +17,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,10 +42,10 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException as exc:
-        full = out_of_space(exc, path.parent)
+        failure = write_failure(exc, path, path.parent)  # before the unlink: a full disk has room again after it
         Path(tmp).unlink(missing_ok=True)
-        if full:
-            raise NoSpaceError(path) from None
+        if failure is not None:
+            raise failure from None
         raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
@@ -111,8 +112,11 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     except BaseException as exc:
         if existed and not path.exists() and old.exists():  # Ctrl-C between the two renames: the old one goes back
             os.replace(old, path)
-        if isinstance(exc, NoSpaceError) or out_of_space(exc, tmp):
-            raise NoSpaceError(path) from None
+        if isinstance(exc, (NoSpaceError, FileTooLargeError)):  # a file fill() wrote atomically: name the output
+            raise type(exc)(path) from None
+        failure = write_failure(exc, path, tmp)
+        if failure is not None:
+            raise failure from None
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -127,16 +131,35 @@ class NoSpaceError(MinisparkError):
                          "and run the command again")
 
 
+class FileTooLargeError(MinisparkError):
+    """A file grew past the largest this process may write (``ulimit -f``) or the filesystem holds."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: larger than this process may write (the file-size limit, ulimit -f, or the "
+                         "filesystem's largest file; nothing half-written is kept); raise the limit or write elsewhere")
+
+
 #: A full disk, an exhausted quota.
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: Free bytes below which a failed write is taken as a full disk: torch.save reports one as a bare
-#: RuntimeError ("unexpected pos"), safetensors as its own error type, not as ENOSPC.
+#: RuntimeError ("unexpected pos"), not as ENOSPC.
 FULL_DISK_BYTES = 1 << 20
+#: How Rust libraries (safetensors) spell the errno of a failed write in their own error type's message.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def error_number(exc: BaseException) -> int | None:
+    """The errno behind ``exc``: an OSError's own, or the one a Rust library's message names (safetensors
+    deletes its half-written file, so the disk no longer looks full by the time the error is seen)."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    found = _RUST_OS_ERROR.search(str(exc)) if isinstance(exc, Exception) else None
+    return int(found.group(1)) if found else None
 
 
 def out_of_space(exc: BaseException, directory: str | Path) -> bool:
     """Whether ``exc``, raised while writing into ``directory``, is a full disk (or an exhausted quota)."""
-    if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+    if error_number(exc) in NO_SPACE_ERRNOS:
         return True
     if not isinstance(exc, Exception):  # Ctrl-C is never a full disk
         return False
@@ -144,6 +167,29 @@ def out_of_space(exc: BaseException, directory: str | Path) -> bool:
         return shutil.disk_usage(directory).free < FULL_DISK_BYTES
     except OSError:
         return False
+
+
+def write_failure(exc: BaseException, path: str | Path, directory: str | Path) -> MinisparkError | None:
+    """The one-line error for ``exc``, raised while writing ``path`` into ``directory``, when it is a full disk
+    or a file past the size limit (None for any other failure)."""
+    if out_of_space(exc, directory):
+        return NoSpaceError(path)
+    if error_number(exc) == errno.EFBIG or isinstance(exc, RuntimeError) and _past_size_limit(directory):
+        return FileTooLargeError(path)
+    return None
+
+
+def _past_size_limit(directory: str | Path) -> bool:
+    """Whether a file under ``directory`` (a temporary being filled) reached ``ulimit -f``: torch.save reports
+    that as a bare RuntimeError, with no errno."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return False
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY or not Path(directory).is_dir():
+        return False
+    return any(p.is_file() and p.stat().st_size >= limit for p in Path(directory).iterdir())
 
 
 #: The record ``write_dir_atomic`` leaves in each directory it writes: every file's sha256.

@@ -966,6 +966,52 @@ def test_a_full_disk_torch_reports_as_a_runtime_error_is_recognised(tmp_path, mo
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_full_disk_safetensors_reports_in_its_own_error_is_recognised(tmp_path) -> None:
+    """safetensors deletes its half-written file before raising, so the disk has room again by then (a
+    checkpoint, an export or an import on a nearly full disk was a traceback); its message names the errno."""
+    from safetensors import SafetensorError
+
+    from minispark.atomic import NoSpaceError, write_dir_atomic
+
+    def fill(tmp: Path) -> None:
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(NoSpaceError, match="ckpt: no space left"):
+        write_dir_atomic(tmp_path / "ckpt", fill)
+    assert list(tmp_path.iterdir()) == []
+
+    def fail(tmp: Path) -> None:  # another I/O error stays what it is
+        raise SafetensorError("Error while serializing: I/O error: Permission denied (os error 13)")
+
+    with pytest.raises(SafetensorError, match="os error 13"):
+        write_dir_atomic(tmp_path / "ckpt", fail)
+
+
+@pytest.mark.parametrize("writer", ["bytes", "safetensors", "torch"])
+def test_a_file_past_ulimit_f_is_one_line(tmp_path, writer: str) -> None:
+    """``ulimit -f``: Python ignores SIGXFSZ, so the write fails with EFBIG (safetensors names it in its message,
+    torch.save raises a bare RuntimeError); each was a traceback. Nothing half-written is kept."""
+    import resource
+
+    from safetensors.torch import save_file
+
+    from minispark.atomic import FileTooLargeError, write_bytes_atomic, write_dir_atomic
+
+    tensor = torch.zeros(50_000)  # 200 kB, past the limit below
+    write = {"bytes": lambda: write_bytes_atomic(tmp_path / "out" / "x.bin", bytes(200_000)),
+             "safetensors": lambda: write_dir_atomic(tmp_path / "out", lambda d: save_file({"x": tensor},
+                                                                                           str(d / "w.safetensors"))),
+             "torch": lambda: write_dir_atomic(tmp_path / "out", lambda d: torch.save({"x": tensor}, d / "t.pt"))}
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+    try:
+        with pytest.raises(FileTooLargeError, match="larger than this process may write"):
+            write[writer]()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
 class _RunsCode:
     """Unpickling this would create ``marker``: a stand-in for a weight file that runs code."""
 

@@ -14,16 +14,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 from minispark.errors import MinisparkError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no temporary is ever taken for a killed write's
+    fcntl = None
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
@@ -35,12 +42,13 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     with _named_by_directory(path.parent):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        _lock(fd)  # held until the temporary has its name: a sweep after a kill takes only unheld ones
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep the file from every other user
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException as exc:
         failure = write_failure(exc, path, path.parent)  # before the unlink: a full disk has room again after it
         Path(tmp).unlink(missing_ok=True)
@@ -52,7 +60,40 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
         os.fsync(directory)  # make the rename itself durable
     finally:
         os.close(directory)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):  # what a killed write of this file left
+        if _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:-4]) and stale.is_file() and _abandoned(stale):
+            stale.unlink(missing_ok=True)
     return path
+
+
+#: The random part of a temporary's name (``tempfile.mkstemp`` / ``mkdtemp``: eight of ``[a-z0-9_]``).
+_TEMP_NAME = re.compile(r"[a-z0-9_]{8}")
+#: A temporary younger than this is never taken for a killed write's (its writer may not hold its lock yet).
+_TEMP_GRACE_S = 5.0
+
+
+def _lock(fd: int) -> None:
+    """Hold an exclusive lock on ``fd`` (a temporary being written) until it is closed; a kill releases it."""
+    if fcntl is not None:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+
+def _abandoned(temporary: Path) -> bool:
+    """Whether the temporary ``temporary`` (a file or a directory) was left by a write that is no longer running:
+    no live process holds its lock (:func:`_lock`), and it is not brand new."""
+    if fcntl is None or temporary.is_symlink():  # cannot tell: kept
+        return False
+    try:
+        fd = os.open(temporary, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return time.time() - os.fstat(fd).st_mtime > _TEMP_GRACE_S
+    except OSError:  # held: a write in progress, in this process or another
+        return False
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -87,6 +128,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     one. An existing ``path`` is replaced only if minispark wrote everything in it, with the same ``by``
     when one is given (see :func:`foreign_entry`); else nothing is written."""
     path = refuse_symlink(path, "output directory")
+    recover_dir(path)
     foreign = foreign_entry(path, by)
     if foreign is not None:
         raise MinisparkError(f"output directory {path}: {foreign}; minispark replaces only directories it wrote "
@@ -94,9 +136,12 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     path.parent.mkdir(parents=True, exist_ok=True)
     with _named_by_directory(path.parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    held = os.open(tmp, os.O_RDONLY)
+    _lock(held)  # until the end: recover_dir in another process never takes a temporary still being filled
     old, existed = path.with_name(f".{path.name}.old"), False
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
+        _write_record(tmp, {}, by, partial=True)  # marks the temporary as ours, for recover_dir after a kill
         fill(tmp)
         for file in tmp.rglob("*"):  # safetensors' save_file creates 0600 files (0.8): the umask decides, as above
             if file.is_file() and not file.is_symlink():
@@ -120,6 +165,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(held)
     return path
 
 
@@ -211,9 +257,32 @@ def _hashes(directory: Path) -> dict[str, str]:
             if p.is_file() and p.name != WRITTEN_MANIFEST}
 
 
-def _write_record(directory: Path, files: dict[str, str], by: str | None = None) -> None:
-    record = {"format": WRITTEN_FORMAT, "files": files} | ({"by": by} if by else {})
+def _write_record(directory: Path, files: dict[str, str], by: str | None = None, partial: bool = False) -> None:
+    record = {"format": WRITTEN_FORMAT, "files": files} | ({"by": by} if by else {}) | (
+        {"partial": True} if partial else {})
     write_json_atomic(directory / WRITTEN_MANIFEST, record)
+
+
+def recover_dir(path: str | Path) -> None:
+    """Undo what a kill (SIGKILL, a power cut: no handler runs) inside :func:`write_dir_atomic` left beside
+    ``path``: the old directory, moved aside as ``.NAME.old`` just before the new one would have taken its place,
+    goes back; temporaries ``.NAME.XXXXXXXX`` that minispark's record marks as its own are removed (a checkpoint's
+    is the drafter's size). Nothing without minispark's record is touched."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return
+    running = False
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        temporary = _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:]) is not None
+        if not (temporary and stale.is_dir() and not stale.is_symlink() and _record(stale) is not None):
+            continue
+        if _abandoned(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+        else:  # another process is writing this directory now: its renames are its own
+            running = True
+    old = path.with_name(f".{path.name}.old")
+    if not running and not os.path.lexists(path) and not old.is_symlink() and old.is_dir() and _record(old):
+        os.replace(old, path)
 
 
 def _record(directory: Path) -> dict[str, Any] | None:

@@ -714,6 +714,19 @@ def test_console_entry_point_turns_usage_errors_into_one_line(argv, names, capsy
     assert len(lines) == 1 and lines[0].startswith("error:") and names in lines[0]
 
 
+@pytest.mark.parametrize("command", ["answers", "cache"])
+def test_a_prompt_that_fills_the_context_is_refused_by_answers_and_cache(tiny_dir, tmp_path, command: str) -> None:
+    """answers and cache decoded such a prompt past the target's last position (12k tokens into the embedded
+    SmolLM2's 8,192: half an hour of prefill here, then garbage); now its line is refused as bench refuses it."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "Hi there."}) + "\n" + json.dumps({"prompt": LONG_PROMPT}) + "\n")
+    argv = [command, "--target", str(tiny_dir("llama")), "--prompts", str(path), "--num-samples", "2",
+            "--max-new-tokens", "2", "--samples-per-shard", "1", "--out", str(tmp_path / "out")]
+    argv += ["--layers", "1,2", "--feature-dtype", "fp32"] if command == "cache" else []
+    error = one_line_error(CliRunner().invoke(app, argv))
+    assert re.search(r"prompts.jsonl:2: \d+ tokens fill .*'s context of 4096 positions; shorten this prompt", error)
+
+
 def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_path) -> None:
     """bench and calibrate name the prompt file's line; chat refuses the turn and keeps the session."""
     from minispark.data.prompts import PromptFileError, load_prompt_inputs

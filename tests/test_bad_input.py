@@ -961,6 +961,38 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tiny_trained_dr
         assert not (tmp_path / "runs").exists(), left
 
 
+@pytest.mark.parametrize("command", ["bench", "calibrate"])
+def test_a_plot_on_a_full_disk_keeps_the_results_on_the_screen(tiny_trained_drafter, tmp_path, monkeypatch,
+                                                               command: str) -> None:
+    """The --plot PNG was written before the table: on a full disk the run's figures were never printed (and
+    calibrate's error hid that calibration.json was already stored). Now the figures come first, then the error."""
+    target, trained = tiny_trained_drafter
+    drafter = shutil.copytree(trained, tmp_path / "drafter")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    argv = {"bench": ["bench", "--prompts", str(prompts), "--num-prompts", "1", "--max-new-tokens", "3", "--modes",
+                      "target"],
+            "calibrate": ["calibrate", "--drafter", str(drafter), "--prompts", str(prompts), "--num-prompts", "1",
+                          "--max-new-tokens", "4", "--min-rounds", "1"]}[command]
+    full_disk(monkeypatch, "fig.png")
+    result = CliRunner().invoke(app, argv + ["--target", str(target), "--plot", str(tmp_path / "fig.png")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'fig.png'}: no space left")
+    assert ("STS temperatures" if command == "calibrate" else "target") in result.stdout
+    assert not (tmp_path / "fig.png").exists()
+
+
+def test_a_user_dir_that_cannot_take_the_hash_memo_fails_nothing(tiny_dir, tmp_path, monkeypatch) -> None:
+    """The weights-hash memo (hashes.json in $MINISPARK_CACHE) is only a cache: a full disk there failed profile
+    and calibrate after their whole run, naming hashes.json."""
+    from minispark.target.loading import load_target
+
+    monkeypatch.setenv("MINISPARK_CACHE", str(tmp_path / "user"))
+    full_disk(monkeypatch, "hashes.json")
+    assert load_target(str(tiny_dir("llama"))).identity()["weights_hash"] not in ("", "unknown")
+    assert not (tmp_path / "user" / "hashes.json").exists()
+
+
 def test_a_full_disk_torch_reports_as_a_runtime_error_is_recognised(tmp_path, monkeypatch) -> None:
     """torch.save on a full disk raises a bare RuntimeError; with no free space left it is a full disk."""
     from types import SimpleNamespace

@@ -5,7 +5,8 @@ A directory written whole (``write_dir_atomic``: drafters, exports, checkpoints)
 file it holds in ``.minispark-written.json``; it is only ever replaced while everything in it is still what
 that record says minispark wrote, so a user's file that happens to share a name (``README.md``) is never lost.
 ``import`` and ``export`` also record that they wrote it, and replace only their own earlier output (never a
-trained drafter or a checkpoint).
+trained drafter or a checkpoint). A write holds a lock on its temporary until it has its name; what a SIGKILL
+leaves (a temporary no process holds, the old directory moved aside) the next write of that path cleans up.
 
     python -c "from minispark.atomic import write_json_atomic; print(write_json_atomic('/tmp/x.json', {'a': 1}))"
 """

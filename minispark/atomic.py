@@ -227,7 +227,7 @@ def write_failure(exc: BaseException, path: str | Path, directory: str | Path) -
 
 
 def _past_size_limit(directory: str | Path) -> bool:
-    """Whether a file under ``directory`` (a temporary being filled) reached ``ulimit -f``: torch.save reports
+    """Whether a file in ``directory`` (a temporary being filled) reached ``ulimit -f``: torch.save reports
     that as a bare RuntimeError, with no errno."""
     try:
         import resource
@@ -267,8 +267,9 @@ def _write_record(directory: Path, files: dict[str, str], by: str | None = None,
 def recover_dir(path: str | Path) -> None:
     """Undo what a kill (SIGKILL, a power cut: no handler runs) inside :func:`write_dir_atomic` left beside
     ``path``: the old directory, moved aside as ``.NAME.old`` just before the new one would have taken its place,
-    goes back; temporaries ``.NAME.XXXXXXXX`` that minispark's record marks as its own are removed (a checkpoint's
-    is the drafter's size). Nothing without minispark's record is touched."""
+    goes back; temporaries ``.NAME.XXXXXXXX`` that minispark's record marks as its own and no live writer holds
+    (:func:`_abandoned`) are removed (a checkpoint's is the drafter's size). Nothing without minispark's record is
+    touched, and nothing while another process is writing ``path``."""
     path = Path(path)
     if not path.parent.is_dir():
         return

@@ -75,8 +75,12 @@ _TEMP_GRACE_S = 5.0
 
 def _lock(fd: int) -> None:
     """Hold an exclusive lock on ``fd`` (a temporary being written) until it is closed; a kill releases it."""
-    if fcntl is not None:
+    if fcntl is None:
+        return
+    try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without locks (some NFS): the write goes on; _abandoned cannot lock it either
+        pass
 
 
 def _abandoned(temporary: Path) -> bool:

@@ -5,7 +5,8 @@ A directory written whole (``write_dir_atomic``: drafters, exports, checkpoints)
 file it holds in ``.minispark-written.json``; it is only ever replaced while everything in it is still what
 that record says minispark wrote, so a user's file that happens to share a name (``README.md``) is never lost.
 ``import`` and ``export`` also record that they wrote it, and replace only their own earlier output (never a
-trained drafter or a checkpoint).
+trained drafter or a checkpoint). A write holds a lock on its temporary until it has its name; what a SIGKILL
+leaves (a temporary no process holds, the old directory moved aside) the next write of that path cleans up.
 
     python -c "from minispark.atomic import write_json_atomic; print(write_json_atomic('/tmp/x.json', {'a': 1}))"
 """
@@ -14,15 +15,23 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import glob
 import hashlib
 import json
 import os
+import re
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
 from minispark.errors import MinisparkError
+
+try:
+    import fcntl
+except ImportError:  # Windows: no temporary is ever taken for a killed write's
+    fcntl = None
 
 
 def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
@@ -34,24 +43,62 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
     with _named_by_directory(path.parent):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        _lock(fd)  # held until the temporary has its name: a sweep after a kill takes only unheld ones
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep the file from every other user
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+            os.replace(tmp, path)
     except BaseException as exc:
-        full = out_of_space(exc, path.parent)
+        failure = write_failure(exc, path, path.parent)  # before the unlink: a full disk has room again after it
         Path(tmp).unlink(missing_ok=True)
-        if full:
-            raise NoSpaceError(path) from None
+        if failure is not None:
+            raise failure from None
         raise
     directory = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(directory)  # make the rename itself durable
     finally:
         os.close(directory)
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):  # what a killed write of this file left
+        if _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:-4]) and stale.is_file() and _abandoned(stale):
+            stale.unlink(missing_ok=True)
     return path
+
+
+#: The random part of a temporary's name (``tempfile.mkstemp`` / ``mkdtemp``: eight of ``[a-z0-9_]``).
+_TEMP_NAME = re.compile(r"[a-z0-9_]{8}")
+#: A temporary younger than this is never taken for a killed write's (its writer may not hold its lock yet).
+_TEMP_GRACE_S = 5.0
+
+
+def _lock(fd: int) -> None:
+    """Hold an exclusive lock on ``fd`` (a temporary being written) until it is closed; a kill releases it."""
+    if fcntl is None:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:  # a filesystem without locks (some NFS): the write goes on; _abandoned cannot lock it either
+        pass
+
+
+def _abandoned(temporary: Path) -> bool:
+    """Whether the temporary ``temporary`` (a file or a directory) was left by a write that is no longer running:
+    no live process holds its lock (:func:`_lock`), and it is not brand new."""
+    if fcntl is None or temporary.is_symlink():  # cannot tell: kept
+        return False
+    try:
+        fd = os.open(temporary, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return time.time() - os.fstat(fd).st_mtime > _TEMP_GRACE_S
+    except OSError:  # held: a write in progress, in this process or another
+        return False
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -86,6 +133,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     one. An existing ``path`` is replaced only if minispark wrote everything in it, with the same ``by``
     when one is given (see :func:`foreign_entry`); else nothing is written."""
     path = refuse_symlink(path, "output directory")
+    recover_dir(path)
     foreign = foreign_entry(path, by)
     if foreign is not None:
         raise MinisparkError(f"output directory {path}: {foreign}; minispark replaces only directories it wrote "
@@ -93,9 +141,12 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     path.parent.mkdir(parents=True, exist_ok=True)
     with _named_by_directory(path.parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    held = os.open(tmp, os.O_RDONLY)
+    _lock(held)  # until the end: recover_dir in another process never takes a temporary still being filled
     old, existed = path.with_name(f".{path.name}.old"), False
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
+        _write_record(tmp, {}, by, partial=True)  # marks the temporary as ours, for recover_dir after a kill
         fill(tmp)
         for file in tmp.rglob("*"):  # safetensors' save_file creates 0600 files (0.8): the umask decides, as above
             if file.is_file() and not file.is_symlink():
@@ -111,11 +162,15 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     except BaseException as exc:
         if existed and not path.exists() and old.exists():  # Ctrl-C between the two renames: the old one goes back
             os.replace(old, path)
-        if isinstance(exc, NoSpaceError) or out_of_space(exc, tmp):
-            raise NoSpaceError(path) from None
+        if isinstance(exc, (NoSpaceError, FileTooLargeError)):  # a file fill() wrote atomically: name the output
+            raise type(exc)(path) from None
+        failure = write_failure(exc, path, tmp)
+        if failure is not None:
+            raise failure from None
         raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        os.close(held)
     return path
 
 
@@ -127,16 +182,35 @@ class NoSpaceError(MinisparkError):
                          "and run the command again")
 
 
+class FileTooLargeError(MinisparkError):
+    """A file grew past the largest this process may write (``ulimit -f``) or the filesystem holds."""
+
+    def __init__(self, path: str | Path) -> None:
+        super().__init__(f"{path}: larger than this process may write (the file-size limit, ulimit -f, or the "
+                         "filesystem's largest file; nothing half-written is kept); raise the limit or write elsewhere")
+
+
 #: A full disk, an exhausted quota.
 NO_SPACE_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
 #: Free bytes below which a failed write is taken as a full disk: torch.save reports one as a bare
-#: RuntimeError ("unexpected pos"), safetensors as its own error type, not as ENOSPC.
+#: RuntimeError ("unexpected pos"), not as ENOSPC.
 FULL_DISK_BYTES = 1 << 20
+#: How Rust libraries (safetensors) spell the errno of a failed write in their own error type's message.
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)")
+
+
+def error_number(exc: BaseException) -> int | None:
+    """The errno behind ``exc``: an OSError's own, or the one a Rust library's message names (safetensors
+    deletes its half-written file, so the disk no longer looks full by the time the error is seen)."""
+    if isinstance(exc, OSError):
+        return exc.errno
+    found = _RUST_OS_ERROR.search(str(exc)) if isinstance(exc, Exception) else None
+    return int(found.group(1)) if found else None
 
 
 def out_of_space(exc: BaseException, directory: str | Path) -> bool:
     """Whether ``exc``, raised while writing into ``directory``, is a full disk (or an exhausted quota)."""
-    if isinstance(exc, OSError) and exc.errno in NO_SPACE_ERRNOS:
+    if error_number(exc) in NO_SPACE_ERRNOS:
         return True
     if not isinstance(exc, Exception):  # Ctrl-C is never a full disk
         return False
@@ -144,6 +218,29 @@ def out_of_space(exc: BaseException, directory: str | Path) -> bool:
         return shutil.disk_usage(directory).free < FULL_DISK_BYTES
     except OSError:
         return False
+
+
+def write_failure(exc: BaseException, path: str | Path, directory: str | Path) -> MinisparkError | None:
+    """The one-line error for ``exc``, raised while writing ``path`` into ``directory``, when it is a full disk
+    or a file past the size limit (None for any other failure)."""
+    if out_of_space(exc, directory):
+        return NoSpaceError(path)
+    if error_number(exc) == errno.EFBIG or isinstance(exc, RuntimeError) and _past_size_limit(directory):
+        return FileTooLargeError(path)
+    return None
+
+
+def _past_size_limit(directory: str | Path) -> bool:
+    """Whether a file in ``directory`` (a temporary being filled) reached ``ulimit -f``: torch.save reports
+    that as a bare RuntimeError, with no errno."""
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return False
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if limit == resource.RLIM_INFINITY or not Path(directory).is_dir():
+        return False
+    return any(p.is_file() and p.stat().st_size >= limit for p in Path(directory).iterdir())
 
 
 #: The record ``write_dir_atomic`` leaves in each directory it writes: every file's sha256.
@@ -165,9 +262,33 @@ def _hashes(directory: Path) -> dict[str, str]:
             if p.is_file() and p.name != WRITTEN_MANIFEST}
 
 
-def _write_record(directory: Path, files: dict[str, str], by: str | None = None) -> None:
-    record = {"format": WRITTEN_FORMAT, "files": files} | ({"by": by} if by else {})
+def _write_record(directory: Path, files: dict[str, str], by: str | None = None, partial: bool = False) -> None:
+    record = {"format": WRITTEN_FORMAT, "files": files} | ({"by": by} if by else {}) | (
+        {"partial": True} if partial else {})
     write_json_atomic(directory / WRITTEN_MANIFEST, record)
+
+
+def recover_dir(path: str | Path) -> None:
+    """Undo what a kill (SIGKILL, a power cut: no handler runs) inside :func:`write_dir_atomic` left beside
+    ``path``: the old directory, moved aside as ``.NAME.old`` just before the new one would have taken its place,
+    goes back; temporaries ``.NAME.XXXXXXXX`` that minispark's record marks as its own and no live writer holds
+    (:func:`_abandoned`) are removed (a checkpoint's is the drafter's size). Nothing without minispark's record is
+    touched, and nothing while another process is writing ``path``."""
+    path = Path(path)
+    if not path.parent.is_dir():
+        return
+    running = False
+    for stale in path.parent.glob(f".{glob.escape(path.name)}.*"):
+        temporary = _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:]) is not None
+        if not (temporary and stale.is_dir() and not stale.is_symlink() and _record(stale) is not None):
+            continue
+        if _abandoned(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+        else:  # another process is writing this directory now: its renames are its own
+            running = True
+    old = path.with_name(f".{path.name}.old")
+    if not running and not os.path.lexists(path) and not old.is_symlink() and old.is_dir() and _record(old):
+        os.replace(old, path)
 
 
 def _record(directory: Path) -> dict[str, Any] | None:

@@ -714,6 +714,19 @@ def test_console_entry_point_turns_usage_errors_into_one_line(argv, names, capsy
     assert len(lines) == 1 and lines[0].startswith("error:") and names in lines[0]
 
 
+@pytest.mark.parametrize("command", ["answers", "cache"])
+def test_a_prompt_that_fills_the_context_is_refused_by_answers_and_cache(tiny_dir, tmp_path, command: str) -> None:
+    """answers and cache decoded such a prompt past the target's last position (12k tokens into the embedded
+    SmolLM2's 8,192: half an hour of prefill here, then garbage); now its line is refused as bench refuses it."""
+    path = tmp_path / "prompts.jsonl"
+    path.write_text(json.dumps({"prompt": "Hi there."}) + "\n" + json.dumps({"prompt": LONG_PROMPT}) + "\n")
+    argv = [command, "--target", str(tiny_dir("llama")), "--prompts", str(path), "--num-samples", "2",
+            "--max-new-tokens", "2", "--samples-per-shard", "1", "--out", str(tmp_path / "out")]
+    argv += ["--layers", "1,2", "--feature-dtype", "fp32"] if command == "cache" else []
+    error = one_line_error(CliRunner().invoke(app, argv))
+    assert re.search(r"prompts.jsonl:2: \d+ tokens fill .*'s context of 4096 positions; shorten this prompt", error)
+
+
 def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_path) -> None:
     """bench and calibrate name the prompt file's line; chat refuses the turn and keeps the session."""
     from minispark.data.prompts import PromptFileError, load_prompt_inputs
@@ -948,6 +961,38 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tiny_trained_dr
         assert not (tmp_path / "runs").exists(), left
 
 
+@pytest.mark.parametrize("command", ["bench", "calibrate"])
+def test_a_plot_on_a_full_disk_keeps_the_results_on_the_screen(tiny_trained_drafter, tmp_path, monkeypatch,
+                                                               command: str) -> None:
+    """The --plot PNG was written before the table: on a full disk the run's figures were never printed (and
+    calibrate's error hid that calibration.json was already stored). Now the figures come first, then the error."""
+    target, trained = tiny_trained_drafter
+    drafter = shutil.copytree(trained, tmp_path / "drafter")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    argv = {"bench": ["bench", "--prompts", str(prompts), "--num-prompts", "1", "--max-new-tokens", "3", "--modes",
+                      "target"],
+            "calibrate": ["calibrate", "--drafter", str(drafter), "--prompts", str(prompts), "--num-prompts", "1",
+                          "--max-new-tokens", "4", "--min-rounds", "1"]}[command]
+    full_disk(monkeypatch, "fig.png")
+    result = CliRunner().invoke(app, argv + ["--target", str(target), "--plot", str(tmp_path / "fig.png")])
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert result.stderr.strip().splitlines()[-1].startswith(f"error: {tmp_path / 'fig.png'}: no space left")
+    assert ("STS temperatures" if command == "calibrate" else "target") in result.stdout
+    assert not (tmp_path / "fig.png").exists()
+
+
+def test_a_user_dir_that_cannot_take_the_hash_memo_fails_nothing(tiny_dir, tmp_path, monkeypatch) -> None:
+    """The weights-hash memo (hashes.json in $MINISPARK_CACHE) is only a cache: a full disk there failed profile
+    and calibrate after their whole run, naming hashes.json."""
+    from minispark.target.loading import load_target
+
+    monkeypatch.setenv("MINISPARK_CACHE", str(tmp_path / "user"))
+    full_disk(monkeypatch, "hashes.json")
+    assert load_target(str(tiny_dir("llama"))).identity()["weights_hash"] not in ("", "unknown")
+    assert not (tmp_path / "user" / "hashes.json").exists()
+
+
 def test_a_full_disk_torch_reports_as_a_runtime_error_is_recognised(tmp_path, monkeypatch) -> None:
     """torch.save on a full disk raises a bare RuntimeError; with no free space left it is a full disk."""
     from types import SimpleNamespace
@@ -964,6 +1009,52 @@ def test_a_full_disk_torch_reports_as_a_runtime_error_is_recognised(tmp_path, mo
     with pytest.raises(NoSpaceError, match="ckpt: no space left"):
         write_dir_atomic(tmp_path / "ckpt", fill)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_full_disk_safetensors_reports_in_its_own_error_is_recognised(tmp_path) -> None:
+    """safetensors deletes its half-written file before raising, so the disk has room again by then (a
+    checkpoint, an export or an import on a nearly full disk was a traceback); its message names the errno."""
+    from safetensors import SafetensorError
+
+    from minispark.atomic import NoSpaceError, write_dir_atomic
+
+    def fill(tmp: Path) -> None:
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with pytest.raises(NoSpaceError, match="ckpt: no space left"):
+        write_dir_atomic(tmp_path / "ckpt", fill)
+    assert list(tmp_path.iterdir()) == []
+
+    def fail(tmp: Path) -> None:  # another I/O error stays what it is
+        raise SafetensorError("Error while serializing: I/O error: Permission denied (os error 13)")
+
+    with pytest.raises(SafetensorError, match="os error 13"):
+        write_dir_atomic(tmp_path / "ckpt", fail)
+
+
+@pytest.mark.parametrize("writer", ["bytes", "safetensors", "torch"])
+def test_a_file_past_ulimit_f_is_one_line(tmp_path, writer: str) -> None:
+    """``ulimit -f``: Python ignores SIGXFSZ, so the write fails with EFBIG (safetensors names it in its message,
+    torch.save raises a bare RuntimeError); each was a traceback. Nothing half-written is kept."""
+    import resource
+
+    from safetensors.torch import save_file
+
+    from minispark.atomic import FileTooLargeError, write_bytes_atomic, write_dir_atomic
+
+    tensor = torch.zeros(50_000)  # 200 kB, past the limit below
+    write = {"bytes": lambda: write_bytes_atomic(tmp_path / "out" / "x.bin", bytes(200_000)),
+             "safetensors": lambda: write_dir_atomic(tmp_path / "out", lambda d: save_file({"x": tensor},
+                                                                                           str(d / "w.safetensors"))),
+             "torch": lambda: write_dir_atomic(tmp_path / "out", lambda d: torch.save({"x": tensor}, d / "t.pt"))}
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, hard))
+    try:
+        with pytest.raises(FileTooLargeError, match="larger than this process may write"):
+            write[writer]()
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
 
 class _RunsCode:

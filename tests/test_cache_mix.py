@@ -126,6 +126,20 @@ def test_held_out_and_mismatched_caches_are_refused(caches, tmp_path) -> None:
         parse_part("runs/a:0")
 
 
+def test_a_copy_of_the_target_elsewhere_is_named_by_what_differs(caches, tmp_path) -> None:
+    """The same weights at another path are another target; the refusal says which field differs, not two dicts."""
+    import shutil
+
+    copy = shutil.copytree(caches["target"], tmp_path / "llama-copy")
+    build_cache(CacheConfig(prompts=caches["prompts"], out=tmp_path / "other", num_samples=2, **COMMON),
+                target=load_target(str(copy)), log=lambda _: None)
+    with pytest.raises(CacheMismatchError) as error:
+        mix_caches(tmp_path / "mix", [MixPart(caches["answers"]), MixPart(tmp_path / "other")])
+    message = str(error.value)
+    assert f"target differs from {caches['answers'] / 'manifest.json'}'s (name {str(copy)!r} vs " in message
+    assert "same tokenizer_hash, weights_hash" in message and "{" not in message
+
+
 def test_a_count_is_read_by_the_one_number_rule(tmp_path) -> None:
     """parse_part had its own twin of validate's rule; digit grouping ('1_0', 10 to int()) is refused by both
     (issue 22, tenth probe)."""

@@ -197,6 +197,78 @@ def test_ctrl_c_between_the_renames_keeps_the_old_directory(tmp_path: Path, monk
     assert (drafter / "w.txt").read_text() == "old" and [p.name for p in tmp_path.iterdir()] == ["drafter"]
 
 
+def _killed_writing(drafter: Path, kill_at: str) -> None:
+    """Rewrite ``drafter`` in a forked child that SIGKILLs itself (no handler runs) inside the fill or between
+    the two renames."""
+    import signal
+
+    pid = os.fork()
+    if pid == 0:  # the child: nothing here may return into pytest
+        try:
+            real = os.replace
+
+            def replace(source, destination) -> None:
+                real(source, destination)
+                if Path(source) == drafter:  # the old directory moved aside; the new one not in yet
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            def fill(tmp: Path) -> None:
+                (tmp / "w.txt").write_text("new")
+                if kill_at == "fill":
+                    os.kill(os.getpid(), signal.SIGKILL)
+
+            os.replace = replace
+            write_dir_atomic(drafter, fill)
+        finally:
+            os._exit(1)
+    assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("kill_at", ["fill", "renames"])
+def test_a_sigkill_inside_a_directory_write_is_undone_by_the_next(tmp_path: Path, kill_at: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGKILL leaves a temporary the drafter's size (a checkpoint's), or between the renames only .NAME.old: the
+    next write of that directory puts the old one back first (its check then sees it) and removes the temporaries
+    minispark's record marks as its own; a look-alike without the record is not touched."""
+    import minispark.atomic
+
+    monkeypatch.setattr(minispark.atomic, "_TEMP_GRACE_S", 0.0)  # the kill was long ago
+    drafter = tmp_path / "drafter"
+    write_dir_atomic(drafter, lambda tmp: (tmp / "w.txt").write_text("old"))
+    (tmp_path / ".drafter.mynotes1").mkdir()  # the user's, named like a temporary
+    (tmp_path / ".drafter.mynotes1" / "n.txt").write_text("mine")
+    _killed_writing(drafter, kill_at)
+    left = {p.name for p in tmp_path.iterdir()}
+    assert ("drafter" in left) == (kill_at == "fill") and (".drafter.old" in left) == (kill_at == "renames")
+    assert len(left) == 3  # and the new one's temporary
+    write_dir_atomic(drafter, lambda tmp: (tmp / "w.txt").write_text("newer"))
+    assert (drafter / "w.txt").read_text() == "newer"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".drafter.mynotes1", "drafter"]
+    assert (tmp_path / ".drafter.mynotes1" / "n.txt").read_text() == "mine"
+
+
+def test_a_sigkill_before_a_file_rename_leaves_nothing_the_next_write_keeps(tmp_path: Path,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A temporary a killed write left beside ``calibration.json`` (which a later replacement of the drafter
+    directory refused as a file minispark did not write) goes with the next write of that file; one a live write
+    holds, or too new to tell, stays."""
+    import fcntl
+    import tempfile
+
+    import minispark.atomic
+
+    target = tmp_path / "calibration.json"
+    dead = Path(tempfile.mkstemp(prefix=".calibration.json.", suffix=".tmp", dir=tmp_path)[1])  # nobody holds it
+    live_fd, live = tempfile.mkstemp(prefix=".calibration.json.", suffix=".tmp", dir=tmp_path)
+    fcntl.flock(live_fd, fcntl.LOCK_EX)  # a write in progress
+    write_json_atomic(target, {"a": 1})
+    assert dead.exists()  # too new: its writer may not have locked it yet
+    monkeypatch.setattr(minispark.atomic, "_TEMP_GRACE_S", 0.0)
+    write_json_atomic(target, {"a": 2})
+    assert not dead.exists() and Path(live).exists() and json.loads(target.read_text()) == {"a": 2}
+    os.close(live_fd)
+
+
 def test_same_target_spelled_differently(tiny_dir, monkeypatch: pytest.MonkeyPatch) -> None:
     from minispark.identity import same_target, target_id
     from minispark.target.loading import load_target
@@ -306,3 +378,20 @@ def test_a_run_stopped_before_its_first_checkpoint_reruns(spelled_cache: Path, t
     result = run(*args, "--out", user)
     assert result.exit_code == 2 and "not a minispark training run" in result.stderr
     assert snapshot(user) == before
+
+
+def test_a_run_killed_before_latest_names_its_checkpoint_resumes(spelled_cache: Path, tmp_path: Path) -> None:
+    """SIGKILL after the first checkpoint's rename, before ``latest`` is written: --resume said "holds no
+    checkpoint" and a plain rerun "not a minispark training run"; ``latest`` now names that checkpoint again."""
+    out = tmp_path / "run"
+    args = ["train", "--recipe", "tiny", "--cache", spelled_cache, "steps=2", "checkpoint_every=2", "--no-progress",
+            "--out", out]
+    assert run(*args).exit_code == 0
+    (out / "latest").unlink()  # what the kill leaves: no latest, no drafter/
+    shutil.rmtree(out / "drafter")
+    result = run(*args)
+    assert result.exit_code == 2 and "already holds a training run; pass --resume" in result.stderr, result.output
+    assert "latest was missing (stopped between writing checkpoint-000002 and naming it?)" in result.stderr
+    result = run(*args, "--resume")
+    assert result.exit_code == 0 and "resumed from" in result.stderr and "checkpoint-000002 at step 2" in result.stderr
+    assert (out / "latest").read_text() == "checkpoint-000002\n" and (out / "drafter" / "model.safetensors").is_file()

@@ -13,6 +13,7 @@ Every command is a thin wrapper; what it does is reachable from Python (``minisp
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import math
@@ -160,7 +161,7 @@ def one_line_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from minispark.atomic import NO_SPACE_ERRNOS, NoSpaceError, removed_if_left_empty
+        from minispark.atomic import NO_SPACE_ERRNOS, FileTooLargeError, NoSpaceError, removed_if_left_empty
 
         try:
             _check_typed_paths(kwargs)
@@ -170,10 +171,11 @@ def one_line_errors(command: Callable) -> Callable:
         except PermissionError as exc:  # a file, or a directory on its path (behind a symlink), this user may not use
             _print_error(_permission_denied(exc))
             raise typer.Exit(2) from None
-        except OSError as exc:  # a write outside the atomic helpers (a log line) hit the full disk
-            if exc.errno not in NO_SPACE_ERRNOS:
+        except OSError as exc:  # a write outside the atomic helpers (a log line) hit the full disk or ulimit -f
+            if exc.errno not in (*NO_SPACE_ERRNOS, errno.EFBIG):
                 raise
-            _print_error(str(NoSpaceError(exc.filename or "a file being written")))
+            failed = NoSpaceError if exc.errno in NO_SPACE_ERRNOS else FileTooLargeError
+            _print_error(str(failed(exc.filename or "a file being written")))
             raise typer.Exit(2) from None
         except MinisparkError as exc:
             _print_error(str(exc))

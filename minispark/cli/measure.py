@@ -151,17 +151,18 @@ def _bench_run(loaded: Any, config: Any, drafter: Optional[str], prompts: Option
 
 
 def _bench_render(report: dict, plot: Optional[Path], as_json: bool) -> None:
-    """bench, rendering: the --plot PNG, then the JSON report or the table."""
+    """bench, rendering: the JSON report or the table, then the --plot PNG (a plot that cannot be written, on a
+    full disk, loses no measurement: the figures are on the screen before its error)."""
     from minispark.measuring.bench_report import plot_bench, render_bench
 
-    if plot is not None:
-        plot_bench(report, plot)
     if as_json:
         _print_json(report)
-        return
-    console.print(render_bench(report))
+    else:
+        console.print(render_bench(report))
     if plot is not None:
-        console.print(f"wrote {plot}", highlight=False, markup=False)
+        plot_bench(report, plot)
+        if not as_json:
+            console.print(f"wrote {plot}", highlight=False, markup=False)
 
 
 @app.command()
@@ -334,25 +335,26 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
 
 
 def _render_calibration(report: dict, plot: Optional[Path], as_json: bool) -> None:
-    """calibrate's report: the --plot reliability diagrams, then the JSON or the metrics, the reliability of a_1
-    before and after STS, and where the temperatures were stored."""
+    """calibrate's report: the JSON or the metrics, the reliability of a_1 before and after STS, and where the
+    temperatures were stored; then the --plot reliability diagrams (a plot that cannot be written, on a full
+    disk, does not hide that the calibration was stored)."""
     from dataclasses import asdict
 
     from minispark.measuring.calibrate import plot_reliability, reliability, render_metrics, render_reliability
 
     rollouts, calibration = report.pop("rollouts"), report.pop("calibration")
-    if plot is not None:
-        plot_reliability(plot, rollouts.confidences, rollouts.accepted, calibration)
     if as_json:
         _print_json({**report, "before": [asdict(m) for m in report["before"]],
                      "after": [asdict(m) for m in report["after"]]})
-        return
-    console.print(render_metrics(report["before"], report["after"]))
-    for label, cal in (("raw", None), ("STS", calibration)):
-        bins = reliability(rollouts.confidences, rollouts.accepted, 1, cal)
-        console.print(render_reliability(bins, title=f"reliability of a_1 ({label})"))
-    console.print(f"STS temperatures {', '.join(f'{t:.2f}' for t in report['temperatures'])} → {report['path']}",
-                  highlight=False, markup=False)
+    else:
+        console.print(render_metrics(report["before"], report["after"]))
+        for label, cal in (("raw", None), ("STS", calibration)):
+            bins = reliability(rollouts.confidences, rollouts.accepted, 1, cal)
+            console.print(render_reliability(bins, title=f"reliability of a_1 ({label})"))
+        console.print(f"STS temperatures {', '.join(f'{t:.2f}' for t in report['temperatures'])} → "
+                      f"{report['path']}", highlight=False, markup=False)
+    if plot is not None:
+        plot_reliability(plot, rollouts.confidences, rollouts.accepted, calibration)
 
 
 @app.command()

@@ -35,7 +35,8 @@ from minispark import __version__, validate
 from minispark.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.cache_format import (config_difference, config_hash, file_sha256, int8_runtime,
                                          read_format_manifest)
-from minispark.data.prompts import PromptSample, load_prompts, prompt_file_hash, refuse_heldout
+from minispark.data.prompts import (PromptSample, encode_within_context, load_prompts, prompt_file_hash,
+                                    refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.errors import MinisparkError
@@ -222,12 +223,12 @@ def _sample_shards(target: Target, samples: list[PromptSample], shards: list[int
     # each prompt is encoded once and shared. M-RoPE targets encode (images included) one shard at a time.
     by_line: dict[int, PromptInputs] = {}
 
-    def encoded_prompt(i: int) -> PromptInputs:
+    def encoded_prompt(i: int) -> PromptInputs:  # a prompt that fills the context: its line, not minutes of garbage
         line = i % len(samples)
         if target.uses_mrope:
-            return target.encode(**samples[line].encode_kwargs())
+            return encode_within_context(target, samples[line], config.prompts)
         if line not in by_line:
-            by_line[line] = target.encode(**samples[line].encode_kwargs())
+            by_line[line] = encode_within_context(target, samples[line], config.prompts)
         return by_line[line]
 
     def shard_prompts(k: int) -> dict[int, PromptInputs]:

@@ -34,7 +34,8 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
 from minispark.errors import MinisparkError
-from minispark.data.prompts import PromptFileError, PromptSample, load_prompts, prompt_file_hash, refuse_heldout
+from minispark.data.prompts import (PromptFileError, PromptSample, encode_within_context, load_prompts,
+                                    prompt_file_hash, refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
@@ -218,7 +219,8 @@ def _shard_range(k: int, config: CacheConfig, num_samples: int) -> list[int]:
 def _build_samples(target: Target, samples: list[PromptSample], indices: list[int], layers: list[int],
                    config: CacheConfig, bar: "_Bar") -> list[PackedSample]:
     """Regenerate and capture one shard's samples, batched by prompt length (a fixed order per shard)."""
-    prompts = {i: target.encode(**samples[i % len(samples)].encode_kwargs()) for i in indices}
+    # A prompt that fills the context is its file and line, not minutes of decoding past the last position.
+    prompts = {i: encode_within_context(target, samples[i % len(samples)], config.prompts) for i in indices}
     order = sorted(indices, key=lambda i: (prompts[i].length, i))
     packed: dict[int, PackedSample] = {}
     for start in range(0, len(order), config.batch_size):

@@ -111,6 +111,17 @@ def mix_config(readers: Sequence[CacheReader], parts: Sequence[MixPart]) -> dict
     return config | {"source": "mix", "split": "train", "parts": sources}
 
 
+def _difference(value: Any, first: Any) -> str:
+    """How ``value`` differs from the first part's ``first``: only the fields that differ when both are objects
+    (a target's name, not its unchanged hashes)."""
+    if isinstance(value, dict) and isinstance(first, dict):
+        keys = [k for k in sorted({*value, *first}) if value.get(k) != first.get(k)]
+        same = [k for k in sorted({*value, *first}) if k not in keys]
+        text = "; ".join(f"{k} {value.get(k)!r} vs {first.get(k)!r}" for k in keys)
+        return text + (f"; same {', '.join(same)}" if same else "")
+    return f"{value!r} vs {first!r}"
+
+
 def open_parts(parts: Sequence[MixPart]) -> tuple[list[CacheReader], list[MixPart]]:
     """Open and check every part; returns the readers and the parts with their counts resolved."""
     if len(parts) < 2:
@@ -129,7 +140,7 @@ def open_parts(parts: Sequence[MixPart]) -> tuple[list[CacheReader], list[MixPar
             for key in MUST_MATCH:
                 if reader.config.get(key) != readers[0].config.get(key):
                     raise CacheMismatchError(f"{where}: {key} differs from {parts[0].directory / MANIFEST}'s "
-                                             f"({reader.config.get(key)!r} vs {readers[0].config.get(key)!r})")
+                                             f"({_difference(reader.config.get(key), readers[0].config.get(key))})")
         count = part.samples or reader.num_samples
         if count > reader.num_samples:
             raise CacheError(f"{where}: asked for {count} samples, the cache holds {reader.num_samples}")

@@ -458,5 +458,8 @@ def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
             changed = True
         digest.update(path.name.encode() + memo[key].encode())
     if changed:
-        write_json_atomic(memo_path, memo)
+        try:
+            write_json_atomic(memo_path, memo)
+        except (MinisparkError, OSError):  # a full or read-only user dir: the next run hashes again, nothing fails
+            pass
     return digest.hexdigest()[:16]

@@ -42,7 +42,7 @@ import numpy as np
 import torch
 import torch.utils.checkpoint
 
-from minispark.atomic import adopt_written, open_append, write_text_atomic
+from minispark.atomic import adopt_written, foreign_entry, open_append, write_text_atomic
 from minispark.data.answers import MANIFEST as ANSWERS_MANIFEST, AnswerSet
 from minispark.data.cache_format import CacheReader
 from minispark.target.remembered import record_from_manifest, write_record
@@ -54,8 +54,8 @@ from minispark.training.onpolicy import ONPOLICY_FILE
 from minispark.training.online import OnlineSource
 from minispark.training.recipes import (TrainConfig)
 
-from minispark.training.trainer import (BEST_DIR, DRAFTER_DIR, LATEST_FILE, METRICS_FILE, TRAIN_CONFIG_FILE,
-                                        Trainer)
+from minispark.training.trainer import (BEST_DIR, CHECKPOINT_NAME, DRAFTER_DIR, LATEST_FILE, METRICS_FILE,
+                                        TRAIN_CONFIG_FILE, TRAINER_FILE, Trainer)
 
 
 @dataclass
@@ -124,6 +124,7 @@ def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
                                   "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
+    _repoint_latest(out, log)
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
     if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:
         log(f"{out}: no checkpoint written yet (stopped before its first one?); training from step 0")
@@ -138,6 +139,21 @@ def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
     if not resume and out.exists() and not out.is_dir():
         raise MinisparkError(f"--out {out}: is a file, not a directory")
     return out, resume
+
+
+def _repoint_latest(out: Path, log: Callable[[str], None] | None) -> None:
+    """A kill (SIGKILL: no handler runs) after a first checkpoint's rename and before ``latest`` names it leaves a
+    run with checkpoints and no ``latest``, which --resume called a run without a checkpoint and a plain rerun not
+    a run: ``latest`` is pointed at the newest checkpoint that is whole by its record again."""
+    if out.is_symlink() or (out / LATEST_FILE).exists() or not (out / TRAIN_CONFIG_FILE).is_file():
+        return
+    whole = sorted(p.name for p in out.glob("checkpoint-*") if CHECKPOINT_NAME.fullmatch(p.name) and not p.is_symlink()
+                   and (p / TRAINER_FILE).is_file() and foreign_entry(p) is None)
+    if whole:
+        write_text_atomic(out / LATEST_FILE, whole[-1] + "\n")
+        if log:
+            log(f"{out}: {LATEST_FILE} was missing (stopped between writing {whole[-1]} and naming it?); it names "
+                f"{whole[-1]} again")
 
 
 def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any

@@ -210,14 +210,14 @@ def test_a_feature_store_refuses_other_features_and_recomputes_a_damaged_or_plan
     outside.write_bytes(b"someone else's")
     files[1].unlink()
     files[1].symlink_to(outside)  # planted: never read, never written through
-    stale, young = store / f".{files[2].name}.abc.tmp", store / f".{files[3].name}.def.tmp"
-    stale.write_bytes(b"half")  # a write cut short by a kill
-    os.utime(stale, (time.time() - 7200,) * 2)
-    young.write_bytes(b"in flight")  # maybe another run's write: left alone
+    files[2].unlink()
+    stale = store / f".{files[2].name}.abcd1234.tmp"
+    stale.write_bytes(b"half")  # a write killed before its rename: it goes with the next write of that file
+    os.utime(stale, (time.time() - 60,) * 2)
     got = _shard(OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=store))
     assert all(torch.equal(got[k], want[k]) for k in want)
     assert outside.read_bytes() == b"someone else's" and not files[1].is_symlink()
-    assert not stale.exists() and young.exists()
+    assert files[2].is_file() and not stale.exists()
     assert len(files[0].read_bytes()) > 100
     (store / "feature_store.json").write_text("{")
     with pytest.raises(MinisparkError, match="feature_store.json: unreadable"):

@@ -11,8 +11,9 @@ change. About 6 × hidden × 2 bytes a position for a bf16 target with 5 feature
 The store's ``feature_store.json`` names what its features are of (the target's identity, the answer set's
 config hash, the layers, the cut, the target's dtype and device); a store of anything else is refused, never
 mixed in. Each file is written atomically and holds the answer's token ids, checked on every read; a damaged or
-mismatched file, or a symbolic link planted in a file's place, is not read but computed again and replaced. The
-store grows across runs and resumes after any interruption; runs over the same answers may share one at once
+mismatched file, or a symbolic link planted in a file's place, is not read but computed again and replaced (and
+what a killed write of it left goes with that write: ``write_bytes_atomic``). The store grows across runs and
+resumes after any interruption; runs over the same answers may share one at once
 (the rows of the data-scaling curve do, one after another).
 
     minispark train --recipe smollm2-dspark --answers data/answers/smollm2-135m-instruct \
@@ -22,9 +23,7 @@ store grows across runs and resumes after any interruption; runs over the same a
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +37,6 @@ from minispark.errors import MinisparkError, json_reason
 
 MANIFEST = "feature_store.json"
 FORMAT, FORMAT_VERSION = "minispark-feature-store", 1
-#: The leftovers of an atomic write cut short by a kill (``write_bytes_atomic``'s ``.NAME.*.tmp``), removed once
-#: older than STALE_S: a write takes milliseconds, and a younger one may be another run's write in flight (two runs
-#: over the same answers share a store).
-STALE_GLOB, STALE_S = ".*.safetensors.*.tmp", 3600
 
 
 class FeatureStore:
@@ -62,11 +57,6 @@ class FeatureStore:
                                  "empty or new directory")
         else:
             write_json_atomic(manifest, {"format": FORMAT, "format_version": FORMAT_VERSION, "facts": facts})
-        now = time.time()
-        for stale in self.directory.glob(STALE_GLOB):
-            with contextlib.suppress(FileNotFoundError):  # another run's cleanup got there first
-                if now - stale.lstat().st_mtime > STALE_S:
-                    stale.unlink()
 
     def _check(self, manifest: Path) -> None:
         try:

@@ -3,14 +3,15 @@
 
 Every row trains the ``smollm2-dspark`` recipe on the first N answers of the committed answer set with online
 features and sparse anchors (64 an answer, drawn again each epoch; the first two rows dense: every answer token
-an anchor; a sliding shuffle buffer of 256 answers), 64 anchors a step (4 answers × 16 consecutive anchors) under bf16 autocast where the
-CPU has bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32 16 × 4 here, and the same
-held-out τ per block), keeps every answer's features after its first prefill (``online_store``, shared by the rows),
-evaluates the held-out τ proxy every 250 steps (16k blocks) and stops when it has not
-improved for 10 evaluations, after 3 epochs, or at its most blocks (700k for the sparse rows, ~2/3 of an epoch at
-16k answers; 1M for the dense ones), whichever comes first; the cosine schedule ends at the step cap; the drafter is its best checkpoint. A row
-whose directory holds a checkpoint resumes from it (``--resume``), so ``run`` can be interrupted at any
-time and started again; a finished row (its ``drafter/`` written) is skipped. Each row's figures (and its
+an anchor; a sliding shuffle buffer of 256 answers), 64 anchors a step (4 answers × 16 consecutive anchors)
+under bf16 autocast where the CPU has bf16 kernels (``dtype=auto``: 2.2-2.8× the blocks/s of the recipe's fp32
+16 × 4 here, and the same held-out τ per block), keeps every answer's features after its first prefill
+(``online_store``, shared by the rows), evaluates the held-out τ proxy every 250 steps (16k blocks) and stops
+when it has not improved for 10 evaluations, after 3 epochs, or at its most blocks (700k for the sparse rows,
+~2/3 of an epoch at 16k answers; 1M for the dense ones), whichever comes first; the cosine schedule ends at the
+step cap; the drafter is its best checkpoint. A row whose directory holds a checkpoint resumes from it
+(``--resume``), so ``run`` can be interrupted at any time and started again; a finished row (``finished``)
+is skipped. Each row's figures (and its
 held-out τ at every evaluation) are kept in ``benchmarks/results/scaling_curve.json`` whenever ``run`` or
 ``table`` sees its run directory, so a row trained on a machine whose files are gone stays in the table:
 commit that file (a row of ~2 hours is what one working session here can finish). A finished row's drafter is

@@ -103,6 +103,13 @@ def target_id(identity: dict[str, str]) -> str:
     return f"{identity['name']}@{identity['weights_hash']}"
 
 
+def content_identity(identity: dict[str, str]) -> dict[str, str]:
+    """A target's ``identity()`` as artifacts compare it: by content hashes (a hub id and a local copy of it are the
+    same target), with the name kept only when the target's files could not be hashed."""
+    known = identity["weights_hash"] != "unknown"
+    return {k: v for k, v in identity.items() if k != "name" or not known}
+
+
 def same_target(recorded: str, current: str) -> bool:
     """Whether two ``target_id`` strings name one target: by content (the weights hash) when both
     hashes are known, so a path spelled differently or a hub id and its local copy agree; by the

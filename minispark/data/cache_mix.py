@@ -115,8 +115,9 @@ def _difference(value: Any, first: Any) -> str:
     """How ``value`` differs from the first part's ``first``: only the fields that differ when both are objects
     (a target's name, not its unchanged hashes)."""
     if isinstance(value, dict) and isinstance(first, dict):
-        keys = [k for k in sorted({*value, *first}) if value.get(k) != first.get(k)]
-        same = [k for k in sorted({*value, *first}) if k not in keys]
+        names = sorted({*value, *first})
+        keys = [k for k in names if value.get(k) != first.get(k)]
+        same = [k for k in names if k not in keys]
         text = "; ".join(f"{k} {value.get(k)!r} vs {first.get(k)!r}" for k in keys)
         return text + (f"; same {', '.join(same)}" if same else "")
     return f"{value!r} vs {first!r}"

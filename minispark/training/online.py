@@ -32,7 +32,7 @@ from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_format import Anchor, CacheFacts, CacheReader, config_hash, pack_shard
 from minispark.data.regenerate import Answer
 from minispark.errors import MinisparkError
-from minispark.identity import dtype_name
+from minispark.identity import content_identity, dtype_name
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
 from minispark.training.feature_store import FeatureStore
@@ -69,9 +69,7 @@ class OnlineSource(CacheFacts):
     def _store_facts(self) -> dict[str, Any]:
         """What a feature store's features are of: the same numbers only from the same target, answers, layers and
         cut, computed in the same dtype on the same kind of device."""
-        identity = self.target.identity()
-        known = identity["weights_hash"] != "unknown"  # content hashes decide, the name only when there are none
-        return {"target": {k: v for k, v in identity.items() if k != "name" or not known},
+        return {"target": content_identity(self.target.identity()),
                 "answers": self.config["answers"], "layers": list(self.layers), "max_answer_tokens": self.cut,
                 "dtype": dtype_name(self.target.dtype), "device": self.target.device.type}
 

@@ -35,7 +35,7 @@ from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
 from minispark.errors import MinisparkError, first_line
 from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
-from minispark.identity import target_id
+from minispark.identity import content_identity, target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
 from minispark.training.onpolicy import Replay, load_or_replay
 from minispark.training.online import OnlinePlan, OnlineSource, open_reader
@@ -162,10 +162,7 @@ class Trainer:
             raise MinisparkError(f"--cache: {reader.directory} is a held-out evaluation cache; train on a "
                                  "--split train cache and pass this one as --heldout-cache")
         identity = target.identity()
-        # Content hashes decide (a hub id and a local copy of it are the same target); the name only
-        # when the target's files could not be hashed.
-        known = identity["weights_hash"] != "unknown"
-        reader.require(target={k: v for k, v in identity.items() if k != "name" or not known})
+        reader.require(target=content_identity(identity))
         _require_recipe_sizes(reader, config)
         self.dims = dims = target_dims(target)
         check_target_dims(config, dims)

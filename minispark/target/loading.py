@@ -438,8 +438,22 @@ def _message_images(messages: list[dict]) -> list[str]:
     return paths
 
 
+def _config_sha256(path: Path) -> str:
+    """sha256 of a ``config.json``'s settings: without the ``transformers_version`` that ``save_pretrained``
+    stamps in, so the same weights converted under another transformers release are the same target."""
+    raw = path.read_bytes()
+    try:
+        config = json.loads(raw)
+    except ValueError:  # not JSON: its bytes (the validators name the file when it is read)
+        return hashlib.sha256(raw).hexdigest()
+    if isinstance(config, dict):
+        config.pop("transformers_version", None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
 def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
-    """sha256 over the files matching ``patterns``, memoized by (path, size, mtime) in ``defaults.user_dir()``."""
+    """sha256 over the files matching ``patterns`` (a ``config.json`` by its settings, see ``_config_sha256``),
+    memoized by (path, size, mtime) in ``defaults.user_dir()``."""
     if model_dir is None:
         return "unknown"
     files = sorted({p for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
@@ -451,6 +465,9 @@ def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
     digest = hashlib.sha256()
     changed = False
     for path in files:
+        if path.name == "config.json":  # small: its content is hashed, not its bytes (never memoized)
+            digest.update(path.name.encode() + _config_sha256(path).encode())
+            continue
         stat = path.stat()
         key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
         if key not in memo:

@@ -34,8 +34,10 @@ except ImportError:  # Windows: no temporary is ever taken for a killed write's
     fcntl = None
 
 
-def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
-    """Write to a unique ``.NAME.*.tmp`` beside ``path``, fsync it, rename it over ``path``, fsync the dir."""
+def write_bytes_atomic(path: str | Path, data: bytes, sweep: bool = True) -> Path:
+    """Write to a unique ``.NAME.*.tmp`` beside ``path``, fsync it, rename it over ``path``, fsync the dir; then
+    remove what a killed write of ``path`` left (``sweep``: it lists the directory, ~6 µs an entry here, so a
+    writer of thousands of files in one directory passes False and calls ``sweep_abandoned`` once instead)."""
     path = Path(path)
     if path.is_dir() and not path.is_symlink():  # os.replace's IsADirectoryError named the temporary file
         raise MinisparkError(f"{path}: is a directory, where minispark writes this file; move it away")
@@ -61,10 +63,19 @@ def write_bytes_atomic(path: str | Path, data: bytes) -> Path:
         os.fsync(directory)  # make the rename itself durable
     finally:
         os.close(directory)
-    for stale in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):  # what a killed write of this file left
-        if _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:-4]) and stale.is_file() and _abandoned(stale):
-            stale.unlink(missing_ok=True)
+    if sweep:
+        sweep_abandoned(path.parent, path.name)
     return path
+
+
+def sweep_abandoned(directory: str | Path, name: str | None = None) -> None:
+    """Remove the temporaries killed writes of ``directory/name`` (of any file in it: None) left behind."""
+    directory = Path(directory)
+    for stale in directory.glob(f".{glob.escape(name) if name else '*'}.*.tmp"):
+        target = name or stale.name[1:-13]  # ".NAME.XXXXXXXX.tmp"
+        if stale.name == f".{target}.{stale.name[-12:-4]}.tmp" and _TEMP_NAME.fullmatch(stale.name[-12:-4]) \
+                and stale.is_file() and _abandoned(stale):
+            stale.unlink(missing_ok=True)
 
 
 #: The random part of a temporary's name (``tempfile.mkstemp`` / ``mkdtemp``: eight of ``[a-z0-9_]``).

@@ -395,3 +395,29 @@ def test_a_run_killed_before_latest_names_its_checkpoint_resumes(spelled_cache: 
     result = run(*args, "--resume")
     assert result.exit_code == 0 and "resumed from" in result.stderr and "checkpoint-000002 at step 2" in result.stderr
     assert (out / "latest").read_text() == "checkpoint-000002\n" and (out / "drafter" / "model.safetensors").is_file()
+
+
+def test_a_directory_sweep_takes_only_abandoned_temporaries(tmp_path: Path) -> None:
+    """``sweep_abandoned(dir)``: what killed writes of any file left goes; a young one, one a live write holds,
+    and a user's file that only looks alike stay."""
+    import fcntl
+    import time
+
+    from minispark.atomic import sweep_abandoned
+
+    old = time.time() - 60
+    killed = [tmp_path / ".a.bin.k1ll3d00.tmp", tmp_path / ".00000001.safetensors.abcd1234.tmp"]
+    for path in killed:
+        path.write_bytes(b"half")
+        os.utime(path, (old, old))
+    young, held, mine = (tmp_path / ".b.bin.y0ung123.tmp", tmp_path / ".c.bin.h3ld1234.tmp",
+                         tmp_path / ".notes.tmp")
+    for path in (young, held, mine):
+        path.write_bytes(b"keep")
+    os.utime(held, (old, old))
+    os.utime(mine, (old, old))
+    with open(held, "rb") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)  # a write in progress in another process
+        sweep_abandoned(tmp_path)
+    assert not any(path.exists() for path in killed)
+    assert young.exists() and held.exists() and mine.read_bytes() == b"keep"

@@ -212,7 +212,7 @@ def test_a_feature_store_refuses_other_features_and_recomputes_a_damaged_or_plan
     files[1].symlink_to(outside)  # planted: never read, never written through
     files[2].unlink()
     stale = store / f".{files[2].name}.abcd1234.tmp"
-    stale.write_bytes(b"half")  # a write killed before its rename: it goes with the next write of that file
+    stale.write_bytes(b"half")  # a write killed before its rename: it goes when the store is next opened
     os.utime(stale, (time.time() - 60,) * 2)
     got = _shard(OnlineSource(AnswerSet(answers), llama, [1, 2], window=6, block=3, store=store))
     assert all(torch.equal(got[k], want[k]) for k in want)

@@ -12,7 +12,7 @@ The store's ``feature_store.json`` names what its features are of (the target's 
 config hash, the layers, the cut, the target's dtype and device); a store of anything else is refused, never
 mixed in. Each file is written atomically and holds the answer's token ids, checked on every read; a damaged or
 mismatched file, or a symbolic link planted in a file's place, is not read but computed again and replaced (and
-what a killed write of it left goes with that write: ``write_bytes_atomic``). The store grows across runs and
+what killed writes left goes when the store is next opened). The store grows across runs and
 resumes after any interruption; runs over the same answers may share one at once
 (the rows of the data-scaling curve do, one after another).
 
@@ -31,7 +31,7 @@ import safetensors.torch
 import torch
 from safetensors import SafetensorError
 
-from minispark.atomic import write_bytes_atomic, write_json_atomic
+from minispark.atomic import sweep_abandoned, write_bytes_atomic, write_json_atomic
 from minispark.data.cache_format import config_difference
 from minispark.errors import MinisparkError, json_reason
 
@@ -57,6 +57,8 @@ class FeatureStore:
                                  "empty or new directory")
         else:
             write_json_atomic(manifest, {"format": FORMAT, "format_version": FORMAT_VERSION, "facts": facts})
+        # What killed writes left goes once, here: a sweep per put would list thousands of files every time.
+        sweep_abandoned(self.directory)
 
     def _check(self, manifest: Path) -> None:
         try:
@@ -99,7 +101,7 @@ class FeatureStore:
         """Keep one answer's capture; in the target's dtype, which holds its values exactly."""
         tensors = {"ids": ids.cpu().to(torch.int32).contiguous(),
                    "features": features.to(self.dtype).contiguous(), "final": final.to(self.dtype).contiguous()}
-        write_bytes_atomic(self.path(sample_index), safetensors.torch.save(tensors))
+        write_bytes_atomic(self.path(sample_index), safetensors.torch.save(tensors), sweep=False)
 
     def __len__(self) -> int:
         return sum(1 for _ in self.directory.glob("*.safetensors"))

@@ -288,6 +288,8 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     # bitsandbytes logs per forward ("MatMul8bitLt: inputs will be cast ...": 110 lines through a 3-token answer,
     # in its text) and advises `pip install kernels` for a CPU kernel: its internals too, never the user's input
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    # the kernels package it loads them through: "Skipping publisher trust check ... offline mode" on every load
+    logging.getLogger("kernels").setLevel(logging.ERROR)
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)

@@ -313,7 +313,11 @@ def edited_text(path: Path) -> str:
 
 
 def dangling_link(path: Path, flag: str) -> None:
-    """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists."""
+    """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists
+    (and a name too long for the file system, whose OSError every test of it raises)."""
+    too_long = name_too_long(str(path))
+    if too_long is not None:
+        raise MinisparkError(f"{flag} {str(path)[:60]!r}...: {too_long}")
     if path.is_symlink() and not path.exists():
         raise MinisparkError(f"{flag} {path}: is a symlink to {os.readlink(path)}, which does not exist (or loops)")
 

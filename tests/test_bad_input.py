@@ -56,11 +56,16 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     weights = load_file(str(d / "holedtarget" / "model.safetensors"))
     save_file({k: v for k, v in weights.items() if k != "model.layers.0.mlp.down_proj.weight"},
               str(d / "holedtarget" / "model.safetensors"), metadata={"format": "pt"})
-    for name, edit in (("strtarget", {"num_hidden_layers": "4"}), ("negtarget", {"hidden_size": -64})):
+    for name, edit in (("strtarget", {"num_hidden_layers": "4"}), ("negtarget", {"hidden_size": -64}),
+                       ("vocab0target", {"vocab_size": 0})):
         shutil.copytree(tiny_dir("llama"), d / name, copy_function=os.link)  # a hand-edited config.json
         config = json.loads((d / name / "config.json").read_text())
         (d / name / "config.json").unlink()
         (d / name / "config.json").write_text(json.dumps({**config, **edit}))
+    shutil.copytree(tiny_dir("llama"), d / "badtemplate", copy_function=os.link)
+    (d / "badtemplate" / "chat_template.jinja").unlink()  # a hard link: the tiny target's own stays whole
+    (d / "badtemplate" / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }")
+    (d / "longimage.jsonl").write_text(json.dumps({"prompt": "a", "images": ["y" * 300 + ".png"]}) + "\n")
     (d / "userdir").mkdir()
     (d / "userdir" / "notes.txt").write_text("my notes\n")
     (d / "corrupt.png").write_bytes(b"this is not an image")
@@ -643,6 +648,8 @@ CASES = [
      "--gamma 999: --modes target,hf drafts nothing"),
     ("bench-sps-without-a-schedule-mode", ["bench", "--modes", "target,lookup", "--sps", "{tokens5.json}"],
      "only the schedule modes use an SPS table, and --modes target,lookup leaves them out"),
+    ("bench-strict-without-a-schedule-mode", ["bench", "--modes", "target", "--strict"],
+     "--strict: only the schedule modes use an SPS table, and --modes target leaves them out"),
     ("bench-drafter-modes-without-a-drafter", ["bench", "--drafter", "none", "--modes", "target,fixed"],
      "--modes target,fixed: fixed needs a trained drafter, and --drafter none gives none"),  # skipped once loaded
     # --sps and --strict shape only the schedule mode: with another one they were ignored (a table warned)
@@ -664,6 +671,12 @@ CASES = [
      "gives); minispark reads it more than once: save it to a file first"),  # "not a file"
     ("train-recipe-a-pipe", ["train", "--recipe", "{fifo}"], "fifo: not a file but a pipe"),  # "no such file"
     ("train-recipe-dangling", ["train", "--recipe", "{danglinglink}"], "danglinglink: is a symlink to"),
+    ("bench-prompts-image-name-too-long", ["bench", "--prompts", "{longimage.jsonl}"],
+     "name too long for this file system"),  # OSError ENAMETOOLONG traceback
+    ("target-config-vocab-zero", ["generate", "--target", "{vocab0target}", "--prompt", "hi", "--drafter", "none"],
+     "cannot build the model (Padding_idx must be within num_embeddings)"),  # torch's AssertionError traceback
+    ("target-chat-template-damaged", ["generate", "--target", "{badtemplate}", "--prompt", "hi", "--drafter", "none"],
+     "its chat template fails on this conversation (unexpected '}')"),  # jinja2's TemplateSyntaxError traceback
 ]
 
 

@@ -291,7 +291,7 @@ def recover_dir(path: str | Path) -> None:
     running = False
     for stale in path.parent.glob(f".{glob.escape(path.name)}.*"):
         temporary = _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:]) is not None
-        if not (temporary and stale.is_dir() and not stale.is_symlink() and _record(stale) is not None):
+        if not (temporary and stale.is_dir() and not stale.is_symlink() and _ours(stale)):
             continue
         if _abandoned(stale):
             shutil.rmtree(stale, ignore_errors=True)
@@ -300,6 +300,18 @@ def recover_dir(path: str | Path) -> None:
     old = path.with_name(f".{path.name}.old")
     if not running and not os.path.lexists(path) and not old.is_symlink() and old.is_dir() and _record(old):
         os.replace(old, path)
+
+
+def _ours(temporary: Path) -> bool:
+    """Whether ``temporary`` (a ``write_dir_atomic`` temporary) is minispark's: its record says so, or a kill came
+    inside that record's own first write, so the temporary of the record is all it holds."""
+    if _record(temporary) is not None:
+        return True
+    entries = list(temporary.iterdir())
+    prefix = f".{WRITTEN_MANIFEST}."
+    return (len(entries) == 1 and entries[0].is_file() and not entries[0].is_symlink()
+            and entries[0].name.startswith(prefix) and entries[0].name.endswith(".tmp")
+            and _TEMP_NAME.fullmatch(entries[0].name[len(prefix):-4]) is not None)
 
 
 def _record(directory: Path) -> dict[str, Any] | None:

@@ -28,7 +28,7 @@ from minispark.serving.engine import GenerationStats
 from minispark.errors import MinisparkError
 from minispark.serving.builder import ServingSetup
 from minispark.serving.sps import SPSTable, SPSTableError
-from minispark.validate import expand_user
+from minispark.validate import dangling_link, expand_user
 
 COMMANDS = {
     "/image PATH": "attach an image to your next message",
@@ -187,6 +187,7 @@ class ChatREPL:
     def attach(self, path: str) -> None:
         try:
             file = expand_user(path, "/image")
+            dangling_link(file, "/image")  # and a name too long: its OSError, from is_dir below, ended the chat
         except MinisparkError as exc:
             self.error(str(exc))
             return

@@ -184,6 +184,16 @@ def threshold_mode(threshold: float | None, mode: str | None, flag: str = "--thr
                              "mode; drop it or give --mode threshold")
 
 
+def schedule_mode(sps: Path | None, strict: bool, mode: str | None) -> None:
+    """``--sps`` or ``--strict`` given with a length mode other than ``schedule`` (None: not chosen yet): only the
+    schedule mode reads an SPS table, so either was ignored without a word (a table of another setup warned)."""
+    given = [flag for flag, value in (("--sps", sps), ("--strict", strict)) if value]
+    if given and mode is not None and mode != "schedule":
+        them = "it" if len(given) == 1 else "them"
+        raise MinisparkError(f"{' and '.join(given)}: only the schedule mode reads an SPS table, and this run decodes "
+                             f"in {mode} mode; drop {them} or give --mode schedule")
+
+
 def choice(value: str | None, flag: str, choices: Sequence[str]) -> str | None:
     if value is not None and value not in choices:
         raise MinisparkError(f"{flag} {value}: choose from {', '.join(choices)}")
@@ -303,7 +313,11 @@ def edited_text(path: Path) -> str:
 
 
 def dangling_link(path: Path, flag: str) -> None:
-    """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists."""
+    """Refuse a symlink that leads nowhere (or loops) as one, not as "not found": the name the user sees exists
+    (and a name too long for the file system, whose OSError every test of it raises)."""
+    too_long = name_too_long(str(path))
+    if too_long is not None:
+        raise MinisparkError(f"{flag} {str(path)[:60]!r}...: {too_long}")
     if path.is_symlink() and not path.exists():
         raise MinisparkError(f"{flag} {path}: is a symlink to {os.readlink(path)}, which does not exist (or loops)")
 
@@ -315,6 +329,9 @@ def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Pa
     dangling_link(path, flag)
     if not path.exists():
         raise MinisparkError(f"{flag} {path}: file not found")
+    if not path.is_file() and not path.is_dir():  # `--prompts <(grep ...)`: a pipe, read once, where it is read twice
+        raise MinisparkError(f"{flag} {path}: not a file but a pipe or a device (as <(...) gives); minispark reads "
+                             "it more than once: save it to a file first")
     if not path.is_file():
         raise MinisparkError(f"{flag} {path}: not a file")
     if not allow_empty and path.stat().st_size == 0:
@@ -384,7 +401,25 @@ def typed_path(text: str, flag: str, *, names_file: bool = False) -> str:
         what = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"control character {bad!r}")
         raise MinisparkError(f"{flag} {text!r}: a path with {what} in it (a quoting slip?); give the path on one "
                              "line, without control characters")
+    too_long = name_too_long(text)
+    if too_long is not None:
+        raise MinisparkError(f"{flag} {text[:60]!r}...: {too_long}")
     return file_name(text, flag) if names_file else text
+
+
+#: What Linux file systems allow: bytes in one name of a path, and in a whole path.
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def name_too_long(text: str) -> str | None:
+    """Why ``text`` cannot be a path on this machine (a name past NAME_MAX bytes, the whole past PATH_MAX), or None:
+    said before anything loads, not as the OSError of the first write, after the run."""
+    longest = max((len(os.fsencode(part)) for part in text.split("/")), default=0)
+    if longest > NAME_MAX:
+        return f"a name of {longest} bytes in the path; a file system allows at most {NAME_MAX}"
+    if len(os.fsencode(text)) > PATH_MAX:
+        return f"a path of {len(os.fsencode(text))} bytes; a file system allows at most {PATH_MAX}"
+    return None
 
 
 def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = None) -> Path | None:

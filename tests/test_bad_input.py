@@ -56,11 +56,16 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     weights = load_file(str(d / "holedtarget" / "model.safetensors"))
     save_file({k: v for k, v in weights.items() if k != "model.layers.0.mlp.down_proj.weight"},
               str(d / "holedtarget" / "model.safetensors"), metadata={"format": "pt"})
-    for name, edit in (("strtarget", {"num_hidden_layers": "4"}), ("negtarget", {"hidden_size": -64})):
+    for name, edit in (("strtarget", {"num_hidden_layers": "4"}), ("negtarget", {"hidden_size": -64}),
+                       ("vocab0target", {"vocab_size": 0})):
         shutil.copytree(tiny_dir("llama"), d / name, copy_function=os.link)  # a hand-edited config.json
         config = json.loads((d / name / "config.json").read_text())
         (d / name / "config.json").unlink()
         (d / name / "config.json").write_text(json.dumps({**config, **edit}))
+    shutil.copytree(tiny_dir("llama"), d / "badtemplate", copy_function=os.link)
+    (d / "badtemplate" / "chat_template.jinja").unlink()  # a hard link: the tiny target's own stays whole
+    (d / "badtemplate" / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }")
+    (d / "longimage.jsonl").write_text(json.dumps({"prompt": "a", "images": ["y" * 300 + ".png"]}) + "\n")
     (d / "userdir").mkdir()
     (d / "userdir" / "notes.txt").write_text("my notes\n")
     (d / "corrupt.png").write_bytes(b"this is not an image")
@@ -83,6 +88,7 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "notutf8.toml").write_bytes(b"\xff\xfe[train]\n")
     (d / "toplevel.toml").write_text("steps = 3\n")  # a key above every [section]
     (d / "danglinglink").symlink_to(d / "nowhere")
+    os.mkfifo(d / "fifo")  # what `--prompts <(grep ...)` names: a pipe
     (d / "looplink").symlink_to(d / "looplink")
     (d / "notokenizer").mkdir()  # config and weights, no tokenizer files: an incomplete copy
     for name in ("config.json", "model.safetensors"):
@@ -101,6 +107,7 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
         shutil.copytree(d / "fakedrafter", d / name)
         (d / name / "target.json").write_text(json.dumps(record))
     table = json.loads(next(SHIPPED_TABLES.glob("*.json")).read_text())
+    (d / "table.json").write_text(json.dumps(table))  # a whole table (of another setup: a warning, not an error)
     table["tokens"] = [n + 4 for n in table["tokens"]]  # 5..20: no one-token step
     (d / "tokens5.json").write_text(json.dumps(table))
     table["tokens"] = [n - 4 for n in table["tokens"]]
@@ -636,6 +643,40 @@ CASES = [
      "config.json: Field 'num_hidden_layers' expected int, got str"),  # huggingface_hub's traceback
     ("target-config-negative-size", ["generate", "--target", "{negtarget}", "--prompt", "hi", "--drafter", "none"],
      "cannot build the model (Trying to create tensor with negative dimension"),  # torch's traceback
+    # round 16 (issue 22): the fourteenth probe: a flag no --modes mode reads was ignored, yet printed (γ=999)
+    ("bench-gamma-without-a-drafting-mode", ["bench", "--modes", "target,hf", "--gamma", "999"],
+     "--gamma 999: --modes target,hf drafts nothing"),
+    ("bench-sps-without-a-schedule-mode", ["bench", "--modes", "target,lookup", "--sps", "{tokens5.json}"],
+     "only the schedule modes use an SPS table, and --modes target,lookup leaves them out"),
+    ("bench-strict-without-a-schedule-mode", ["bench", "--modes", "target", "--strict"],
+     "--strict: only the schedule modes use an SPS table, and --modes target leaves them out"),
+    ("bench-drafter-modes-without-a-drafter", ["bench", "--drafter", "none", "--modes", "target,fixed"],
+     "--modes target,fixed: fixed needs a trained drafter, and --drafter none gives none"),  # skipped once loaded
+    # --sps and --strict shape only the schedule mode: with another one they were ignored (a table warned)
+    ("gen-sps-with-fixed-mode", ["generate", "--mode", "fixed", "--sps", "{table.json}"],
+     "--sps: only the schedule mode reads an SPS table, and this run decodes in fixed mode"),
+    ("chat-strict-with-threshold-mode", ["chat", "--mode", "threshold", "--strict"],
+     "--strict: only the schedule mode reads an SPS table, and this run decodes in threshold mode"),
+    ("serve-sps-with-fixed-mode", ["serve", "--mode", "fixed", "--sps", "{table.json}"],
+     "this run decodes in fixed mode; drop it or give --mode schedule"),
+    ("gen-drafter-none-with-strict", ["generate", "--drafter", "none", "--strict"],
+     "--drafter none drafts nothing, so --strict would have no effect"),
+    ("gen-sps-mode-chosen", ["generate", "--target", "{tiny}", "--drafter", "lookup", "--sps", "{table.json}",
+                             "--prompt", "hi"], "--sps: only the schedule mode reads an SPS table, and this run "
+     "decodes in fixed mode"),  # lookup has no confidences: fixed is chosen after loading
+    ("export-out-name-too-long", ["export", "{fakedrafter}", "--out", "{dir}/" + "x" * 300],
+     "a name of 300 bytes in the path; a file system allows at most 255"),  # OSError ENAMETOOLONG traceback
+    ("bench-prompts-path-too-long", ["bench", "--prompts", "/a" * 2100], "a path of 4200 bytes"),
+    ("bench-prompts-a-pipe", ["bench", "--prompts", "{fifo}"], "fifo: not a file but a pipe or a device (as <(...) "
+     "gives); minispark reads it more than once: save it to a file first"),  # "not a file"
+    ("train-recipe-a-pipe", ["train", "--recipe", "{fifo}"], "fifo: not a file but a pipe"),  # "no such file"
+    ("train-recipe-dangling", ["train", "--recipe", "{danglinglink}"], "danglinglink: is a symlink to"),
+    ("bench-prompts-image-name-too-long", ["bench", "--prompts", "{longimage.jsonl}"],
+     "...: a name of 304 bytes in the path; a file system allows at most 255"),  # OSError ENAMETOOLONG traceback
+    ("target-config-vocab-zero", ["generate", "--target", "{vocab0target}", "--prompt", "hi", "--drafter", "none"],
+     "cannot build the model (Padding_idx must be within num_embeddings)"),  # torch's AssertionError traceback
+    ("target-chat-template-damaged", ["generate", "--target", "{badtemplate}", "--prompt", "hi", "--drafter", "none"],
+     "its chat template fails on this conversation (unexpected '}')"),  # jinja2's TemplateSyntaxError traceback
 ]
 
 
@@ -892,6 +933,23 @@ def test_the_ctrl_c_hint_of_train_works(tmp_path, monkeypatch, out_exists: bool)
     result = CliRunner().invoke(app, argv)
     line = result.stderr.strip().splitlines()[-1]
     assert result.exit_code == 130 and line.endswith(f"--out {out}" + (" --resume" if out_exists else "")), line
+
+
+def test_a_run_killed_writing_its_first_file_starts_again(tmp_path) -> None:
+    """A SIGKILL in train_config.json's own write (the run's first file) left only its temporary: --resume said
+    "holds no checkpoint" and a plain rerun "not a minispark training run"; both now start from step 0."""
+    from minispark.errors import MinisparkError
+    from minispark.training.recipes import load_recipe
+    from minispark.training.train import _output_dir
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / ".train_config.json.ab12cd_4.tmp").write_text('{"steps"')  # write_text_atomic's, cut short
+    for resume in (False, True):
+        assert _output_dir(load_recipe("tiny", []), out, resume, None) == (out, False)
+    (out / "notes.txt").write_text("mine\n")  # beside someone's file it is no run of ours
+    with pytest.raises(MinisparkError, match="not a minispark training run"):
+        _output_dir(load_recipe("tiny", []), out, False, None)
 
 
 @pytest.mark.parametrize("command", ["export", "generate", "calibrate"])
@@ -2184,6 +2242,8 @@ def test_bitsandbytes_notices_stay_out_of_the_answer(tiny_dir, caplog, flag: str
                                       "--prompt", "hi", "--max-new-tokens", "3", flag])
     assert result.exit_code == 0, result.output
     assert not [r.getMessage() for r in caplog.records if r.name.startswith("bitsandbytes")]
+    # the fourteenth probe: the kernels package bitsandbytes loads through logged its offline trust check
+    assert "publisher trust check" not in result.output
 
 
 # ---------------------------------------------------------------------- the eighth probe (issue 22)

@@ -130,12 +130,13 @@ def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) ->
     target = load_target(str(vlm_with_drafter[0]))
     output = io.StringIO()
     setup = build_serving(target, "lookup")
-    read_line, _ = scripted(["/image no-such.png", f"/image {test_image.parent}", f"/image {test_image}",
-                             "What is this?", "And now?"])
+    read_line, _ = scripted(["/image no-such.png", f"/image {test_image.parent}", "/image " + "y" * 300 + ".png",
+                             f"/image {test_image}", "What is this?", "And now?"])
     with Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=8) as conversation:
         ChatREPL(conversation, setup, Console(file=output, width=200), read_line).run()
     assert "image not found: no-such.png" in output.getvalue()
     assert f"{test_image.parent}: a directory, not an image file" in output.getvalue()  # said "image not found"
+    assert "a name of 304 bytes in the path" in output.getvalue()  # its OSError ended the chat (fourteenth probe)
     assert [t.images for t in conversation.turns] == [[str(test_image)], []]
 
 

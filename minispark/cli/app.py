@@ -172,6 +172,9 @@ def one_line_errors(command: Callable) -> Callable:
             _print_error(_permission_denied(exc))
             raise typer.Exit(2) from None
         except OSError as exc:  # a write outside the atomic helpers (a log line) hit the full disk or ulimit -f
+            if exc.errno == errno.ENAMETOOLONG:  # a name inside a file (a prompt's image): the flags are checked first
+                _print_error(f"{str(exc.filename)[:60]!r}...: name too long for this file system")
+                raise typer.Exit(2) from None
             if exc.errno not in (*NO_SPACE_ERRNOS, errno.EFBIG):
                 raise
             failed = NoSpaceError if exc.errno in NO_SPACE_ERRNOS else FileTooLargeError

@@ -42,19 +42,20 @@ def _check_images(images: list[Path]) -> None:
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
                    gamma: Optional[int], threshold: Optional[float], sps: Optional[Path], temperature: float, top_p: float,
                    top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = (),
-                   draft_skip: Optional[bool] = None) -> None:
+                   draft_skip: Optional[bool] = None, strict: bool = False) -> None:
     """The flags generate and chat share."""
     validate.prompt(prompt)
     validate.stop_strings(stop)
     _check_images(images)
     skip_flag = "--draft-skip" if draft_skip else "--no-draft-skip"  # either is ignored by a drafter that drafts nothing
     checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
-                                       skip_flag: draft_skip})
+                                       skip_flag: draft_skip, "--strict": strict or None})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     if threshold is not None:
         validate.number(threshold, "--threshold", 0.0, 1.0)
     validate.threshold_mode(threshold, mode)
+    validate.schedule_mode(sps, strict, mode)
     checked_table_file(sps)
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
@@ -104,11 +105,12 @@ def generate(
     from minispark.serving.builder import build_serving
 
     _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop, draft_skip)
+                   max_new_tokens, stop, draft_skip, strict)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
+    validate.schedule_mode(sps, strict, setup.mode)
     for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
         err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
     draft, policy = setup.drafter, setup.policy
@@ -161,7 +163,7 @@ def chat(
     from minispark.serving.builder import build_serving
 
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop, draft_skip)
+                   max_new_tokens, stop, draft_skip, strict)
     validate.system_message(system)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
@@ -169,6 +171,7 @@ def chat(
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
     validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
+    validate.schedule_mode(sps, strict, setup.mode)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
                       system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
@@ -208,6 +211,7 @@ def serve(
     checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
+    validate.schedule_mode(sps, False, mode)
     checked_table_file(sps)
     port = validate.listen_address(host, port)  # --port 0: the free port picked now, printed below
     # an empty variable (`export MINISPARK_API_KEY=$KEY` with KEY unset) reads as no key at all: serving open
@@ -226,6 +230,7 @@ def serve(
     validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, sps=sps)
+    validate.schedule_mode(sps, False, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:
         err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)
     slots = max_concurrent or defaults.serve_slots(loaded.device.type)

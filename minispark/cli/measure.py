@@ -63,7 +63,7 @@ def bench(
 ) -> None:
     """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
     config, named = _bench_config(drafter, prompts, num_prompts, category, modes, max_new_tokens, temperature, top_p,
-                                  top_k, gamma, threshold, sps, repeats, seed, plot)
+                                  top_k, gamma, threshold, sps, repeats, seed, plot, strict)
     validate.figure_file(plot, "--plot", {"--prompts": prompts, "--sps": sps, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
@@ -74,13 +74,17 @@ def bench(
     _bench_render(report, plot, as_json)
 
 
+#: bench modes that draft nothing, so --gamma has no effect on them.
+UNDRAFTED_MODES = frozenset({"target", "hf"})
+
+
 def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: Optional[int], category: Optional[str],
                   modes: Optional[str], max_new_tokens: int, temperature: float, top_p: float, top_k: int,
                   gamma: Optional[int], threshold: Optional[float], sps: Optional[Path], repeats: int, seed: int,
-                  plot: Optional[Path]) -> tuple[Any, bool]:
+                  plot: Optional[Path], strict: bool = False) -> tuple[Any, bool]:
     """bench, resolving its inputs: every flag checked and the ``BenchConfig`` built before the target loads;
     with whether --modes named the modes (if not, :func:`_with_drafter_modes` adds the drafter's)."""
-    from minispark.measuring.bench import BASELINE_MODES, BenchConfig
+    from minispark.measuring.bench import BASELINE_MODES, DRAFTER_MODES, SCHEDULE_MODES, BenchConfig
     from minispark.target.sampling import SamplingConfig
 
     checked_drafter(drafter)
@@ -100,6 +104,19 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     if threshold is not None and names is not None and "threshold" not in names:  # it would be ignored without a word
         raise MinisparkError(f"--threshold {threshold:g}: only the threshold mode uses it, and --modes {modes} leaves "
                              "it out; drop --threshold or add threshold to --modes")
+    if gamma is not None and names is not None and set(names) <= UNDRAFTED_MODES:  # ignored, yet printed as γ=
+        raise MinisparkError(f"--gamma {gamma}: --modes {modes} drafts nothing (the target alone, HF's plain "
+                             "generate); drop --gamma or add a drafting mode to --modes")
+    trained = [name for name in names or () if name in DRAFTER_MODES]
+    if drafter == "none" and trained:  # each was skipped, with a notice, only once the target had loaded
+        one = len(trained) == 1
+        raise MinisparkError(f"--modes {modes}: {', '.join(trained)} {'needs' if one else 'need'} a trained drafter, "
+                             f"and --drafter none gives none; drop {'it' if one else 'them'} or give --drafter DIR")
+    table_flags = [flag for flag, value in (("--sps", sps), ("--strict", strict)) if value]
+    if table_flags and names is not None and not set(names) & set(SCHEDULE_MODES):  # read by no mode
+        raise MinisparkError(f"{' and '.join(table_flags)}: only the schedule modes use an SPS table, and --modes "
+                             f"{modes} leaves them out; drop {'it' if len(table_flags) == 1 else 'them'} or add "
+                             "schedule to --modes")
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
     checked_table_file(sps)

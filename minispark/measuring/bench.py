@@ -59,6 +59,7 @@ BASELINE_MODES = ["target", "hf", "hf-lookup", "lookup"]
 DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid", "hybrid-schedule")
 CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule")
 HYBRID_MODES = ("hybrid", "hybrid-schedule")
+SCHEDULE_MODES = ("schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule")  # the modes an SPS table prices
 
 BENCH_PROMPTS = [
     "Add type hints and a docstring to this function:\n\ndef area(width, height):\n    return width * height\n",

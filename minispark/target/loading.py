@@ -144,14 +144,25 @@ class Target:
             raise MinisparkError(f"target {self.name} is text-only ({self.model_type}); it cannot take images")
         if self.is_vlm:
             return self._encode_vlm(messages, add_generation_prompt)
-        text = _utf8(self.tokenizer.apply_chat_template(messages, tokenize=False,
-                                                        add_generation_prompt=add_generation_prompt))
+        text = self._render(self.tokenizer, messages, add_generation_prompt)
         ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
 
+    def _render(self, templater: Any, messages: list[dict], add_generation_prompt: bool) -> str:
+        """The conversation through the target's chat template; a template that does not parse (a damaged
+        chat_template.jinja: jinja2's traceback) or refuses the conversation is one line naming the target."""
+        from jinja2 import TemplateError
+
+        try:
+            return _utf8(templater.apply_chat_template(messages, tokenize=False,
+                                                       add_generation_prompt=add_generation_prompt))
+        except TemplateError as exc:
+            raise MinisparkError(f"target {self.name}: its chat template fails on this conversation "
+                                 f"({first_line(exc)}); a damaged chat_template.jinja, or a conversation the "
+                                 "template refuses") from None
+
     def _encode_vlm(self, messages: list[dict], add_generation_prompt: bool) -> PromptInputs:
-        text = _utf8(self.processor.apply_chat_template(messages, tokenize=False,
-                                                        add_generation_prompt=add_generation_prompt))
+        text = self._render(self.processor, messages, add_generation_prompt)
         image_inputs = self._budgeted_images(messages)
         batch = self.processor(text=[text], images=image_inputs, return_tensors="pt")
         input_ids = batch.pop("input_ids").to(self.device)
@@ -288,6 +299,8 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     # bitsandbytes logs per forward ("MatMul8bitLt: inputs will be cast ...": 110 lines through a 3-token answer,
     # in its text) and advises `pip install kernels` for a CPU kernel: its internals too, never the user's input
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
+    # the kernels package it loads them through: "Skipping publisher trust check ... offline mode" on every load
+    logging.getLogger("kernels").setLevel(logging.ERROR)
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)
@@ -382,7 +395,8 @@ def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path |
     except (OSError, SafetensorError) as exc:
         first = first_line(exc)
         raise MinisparkError(f"--target {source}: cannot load the weights ({first})") from None
-    except (RuntimeError, ValueError, TypeError, ArithmeticError) as exc:  # "hidden_size": -64 built no tensor
+    except (RuntimeError, ValueError, TypeError, ArithmeticError, AssertionError) as exc:  # "hidden_size": -64
+        # built no tensor; "vocab_size": 0 failed torch's assert on the embedding's padding index
         if out_of_memory(exc) is not None:  # one_line_errors says that one
             raise
         raise MinisparkError(f"--target {source}: cannot build the model ({first_line(exc)}); a damaged or "

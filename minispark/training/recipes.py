@@ -346,6 +346,8 @@ def recipe_path(name_or_path: str | Path) -> Path:
         return shipped
     if path.is_dir():
         raise MinisparkError(f"--recipe {name_or_path}: is a directory; give a recipe TOML file or a shipped name")
+    if path.exists() or path.is_symlink():  # a pipe, a device, a link to nowhere: "no such file" was wrong
+        validate.input_file(path, "--recipe")
     names = ", ".join(list_recipes()) or "none found"
     raise MinisparkError(f"--recipe {name_or_path}: no such file or shipped recipe (shipped: {names})")
 

@@ -264,6 +264,7 @@ def _run(trainer: Trainer, config: TrainConfig, report: TrainReport, progress: b
 #: What a run writes into ``--out`` before its first checkpoint (and the temporary names of its atomic writes).
 EARLY_FILES = (TRAIN_CONFIG_FILE, METRICS_FILE, ONPOLICY_FILE, BEST_DIR)
 _EARLY_TEMP = re.compile(r"\.(checkpoint-\d{6}|best|latest|metrics\.jsonl|train_config\.json|onpolicy\.json)\..+")
+_CONFIG_TEMP = re.compile(r"\.train_config\.json\.[a-z0-9_]{8}\.tmp")  # write_text_atomic's temporary of it
 
 
 def stopped_before_checkpoint(out: Path) -> bool:
@@ -275,8 +276,8 @@ def stopped_before_checkpoint(out: Path) -> bool:
         return False
     if not entries:
         return True
-    if not (out / TRAIN_CONFIG_FILE).is_file():
-        return False
+    if not (out / TRAIN_CONFIG_FILE).is_file():  # killed while writing it, the run's first file: its temporary alone
+        return all(not p.is_symlink() and p.is_file() and _CONFIG_TEMP.fullmatch(p.name) for p in entries)
     return all(not p.is_symlink() and (p.name in EARLY_FILES or _EARLY_TEMP.fullmatch(p.name)) for p in entries)
 
 

@@ -87,10 +87,30 @@ def items(text: str, flag: str, what: str) -> list[str]:
     not dropped: it is a typo more often than not, and the run would quietly use a shorter list."""
     parts = [part.strip() for part in text.split(",")]
     if not any(parts):
-        raise MinisparkError(f"{flag}: expected at least one {what}, got {text!r}")
+        raise MinisparkError(f"{flag}: expected at least one {what}, got {excerpt(text)}")
     if not all(parts):
-        raise MinisparkError(f"{flag}: empty item {parts.index('') + 1} in {text!r} (a doubled or trailing comma?)")
+        raise MinisparkError(f"{flag}: empty item {parts.index('') + 1} in {excerpt(text)} (a doubled or trailing "
+                             "comma?)")
     return parts
+
+
+#: The most characters of a flag's value an error line repeats (a 300-item --conf was echoed whole).
+EXCERPT_CHARS = 60
+
+
+def excerpt(text: str) -> str:
+    """``repr(text)``, cut to about ``EXCERPT_CHARS`` characters with its length said when longer."""
+    if len(text) <= EXCERPT_CHARS:
+        return repr(text)
+    return f"{text[:EXCERPT_CHARS]!r}... ({len(text):,} characters)"
+
+
+def _item_numbers(parts: list[str], flag: str, what: str, *, whole: bool) -> None:
+    """Refuse the first item of ``parts`` that is not a number by :func:`is_number_text`, naming it."""
+    for k, part in enumerate(parts, start=1):
+        if not is_number_text(part, whole=whole):
+            where = f"item {k} {excerpt(part)}" if len(parts) > 1 else excerpt(part)
+            raise MinisparkError(f"{flag}: expected comma-separated {what}, got {where}")
 
 
 def is_number_text(text: str, *, whole: bool = False) -> bool:
@@ -128,10 +148,8 @@ def floats(text: str, flag: str, *, low: float | None = None, high: float | None
            low_open: bool = False) -> list[float]:
     """Comma-separated finite numbers (at least one), each in the given range."""
     parts = items(text, flag, "number")
-    try:
-        values = [float(number_text(part)) for part in parts]
-    except ValueError:
-        raise MinisparkError(f"{flag}: expected comma-separated numbers, got {text!r}") from None
+    _item_numbers(parts, flag, "numbers", whole=False)
+    values = [float(part) for part in parts]
     for value in values:
         number(value, flag, low, high, low_open=low_open)
     return values
@@ -141,10 +159,8 @@ def integers(text: str, flag: str, minimum: int, maximum: int | None = None, *, 
     """Comma-separated whole numbers (at least one), each in [minimum, maximum] (default: ``MAX_INT``); with
     ``distinct``, a number given twice is refused (a list of sizes to measure: the second would be dropped)."""
     parts = items(text, flag, "whole number")
-    try:
-        values = [int(number_text(part)) for part in parts]
-    except ValueError:
-        raise MinisparkError(f"{flag}: expected comma-separated whole numbers, got {text!r}") from None
+    _item_numbers(parts, flag, "whole numbers", whole=True)
+    values = [int(part) for part in parts]
     for value in values:
         integer(value, flag, minimum, maximum)
     if distinct:

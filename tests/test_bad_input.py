@@ -692,6 +692,16 @@ def test_bad_input_is_one_line(files: dict[str, str], argv: list[str], needle: s
     assert needle in error, error
 
 
+def test_a_long_list_flag_is_not_echoed_whole() -> None:
+    """A 300-item --conf with one bad item repeated all 300 in its error line; it names the item instead."""
+    conf = ",".join(["0.9"] * 299 + ["x"])
+    error = one_line_error(CliRunner().invoke(app, ["simulate", "--conf", conf, "--sps-inline", "1,0.5"]))
+    assert error == "error: --conf: expected comma-separated numbers, got item 300 'x'"
+    error = one_line_error(CliRunner().invoke(app, ["simulate", "--conf", conf.replace(",x", ",,"),
+                                                    "--sps-inline", "1,0.5"]))
+    assert "empty item 300" in error and "(1,197 characters)" in error and len(error) < 160, error
+
+
 def one_line_error(result) -> str:
     """The one ``error:`` line a refused command printed (exit 2, no traceback, nothing on stdout)."""
     lines = [line for line in result.stderr.splitlines() if line.strip()]
@@ -1258,7 +1268,7 @@ def test_a_refused_command_leaves_no_empty_out_it_created(tmp_path) -> None:
 
 
 def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
-    """The shipped drafter is calibrated at T 1; at the default T 0 the notice says to calibrate a copy
+    """The shipped drafter is calibrated at the default T 0; at T 1 the notice says to calibrate a copy
     (calibrate refuses the shipped directory itself), and a user's drafter in place."""
     from minispark.data.prompts import HELDOUT_FILE
     from minispark.defaults import SHIPPED_DRAFTERS
@@ -1267,15 +1277,15 @@ def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
     from minispark.validate import not_shipped
 
     shipped = next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if (p / "calibration.json").is_file())
-    _, notice = load_calibration(shipped, sampling=SamplingConfig(0.0))
+    assert load_calibration(shipped, sampling=SamplingConfig(0.0))[1] is None  # the default prints nothing
+    _, notice = load_calibration(shipped, sampling=SamplingConfig(1.0))
     assert f"cp -rL {shipped} my-drafter && minispark calibrate --drafter my-drafter --prompts {HELDOUT_FILE} " \
-           "--temperature 0" in notice and "never the output" in notice
+           "--temperature 1" in notice and "never the output" in notice
     not_shipped(tmp_path / "my-drafter", "--drafter", "")  # the copy is calibrated without a refusal
     mine = tmp_path / "mine"
     shutil.copytree(shipped, mine)
     _, notice = load_calibration(mine, sampling=SamplingConfig(0.5, top_k=5))
     assert notice.endswith(f"minispark calibrate --drafter {mine} --prompts {HELDOUT_FILE} --temperature 0.5 --top-k 5")
-    assert load_calibration(mine, sampling=SamplingConfig(1.0))[1] is None
 
 
 def test_a_damaged_draft_config_names_its_key() -> None:
@@ -1929,12 +1939,18 @@ def test_a_training_cache_as_heldout_names_the_flag(tiny_trained_drafter, tmp_pa
     assert f"--heldout-cache (recipe key heldout_cache) {cache}: is a training cache" in one_line_error(result)
 
 
-def test_profile_prints_no_progress_before_a_refusal(tiny_dir, tmp_path) -> None:
-    """A --max-tokens past the target's context is refused after loading; its error line came under an
-    empty `profile 0/?` progress bar."""
-    result = CliRunner().invoke(app, ["profile", "--target", str(tiny_dir("llama")), "--contexts", "16",
-                                      "--max-tokens", "5000", "--out", str(tmp_path / "t")])
+def test_profile_refuses_a_step_past_the_context_before_loading(tiny_dir, tmp_path, monkeypatch) -> None:
+    """A --max-tokens past the target's context was refused only once the target had loaded (seconds here,
+    minutes for a 3B target), its error line under an empty `profile 0/?` progress bar."""
+    import minispark.measuring.profiler as profiler
+
+    monkeypatch.setattr(profiler, "run_profile", lambda *a, **k: pytest.fail("the target was loaded"))
+    target = tiny_dir("llama")
+    limit = json.loads((target / "config.json").read_text())["max_position_embeddings"]
+    result = CliRunner().invoke(app, ["profile", "--target", str(target), "--contexts", "16",
+                                      "--max-tokens", str(limit + 1), "--out", str(tmp_path / "t")])
     error = one_line_error(result)
+    assert f"--max-tokens {limit + 1}: more than" in error and f"{limit} positions" in error
     assert [line for line in result.stderr.splitlines() if line.strip()] == [error]
 
 

@@ -219,8 +219,9 @@ def profile(
     """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
     from dataclasses import asdict
 
-    from minispark.measuring.profiler import format_batched, format_table, run_profile
-    from minispark.target.remembered import read_record
+    from minispark.measuring.profiler import fitting_contexts, format_batched, format_table, run_profile
+    from minispark.target.embedded import EMBEDDED_NAME
+    from minispark.target.remembered import context_limit_before_loading, read_record
 
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
                              note, allow_busy, out, plot, batch_requests)
@@ -235,6 +236,8 @@ def profile(
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
+    # before the load (seconds here, minutes for a 3B target), from the config alone
+    fitting_contexts(config, target or EMBEDDED_NAME, context_limit_before_loading(target))
     table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                               load_in_8bit=load_in_8bit, threads=threads, out_dir=out, plot=plot,
                               show_progress=not as_json)

@@ -104,19 +104,26 @@ def _profile_context(target: Target, config: ProfileConfig, context: int, measur
                               f"context {context}")
 
 
-def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int], list[int]]:
-    """The contexts of ``config`` whose steps fit the target's positions, and those skipped (a warning);
-    a step that fits no context is an error."""
-    max_positions = target.context_limit
+def fitting_contexts(config: ProfileConfig, name: str, max_positions: int | None) -> tuple[list[int], list[int]]:
+    """The contexts of ``config`` whose steps fit a target's ``max_positions`` (None: no limit), and those
+    skipped; a step longer than the target, or one that fits no context, is an error. The CLI checks this
+    from the target's config before loading it, and the profile again from the loaded target."""
     if max_positions is not None and config.max_tokens >= max_positions:
-        raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {target.name}'s {max_positions} "
+        raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {name}'s {max_positions} "
                              "positions; profile fewer tokens per step")
     contexts = [c for c in config.contexts
                 if max_positions is None or c + config.max_tokens <= max_positions]
     skipped = [c for c in config.contexts if c not in contexts]
     if not contexts:  # before the notice, which would say the same thing first
         raise MinisparkError(f"--contexts: none of {config.contexts} leaves room for --max-tokens "
-                             f"{config.max_tokens} in {target.name}'s {max_positions} positions")
+                             f"{config.max_tokens} in {name}'s {max_positions} positions")
+    return contexts, skipped
+
+
+def _fitting_contexts(target: Target, config: ProfileConfig) -> tuple[list[int], list[int]]:
+    """:func:`fitting_contexts` of the loaded target, the skipped contexts a warning."""
+    max_positions = target.context_limit
+    contexts, skipped = fitting_contexts(config, target.name, max_positions)
     if skipped:  # stacklevel 3: the warning names profile_target's caller
         warnings.warn(f"profile: skipping contexts {skipped}: context + max_tokens ({config.max_tokens}) "
                       f"exceeds {target.name}'s {max_positions} positions", stacklevel=3)

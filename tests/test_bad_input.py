@@ -2444,7 +2444,7 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
 ])
 def test_every_number_option_reads_numbers_by_the_one_rule(kind: type, text: str, says: str) -> None:
     """Every int (float) option of every command, and the global --max-pixels, refuses what
-    ``validate.is_number_text`` refuses, as one line naming the flag, before anything runs (typer's own
+    ``validate_lists.is_number_text`` refuses, as one line naming the flag, before anything runs (typer's own
     conversion read '--max-new-tokens 1_000' as 1000)."""
     import typer.main
 

@@ -29,7 +29,7 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command_name
 
-from minispark import defaults, validate, validate_models
+from minispark import defaults, validate, validate_lists, validate_models
 from minispark.defaults import DEFAULT_GAMMA, make_console
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.errors import MinisparkError, out_of_memory
@@ -38,7 +38,7 @@ from minispark.errors import MinisparkError, out_of_memory
 class PlainHelp:
     """Help that shows what to type: no ``<bool>`` after a flag, and a repeatable option as its
     element (``--image <path>``, ``PARTS... <str>``), not ``<list[Path]>``; and every number option (the global
-    ones too) read by the project's one rule of numbers in text, ``validate.typed_number``."""
+    ones too) read by the project's one rule of numbers in text, ``validate_lists.typed_number``."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         typed, _, _ = self.make_parser(ctx).parse_args(args=list(args))
@@ -46,7 +46,7 @@ class PlainHelp:
             for param in self.params:
                 kind = param.type_descriptor.annotation  # ``int | None`` reads as int
                 if kind in (int, float) and param.name in typed:
-                    validate.typed_number(str(typed[param.name]), param.opts[0], whole=kind is int)
+                    validate_lists.typed_number(str(typed[param.name]), param.opts[0], whole=kind is int)
         except MinisparkError as exc:  # before typer converts it (click's own errors would come after)
             _print_error(str(exc))
             raise typer.Exit(2) from None

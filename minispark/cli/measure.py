@@ -15,7 +15,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from minispark import defaults, validate, validate_models
+from minispark import defaults, validate, validate_lists, validate_models
 from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 from minispark.serving.sps import checked_table_file
@@ -98,9 +98,9 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     if category is not None and category not in categories:  # after the load, it said "no prompt ... usable"
         has = f"its categories: {', '.join(categories)}" if categories else 'no line has a "category" key'
         raise MinisparkError(f"--category {category}: no line of --prompts {prompts} is of it ({has})")
-    names = None if modes is None else validate.items(modes, "--modes", "mode")
+    names = None if modes is None else validate_lists.items(modes, "--modes", "mode")
     if names is not None:
-        validate.distinct_items(names, "--modes")
+        validate_lists.distinct_items(names, "--modes")
     if threshold is not None and names is not None and "threshold" not in names:  # it would be ignored without a word
         raise MinisparkError(f"--threshold {threshold:g}: only the threshold mode uses it, and --modes {modes} leaves "
                              "it out; drop --threshold or add threshold to --modes")
@@ -258,8 +258,8 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
     from minispark.measuring.profiler import ProfileConfig
 
-    lengths = validate.integers(contexts, "--contexts", 0, distinct=True)
-    counts = (validate.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS,
+    lengths = validate_lists.integers(contexts, "--contexts", 0, distinct=True)
+    counts = (validate_lists.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS,
                                 distinct=True) if batch_requests.strip() else [])
     validate.one_line(note, "--note")
     validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
@@ -411,13 +411,13 @@ def simulate(
                              f"{'it' if len(given) == 1 else 'them'} or add --appendix-a")
     if conf is None:
         raise MinisparkError("--conf is required (or use --appendix-a)")
-    confidences = validate.floats(conf, "--conf", low=0.0, high=1.0)
+    confidences = validate_lists.floats(conf, "--conf", low=0.0, high=1.0)
     if sps is not None and sps_inline is not None:
         raise MinisparkError("--sps and --sps-inline are exclusive; give one")
     if sps is not None:
         table = SPSTable.load(checked_table_file(sps))
     elif sps_inline is not None:
-        table = SPSTable.from_inline(validate.sps_values(sps_inline))
+        table = SPSTable.from_inline(validate_lists.sps_values(sps_inline))
     else:
         raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
     result = theta_table(confidences, table, source=f"--sps {sps}" if sps is not None else "--sps-inline")

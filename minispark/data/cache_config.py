@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from minispark import validate
+from minispark import validate, validate_lists
 from minispark.data.cache_format import CACHE_DTYPES
 from minispark.defaults import HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
 from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
@@ -94,7 +94,7 @@ class CacheConfig:
             if self.layers.strip() == "auto":
                 return None
             try:
-                ids = [int(validate.number_text(x)) for x in self.layers.split(",")]  # '1_0' was layer 10
+                ids = [int(validate_lists.number_text(x)) for x in self.layers.split(",")]  # '1_0' was layer 10
             except ValueError:
                 raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
                                      f"got {self.layers!r}") from None

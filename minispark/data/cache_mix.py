@@ -22,7 +22,7 @@ from typing import Any
 
 import torch
 
-from minispark import validate
+from minispark import validate, validate_lists
 from minispark.data.cache_format import (MANIFEST, WRITES, CacheError, CacheMismatchError, CacheReader, ShardFile,
                                          build_manifest, config_hash, file_sha256, read_manifest, shard_name,
                                          shard_stats, write_manifest, write_shard)
@@ -49,7 +49,7 @@ class MixPart:
 def parse_part(spec: str) -> MixPart:
     """``DIR`` or ``DIR:N`` → :class:`MixPart`; a bad count is a one-line error naming the spec."""
     directory, sep, count = spec.rpartition(":")
-    if not sep or not validate.is_number_text(count, whole=True):
+    if not sep or not validate_lists.is_number_text(count, whole=True):
         if sep and not Path(spec).exists() and Path(directory).is_dir():  # "DIR:abc", "DIR:1.5": a count mistyped
             raise CacheError(f"cache-mix part {spec!r}: after {directory}: expected a whole number of samples, "
                              f"got {count!r}")

@@ -11,7 +11,7 @@ from typing import Any
 
 from minispark.errors import MinisparkError
 from minispark.identity import DTYPE_ALIASES, DTYPES
-from minispark.validate import SPS_RANGE
+from minispark.validate_lists import SPS_RANGE
 
 SCHEMA_VERSION = 1
 _REQUIRED_METADATA = ("torch", "driver", "date")

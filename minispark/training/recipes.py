@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1
-from minispark import validate
+from minispark import validate, validate_lists
 from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
 from minispark.errors import MinisparkError, json_reason
 
@@ -316,14 +316,14 @@ def parse_value(key: str, text: str, where: str) -> Any:
                      "off": False}
             return flags[raw.lower()]
         if kind is int:
-            return int(validate.number_text(raw))
+            return int(validate_lists.number_text(raw))
         if kind is float:
-            return float(validate.number_text(raw))
+            return float(validate_lists.number_text(raw))
         if typing.get_origin(kind) is list:  # [1, 8, 15] or 1,8,15; a lone or inner bracket or an empty item is a typo
             body = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else raw
             if "[" in body or "]" in body:
                 raise ValueError(raw)
-            return [int(validate.number_text(x)) for x in body.split(",")] if body.strip() else []
+            return [int(validate_lists.number_text(x)) for x in body.split(",")] if body.strip() else []
         return raw
     except (KeyError, ValueError):
         raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}, got {text!r}") from None

@@ -37,12 +37,13 @@ def excerpt(text: str) -> str:
     return f"{text[:EXCERPT_CHARS]!r}... ({len(text):,} characters)"
 
 
-def _item_numbers(parts: list[str], flag: str, what: str, *, whole: bool) -> None:
-    """Refuse the first item of ``parts`` that is not a number by :func:`is_number_text`, naming it."""
+def _item_numbers(parts: list[str], flag: str, what: str, *, whole: bool) -> list[Any]:
+    """``parts`` read as numbers by :func:`is_number_text`'s rule; the first that is not one refused, by name."""
     for k, part in enumerate(parts, start=1):
         if not is_number_text(part, whole=whole):
             where = f"item {k} {excerpt(part)}" if len(parts) > 1 else excerpt(part)
             raise MinisparkError(f"{flag}: expected comma-separated {what}, got {where}")
+    return [(int if whole else float)(part) for part in parts]
 
 
 def is_number_text(text: str, *, whole: bool = False) -> bool:
@@ -80,8 +81,7 @@ def floats(text: str, flag: str, *, low: float | None = None, high: float | None
            low_open: bool = False) -> list[float]:
     """Comma-separated finite numbers (at least one), each in the given range."""
     parts = items(text, flag, "number")
-    _item_numbers(parts, flag, "numbers", whole=False)
-    values = [float(part) for part in parts]
+    values = _item_numbers(parts, flag, "numbers", whole=False)
     for value in values:
         number(value, flag, low, high, low_open=low_open)
     return values
@@ -91,8 +91,7 @@ def integers(text: str, flag: str, minimum: int, maximum: int | None = None, *, 
     """Comma-separated whole numbers (at least one), each in [minimum, maximum] (default: ``MAX_INT``); with
     ``distinct``, a number given twice is refused (a list of sizes to measure: the second would be dropped)."""
     parts = items(text, flag, "whole number")
-    _item_numbers(parts, flag, "whole numbers", whole=True)
-    values = [int(part) for part in parts]
+    values = _item_numbers(parts, flag, "whole numbers", whole=True)
     for value in values:
         integer(value, flag, minimum, maximum)
     if distinct:

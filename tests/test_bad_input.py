@@ -700,6 +700,9 @@ def test_a_long_list_flag_is_not_echoed_whole() -> None:
     error = one_line_error(CliRunner().invoke(app, ["simulate", "--conf", conf.replace(",x", ",,"),
                                                     "--sps-inline", "1,0.5"]))
     assert "empty item 300" in error and "(1,197 characters)" in error and len(error) < 160, error
+    layers = ",".join(["1"] * 299 + ["x"])  # a recipe override: its label and its value, each cut
+    error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", f"feature_layers={layers}"]))
+    assert "feature_layers must be list of ints" in error and "(599 characters)" in error and len(error) < 260, error
 
 
 def one_line_error(result) -> str:

@@ -97,7 +97,7 @@ class CacheConfig:
                 ids = [int(validate_lists.number_text(x)) for x in self.layers.split(",")]  # '1_0' was layer 10
             except ValueError:
                 raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
-                                     f"got {self.layers!r}") from None
+                                     f"got {validate_lists.excerpt(self.layers)}") from None
         else:
             ids = [int(x) for x in self.layers]
         if any(i < 0 for i in ids):  # -1 would be Python's last layer, recorded as -1: a cache no drafter matches

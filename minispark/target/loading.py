@@ -74,9 +74,8 @@ class Target:
 
     @property
     def context_limit(self) -> int | None:
-        """The positions the target has for prompt and answer together (its config's
-        ``max_position_embeddings``); None when the config states none."""
-        return getattr(self.text_config, "max_position_embeddings", None)
+        """The positions the target has for prompt and answer together: :func:`context_limit` of its config."""
+        return context_limit(self.model.config)
 
     def room(self, prompt_tokens: int, wanted: int) -> int:
         """``wanted`` new tokens capped to what the context leaves after a prompt, at least 1."""
@@ -345,6 +344,12 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         location = _hub_snapshot_dir(model)
     used = apply_runtime(model, runtime)  # before Target reads its lm_head module
     return Target(name, model, tokenizer, processor, location, used)
+
+
+def context_limit(config: Any) -> int | None:
+    """The positions a model config gives prompt and answer together (its text config's
+    ``max_position_embeddings``); None when it states none."""
+    return getattr(config.get_text_config(), "max_position_embeddings", None)
 
 
 def model_config(ref: str, source: str | None, trust_remote_code: bool = False) -> Any:

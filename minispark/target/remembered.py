@@ -244,23 +244,14 @@ def bf16_weight_bytes(location: Path) -> int | None:
 
 
 def context_limit_before_loading(target: str | None) -> int | None:
-    """The positions a local or embedded target states in its ``config.json`` (``max_position_embeddings``, a
-    vision-language model's in its ``text_config``), read without loading it; None for a hub id, or a config
-    that states none or does not read (loading it says what is wrong)."""
+    """:func:`~minispark.target.loading.context_limit` of a local or embedded target, from its config alone (no
+    weights load); None for a hub id, which only its load may fetch."""
     from minispark.target.embedded import EMBEDDED_SPELLINGS, embedded_model_dir
+    from minispark.target.loading import context_limit, model_config
     from minispark.validate_models import target_location
 
     location = embedded_model_dir() if target in EMBEDDED_SPELLINGS else target_location(target)
-    try:
-        config = json.loads((location / "config.json").read_text(encoding="utf-8")) if location else None
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    text = config.get("text_config")
-    limit = (text if isinstance(text, dict) and "max_position_embeddings" in text else config).get(
-        "max_position_embeddings")
-    return limit if isinstance(limit, int) and not isinstance(limit, bool) and limit > 0 else None
+    return None if location is None else context_limit(model_config(str(location), target))
 
 
 def auto_4bit_notice(target: str | None, device: str | None, dtype: str | None, load_in_4bit: bool,

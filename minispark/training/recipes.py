@@ -326,7 +326,8 @@ def parse_value(key: str, text: str, where: str) -> Any:
             return [int(validate_lists.number_text(x)) for x in body.split(",")] if body.strip() else []
         return raw
     except (KeyError, ValueError):
-        raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}, got {text!r}") from None
+        raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}, "
+                             f"got {validate_lists.excerpt(text)}") from None
 
 
 def _unknown(key: str, where: str) -> MinisparkError:
@@ -413,7 +414,7 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise MinisparkError(f"override {item!r}: expected key=value")
+            raise MinisparkError(f"override {validate_lists.excerpt(item)}: expected key=value")
         section, dot, bare = key.rpartition(".")
         if dot:
             if section not in SECTIONS or bare not in SECTIONS[section]:
@@ -422,9 +423,10 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
         if key not in FILE_KEYS:
             raise _unknown(key, "override")
         if key in given:
-            raise MinisparkError(f"override {item!r}: {key} is already set by {given[key]!r}; give it once")
+            raise MinisparkError(f"override {validate_lists.excerpt(item)}: {key} is already set by "
+                                 f"{validate_lists.excerpt(given[key])}; give it once")
         given[key] = item
-        settings[key] = parse_value(key, text, f"override {item!r}")
+        settings[key] = parse_value(key, text, f"override {validate_lists.excerpt(item)}")
     return settings
 
 

@@ -10,7 +10,8 @@ made with, so a later run can refuse (or warn about) a mismatch; they must spell
   far spell it ``4bit``/``8bit``/null; :func:`quantization_name` reads those (the manifest keeps
   its spelling because it is part of the cache's config hash, which resuming compares).
 * device: the GPU's name, or the CPU model plus torch's thread count (:func:`device_name`).
-* target: ``name@weights-hash`` (:func:`target_id`), what a drafter and its calibration record.
+* target: ``name@weights-hash`` (:func:`target_id`), what a drafter and its calibration record; the hash is
+  :func:`files_hash` of its weight files.
 
     python -c "from minispark.identity import device_name; print(device_name('cpu'))"
 """
@@ -18,13 +19,17 @@ made with, so a later run can refuse (or warn about) a mismatch; they must spell
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import platform
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 
+from minispark.atomic import file_sha256, write_json_atomic
+from minispark.defaults import user_dir
 from minispark.errors import MinisparkError
 
 #: Stored dtype names → torch dtypes.
@@ -118,3 +123,48 @@ def same_target(recorded: str, current: str) -> bool:
     if "@" in recorded and "@" in current and "unknown" not in (recorded_hash, current_hash):
         return recorded_hash == current_hash
     return recorded == current
+
+
+def _config_sha256(path: Path) -> str:
+    """sha256 of a ``config.json``'s settings: without the ``transformers_version`` that ``save_pretrained``
+    stamps in, so the same weights converted under another transformers release are the same target."""
+    raw = path.read_bytes()
+    try:
+        config = json.loads(raw)
+    except ValueError:  # not JSON: its bytes (the validators name the file when it is read)
+        return hashlib.sha256(raw).hexdigest()
+    if isinstance(config, dict):
+        config.pop("transformers_version", None)
+    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+
+def files_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
+    """A target's weights (or tokenizer) hash: sha256 over the files of ``model_dir`` matching ``patterns`` (a
+    ``config.json`` by its settings, see ``_config_sha256``), 16 hex digits, memoized by (path, size, mtime) in
+    ``defaults.user_dir()``; ``unknown`` without a directory (a hub model not downloaded)."""
+    if model_dir is None:
+        return "unknown"
+    files = sorted({p for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
+    memo_path = user_dir() / "hashes.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    digest = hashlib.sha256()
+    changed = False
+    for path in files:
+        if path.name == "config.json":  # small: its content is hashed, not its bytes (never memoized)
+            digest.update(path.name.encode() + _config_sha256(path).encode())
+            continue
+        stat = path.stat()
+        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
+        if key not in memo:
+            memo[key] = file_sha256(path)
+            changed = True
+        digest.update(path.name.encode() + memo[key].encode())
+    if changed:
+        try:
+            write_json_atomic(memo_path, memo)
+        except (MinisparkError, OSError):  # a full or read-only user dir: the next run hashes again, nothing fails
+            pass
+    return digest.hexdigest()[:16]

@@ -54,7 +54,7 @@ def test_identity_ignores_the_transformers_release_that_saved_the_config(tiny_di
     """The same weights saved under another transformers release are the same target; a changed setting is not."""
     import shutil
 
-    from minispark.target.loading import _dir_hash
+    from minispark.identity import files_hash
 
     patterns = ("config.json", "*.safetensors")
     original = tiny_dir("llama")
@@ -62,10 +62,10 @@ def test_identity_ignores_the_transformers_release_that_saved_the_config(tiny_di
     config = json.loads((copy / "config.json").read_text())
     config["transformers_version"] = "0.0.1"
     (copy / "config.json").write_text(json.dumps(config, indent=4))  # another layout, too
-    assert _dir_hash(copy, patterns) == _dir_hash(original, patterns)
+    assert files_hash(copy, patterns) == files_hash(original, patterns)
     config["rms_norm_eps"] = 0.5
     (copy / "config.json").write_text(json.dumps(config))
-    assert _dir_hash(copy, patterns) != _dir_hash(original, patterns)
+    assert files_hash(copy, patterns) != files_hash(original, patterns)
 
 
 def test_auto_layers_spread_and_never_last(tiny_llama: Target) -> None:

@@ -9,7 +9,6 @@ hidden-state capture for the drafter's KV-injection features.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import re
@@ -21,14 +20,13 @@ from typing import Any, Sequence
 
 import torch
 
-from minispark.atomic import file_sha256, write_json_atomic
-from minispark.defaults import image_max_pixels, user_dir
+from minispark.defaults import image_max_pixels
 from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.errors import MinisparkError, first_line, out_of_memory
-from minispark.identity import torch_dtype
+from minispark.identity import files_hash, torch_dtype
 from minispark.validate import device as validate_device, lone_surrogate
 from minispark.validate_models import PICKLE_WEIGHTS, allow_pickle_weights, target_location, target_weights
 
@@ -87,8 +85,8 @@ class Target:
         """Name plus content hashes of weights/config and tokenizer, to refuse mismatched artifacts."""
         return {
             "name": self.name,
-            "weights_hash": _dir_hash(self.model_dir, ("config.json", *self._weight_patterns())),
-            "tokenizer_hash": _dir_hash(self.model_dir, ("tokenizer*.json", "chat_template*", "vocab*",
+            "weights_hash": files_hash(self.model_dir, ("config.json", *self._weight_patterns())),
+            "tokenizer_hash": files_hash(self.model_dir, ("tokenizer*.json", "chat_template*", "vocab*",
                                                          "merges.txt", "*processor*.json")),
         }
 
@@ -455,47 +453,3 @@ def _message_images(messages: list[dict]) -> list[str]:
                     if isinstance(image, (str, Path)):
                         paths.append(str(image).removeprefix("file://"))
     return paths
-
-
-def _config_sha256(path: Path) -> str:
-    """sha256 of a ``config.json``'s settings: without the ``transformers_version`` that ``save_pretrained``
-    stamps in, so the same weights converted under another transformers release are the same target."""
-    raw = path.read_bytes()
-    try:
-        config = json.loads(raw)
-    except ValueError:  # not JSON: its bytes (the validators name the file when it is read)
-        return hashlib.sha256(raw).hexdigest()
-    if isinstance(config, dict):
-        config.pop("transformers_version", None)
-    return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
-
-
-def _dir_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
-    """sha256 over the files matching ``patterns`` (a ``config.json`` by its settings, see ``_config_sha256``),
-    memoized by (path, size, mtime) in ``defaults.user_dir()``."""
-    if model_dir is None:
-        return "unknown"
-    files = sorted({p for pattern in patterns for p in model_dir.glob(pattern) if p.is_file()})
-    memo_path = user_dir() / "hashes.json"
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
-    digest = hashlib.sha256()
-    changed = False
-    for path in files:
-        if path.name == "config.json":  # small: its content is hashed, not its bytes (never memoized)
-            digest.update(path.name.encode() + _config_sha256(path).encode())
-            continue
-        stat = path.stat()
-        key = f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
-        if key not in memo:
-            memo[key] = file_sha256(path)
-            changed = True
-        digest.update(path.name.encode() + memo[key].encode())
-    if changed:
-        try:
-            write_json_atomic(memo_path, memo)
-        except (MinisparkError, OSError):  # a full or read-only user dir: the next run hashes again, nothing fails
-            pass
-    return digest.hexdigest()[:16]

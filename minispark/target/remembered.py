@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.errors import MinisparkError, json_reason
+from minispark.identity import files_hash, same_target, target_id
 from minispark.validate import edited_text
 
 TARGET_FILE = "target.json"
@@ -60,8 +61,6 @@ class TargetRecord:
 
 def record_from_manifest(config: dict[str, Any]) -> TargetRecord:
     """The record a cache or answer-set manifest config holds (``target`` identity dict, dtype, quantization)."""
-    from minispark.identity import target_id
-
     identity = config["target"]
     model = config.get("target_model", {})
     dtype = config.get("compute_dtype", model.get("compute_dtype"))
@@ -183,15 +182,12 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
     """Refuse an explicit ``--target`` that is not the recorded one, before it loads: a local directory
     (or the embedded model) by its weights hash, a hub id by name (a hub id's weights are checked when
     the drafter loads)."""
-    from minispark.identity import same_target, target_id
     from minispark.target.embedded import EMBEDDED_SPELLINGS
     from minispark.validate_models import target_location
 
     if target in EMBEDDED_SPELLINGS:
         from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
-        from minispark.target.loading import _dir_hash
-
-        current = target_id({"name": EMBEDDED_NAME, "weights_hash": _dir_hash(embedded_model_dir(),
+        current = target_id({"name": EMBEDDED_NAME, "weights_hash": files_hash(embedded_model_dir(),
                                                                               ("config.json", "*.safetensors"))})
     else:
         hub_source = not Path(record.source).is_absolute() and not Path(record.source).exists()
@@ -201,9 +197,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
         location = target_location(target)
         if location is None:  # a hub id: its weights are checked when the drafter loads
             return
-        from minispark.target.loading import _dir_hash
-
-        current = target_id({"name": str(location.resolve()), "weights_hash": _dir_hash(
+        current = target_id({"name": str(location.resolve()), "weights_hash": files_hash(
             location, ("config.json", "*.safetensors"))})
     if not same_target(record.identity, current):
         raise MinisparkError(f"--target {target}: {what} was trained for {record.source} ({record.identity}), "

@@ -106,6 +106,13 @@ ROWS: dict[str, Row] = {
     "4k-sparse-64-window-128": Row(4096, {"max_anchors_per_sample": 64, "window": 128}, SPARSE_BLOCKS),
     "4k-sparse-64-rank-256": Row(4096, {"max_anchors_per_sample": 64, "markov_rank": 256}, SPARSE_BLOCKS),
     "4k-sparse-64-5-layers": Row(4096, {"max_anchors_per_sample": 64, "num_layers": 5}, SPARSE_BLOCKS),
+    # The same levers at 1k answers, each trained to its 3 epochs against 1k-sparse-64 (fifteen minutes to an hour a
+    # row here): what one working session can measure of all four, to choose which to run at 4k.
+    "1k-sparse-64-window-128": Row(1024, {"max_anchors_per_sample": 64, "window": 128}, SPARSE_BLOCKS),
+    "1k-sparse-64-rank-256": Row(1024, {"max_anchors_per_sample": 64, "markov_rank": 256}, SPARSE_BLOCKS),
+    "1k-sparse-64-5-layers": Row(1024, {"max_anchors_per_sample": 64, "num_layers": 5}, SPARSE_BLOCKS),
+    "1k-sparse-64-layers-early": Row(1024, {"max_anchors_per_sample": 64, "feature_layers": "2,5,8,11,14"},
+                                     SPARSE_BLOCKS),
     # A second epoch at the largest size (it draws another 64 anchors of each answer).
     "16k-sparse-64-2m": Row(16384, {"max_anchors_per_sample": 64}, 2_000_000),
     # More prompts with shorter answers against fewer long ones, at equal answer tokens (2,048 answers cut to their

@@ -424,3 +424,28 @@ def test_a_directory_sweep_takes_only_abandoned_temporaries(tmp_path: Path) -> N
         sweep_abandoned(tmp_path)
     assert not any(path.exists() for path in killed)
     assert young.exists() and held.exists() and mine.read_bytes() == b"keep"
+
+
+def _out_commands(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path, out: Path) -> dict[str, list]:
+    """Every command that fills an --out over time, writing ``out``."""
+    target = tiny_dir("llama")
+    return {"cache": ["cache", "--target", target, "--prompts", prompts, "--out", out, *CACHE_FLAGS],
+            "answers": ["answers", "--target", target, "--prompts", prompts, "--out", out, "--num-samples", "2"],
+            "cache-mix": ["cache-mix", spelled_cache, cache, "--out", out],
+            "train": ["train", "--recipe", "tiny", "--cache", spelled_cache, "--out", out, "steps=2"],
+            "demo": ["demo", "--train", "--target", target, "--out", out]}
+
+
+@pytest.mark.parametrize("command", ["cache", "answers", "cache-mix", "train", "demo"])
+def test_no_command_writes_into_the_shipped_directories(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
+                                                       command: str) -> None:
+    """Fifteenth probe: cache, answers, cache-mix, train and demo --train wrote into drafters/ and recipes/ (a new
+    subdirectory there), where export, import, profile and the figures refuse."""
+    from minispark.defaults import PROMPTS_DIR, RECIPE_DIR, SHIPPED_DRAFTERS, SHIPPED_TABLES
+
+    roots = [SHIPPED_DRAFTERS, SHIPPED_TABLES, RECIPE_DIR, PROMPTS_DIR]
+    before = snapshot(*roots)
+    for out in (SHIPPED_DRAFTERS / "mine", RECIPE_DIR / "mine", PROMPTS_DIR):
+        result = run(*_out_commands(tiny_dir, prompts, spelled_cache, cache, out)[command])
+        assert result.exit_code == 2 and "shipped with minispark" in result.stderr, (out, result.output)
+    assert snapshot(*roots) == before

@@ -48,7 +48,7 @@ from minispark.data.cache_format import CacheReader
 from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import copy_drafter
 from minispark.errors import MinisparkError
-from minispark.validate import outside_inputs
+from minispark.validate import not_shipped, outside_inputs
 from minispark.training.losses import LossStats
 from minispark.training.onpolicy import ONPOLICY_FILE
 from minispark.training.online import OnlineSource
@@ -124,6 +124,7 @@ def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
                                   "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
+    not_shipped(out, "--out", "choose a directory of your own")
     _repoint_latest(out, log)
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
     if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:

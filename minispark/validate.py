@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from minispark.defaults import MAX_INT  # flags are refused past it (its home is defaults)
 from minispark.errors import MinisparkError, first_line
+from minispark.writer_lock import check_free
 
 DTYPES = ("fp32", "bf16", "fp16")
 MODES = ("fixed", "threshold", "schedule")
@@ -383,6 +384,7 @@ def resumable_dir(path: Path, flag: str, writes: Sequence[str]) -> Path:
     then decide whether what is named like its output is (a manifest's format, a shard's hashes)."""
     output_dir(path, flag)
     not_shipped(path, flag, "choose a directory of your own")  # cache/answers/demo wrote into drafters/ unsaid
+    check_free(path, flag)  # another run writing it: refused before this one's target loads
     if not path.is_dir():
         return path
     from minispark.atomic import minispark_artifact

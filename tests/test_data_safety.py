@@ -437,6 +437,45 @@ def _out_commands(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path, out
 
 
 @pytest.mark.parametrize("command", ["cache", "answers", "cache-mix", "train", "demo"])
+def test_a_second_writer_of_the_same_out_is_refused(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    command: str) -> None:
+    """Fifteenth probe: two `train` runs into one --out (another terminal, a resume while the first ran) both ran
+    to the end, one metrics.jsonl of both runs' lines and the drafter of the last; two `answers` mixed two seeds'
+    shards. The second is refused while the first holds the directory, under any spelling of it."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("MINISPARK_CACHE", str(tmp_path / "user"))
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from minispark.writer_lock import "
+                               "sole_writer\nwith sole_writer(sys.argv[1]):\n print('held', flush=True); time.sleep(60)",
+                               str(out)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.chdir(tmp_path)
+        result = run(*_out_commands(tiny_dir, prompts, spelled_cache, cache, Path("./out/"))[command])
+        assert result.exit_code == 2, result.output
+        assert f"another minispark process (pid {holder.pid}) is writing it" in result.stderr, result.output
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_writer_lock_is_held_once_per_process_and_released(tmp_path: Path, monkeypatch) -> None:
+    from minispark.writer_lock import check_free, sole_writer
+
+    monkeypatch.setenv("MINISPARK_CACHE", str(tmp_path / "user"))
+    with sole_writer(tmp_path / "out"):
+        check_free(tmp_path / "out")  # the holder's own checks and nested writes pass
+        with sole_writer(tmp_path / "out"):
+            pass
+    with sole_writer(tmp_path / "out"):  # released on the way out
+        pass
+
+
+@pytest.mark.parametrize("command", ["cache", "answers", "cache-mix", "train", "demo"])
 def test_no_command_writes_into_the_shipped_directories(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
                                                        command: str) -> None:
     """Fifteenth probe: cache, answers, cache-mix, train and demo --train wrote into drafters/ and recipes/ (a new

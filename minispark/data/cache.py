@@ -192,6 +192,8 @@ def _build_cache(config: CacheConfig, *, target: Target | None, progress: bool,
             write_manifest(config.out, build_manifest(cfg, done, num_shards, num_samples))
             if on_shard is not None:
                 on_shard(k)
+    if not todo:  # a finished cache asked again (unchanged bytes), or its last shard renamed before it was listed
+        write_manifest(config.out, build_manifest(cfg, done, num_shards, num_samples))
     entries = [done[k] for k in range(num_shards)]
     total = {key: sum(e[key] for e in entries) for key in ("generated_tokens", "anchors", "bytes", "full_bytes")}
     return CacheReport(out=config.out, samples=num_samples, generated_tokens=total["generated_tokens"],

@@ -1239,6 +1239,21 @@ def test_help_shows_what_to_type() -> None:
                                                                          env={"COLUMNS": "200"}).output)
 
 
+def test_ctrl_c_in_a_streamed_answer_ends_its_line(tiny_dir, monkeypatch) -> None:
+    """Fifteenth probe: Ctrl-C while generate streamed printed "interrupted" onto the answer's last word."""
+    import minispark.serving.generate
+
+    def streams_then_interrupted(*args, on_text, **kwargs):
+        on_text("an answer cut")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minispark.serving.generate, "generate", streams_then_interrupted)
+    result = CliRunner().invoke(app, ["generate", "--target", str(tiny_dir("llama")), "--drafter", "none",
+                                      "--prompt", "hi"])
+    assert result.exit_code == 130
+    assert result.stdout == "an answer cut\n" and result.stderr.strip() == "interrupted", result.output
+
+
 @pytest.mark.parametrize("train", [True, False])
 def test_the_ctrl_c_hint_of_demo(tmp_path, monkeypatch, train: bool) -> None:
     """demo --train resumes its finished stages; the plain demo keeps nothing, so it says only that."""

@@ -45,7 +45,7 @@ def write_bytes_atomic(path: str | Path, data: bytes, sweep: bool = True) -> Pat
     with _named_by_directory(path.parent):
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        _lock(fd)  # held until the temporary has its name: a sweep after a kill takes only unheld ones
+        hold_lock(fd)  # held until the temporary has its name: a sweep after a kill takes only unheld ones
         os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would keep the file from every other user
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -74,7 +74,7 @@ def sweep_abandoned(directory: str | Path, name: str | None = None) -> None:
     for stale in directory.glob(f".{glob.escape(name) if name else '*'}.*.tmp"):
         target = name or stale.name[1:-13]  # ".NAME.XXXXXXXX.tmp"
         if stale.name == f".{target}.{stale.name[-12:-4]}.tmp" and _TEMP_NAME.fullmatch(stale.name[-12:-4]) \
-                and stale.is_file() and _abandoned(stale):
+                and stale.is_file() and abandoned(stale):
             stale.unlink(missing_ok=True)
 
 
@@ -84,17 +84,17 @@ _TEMP_NAME = re.compile(r"[a-z0-9_]{8}")
 _TEMP_GRACE_S = 5.0
 
 
-def _lock(fd: int) -> None:
+def hold_lock(fd: int) -> None:
     """Hold an exclusive lock on ``fd`` (a temporary being written) until it is closed; a kill releases it."""
     if fcntl is None:
         return
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:  # a filesystem without locks (some NFS): the write goes on; _abandoned cannot lock it either
+    except OSError:  # a filesystem without locks (some NFS): the write goes on; abandoned cannot lock it either
         pass
 
 
-def _abandoned(temporary: Path) -> bool:
+def abandoned(temporary: Path) -> bool:
     """Whether the temporary ``temporary`` (a file or a directory) was left by a write that is no longer running:
     no live process holds its lock (:func:`_lock`), and it is not brand new."""
     if fcntl is None or temporary.is_symlink():  # cannot tell: kept
@@ -153,7 +153,7 @@ def write_dir_atomic(path: str | Path, fill: Callable[[Path], None], by: str | N
     with _named_by_directory(path.parent):
         tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
     held = os.open(tmp, os.O_RDONLY)
-    _lock(held)  # until the end: recover_dir in another process never takes a temporary still being filled
+    hold_lock(held)  # until the end: recover_dir in another process never takes a temporary still being filled
     old, existed = path.with_name(f".{path.name}.old"), False
     try:
         tmp.chmod(0o777 & ~_umask())  # mkdtemp's 0700: a drafter another user's server loads must be listable
@@ -283,7 +283,7 @@ def recover_dir(path: str | Path) -> None:
     """Undo what a kill (SIGKILL, a power cut: no handler runs) inside :func:`write_dir_atomic` left beside
     ``path``: the old directory, moved aside as ``.NAME.old`` just before the new one would have taken its place,
     goes back; temporaries ``.NAME.XXXXXXXX`` that minispark's record marks as its own and no live writer holds
-    (:func:`_abandoned`) are removed (a checkpoint's is the drafter's size). Nothing without minispark's record is
+    (:func:`abandoned`) are removed (a checkpoint's is the drafter's size). Nothing without minispark's record is
     touched, and nothing while another process is writing ``path``."""
     path = Path(path)
     if not path.parent.is_dir():
@@ -293,7 +293,7 @@ def recover_dir(path: str | Path) -> None:
         temporary = _TEMP_NAME.fullmatch(stale.name[len(path.name) + 2:]) is not None
         if not (temporary and stale.is_dir() and not stale.is_symlink() and _ours(stale)):
             continue
-        if _abandoned(stale):
+        if abandoned(stale):
             shutil.rmtree(stale, ignore_errors=True)
         else:  # another process is writing this directory now: its renames are its own
             running = True

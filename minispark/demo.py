@@ -30,6 +30,7 @@ from minispark.data.prompts import PromptSample, load_prompts
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.target.loading import Target, load_target
 from minispark.training.recipes import TrainConfig
+from minispark.writer_lock import sole_writer
 
 DEMO_CATEGORIES = ("chat", "code")
 STAGES = ("cache", "train", "calibrate", "profile", "bench", "chat")
@@ -405,7 +406,13 @@ def check_out(out: Path, flag: str = "--out") -> Path:
 def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,
                  progress: bool = True, log: LogFn = print) -> PipelineResult:
     """cache → train → calibrate → profile → bench → chat at small scale, reusing finished stages."""
-    out, sizes = check_out(Path(out)), sizes or PipelineSizes()
+    with sole_writer(out):  # a second pipeline in this --out would redo and interleave its stages
+        return _run_pipeline(Path(out), sizes, target, progress, log)
+
+
+def _run_pipeline(out: Path, sizes: PipelineSizes | None, target: str | None, progress: bool,
+                  log: LogFn) -> PipelineResult:
+    out, sizes = check_out(out), sizes or PipelineSizes()
     recipe, resized = pipeline_recipe(sizes.recipe, sizes.train_overrides, target)
     run = _Pipeline(out, sizes, recipe, resized, target, progress, log)
     stages = _Stages(out, log)

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 from minispark.defaults import MAX_INT  # flags are refused past it (its home is defaults)
 from minispark.errors import MinisparkError, first_line
+from minispark.writer_lock import check_free
 
 DTYPES = ("fp32", "bf16", "fp16")
 MODES = ("fixed", "threshold", "schedule")
@@ -382,6 +383,8 @@ def resumable_dir(path: Path, flag: str, writes: Sequence[str]) -> Path:
     command would write beside, so it is refused before anything loads; the command's own resume checks
     then decide whether what is named like its output is (a manifest's format, a shard's hashes)."""
     output_dir(path, flag)
+    not_shipped(path, flag, "choose a directory of your own")  # cache/answers/demo wrote into drafters/ unsaid
+    check_free(path, flag)  # another run writing it: refused before this one's target loads
     if not path.is_dir():
         return path
     from minispark.atomic import minispark_artifact
@@ -435,12 +438,14 @@ def _fmt(value: float) -> str:
 
 
 def not_shipped(path: Path, flag: str, advice: str) -> None:
-    """Refuse to write at or under the drafters or SPS tables shipped with minispark (followed through
-    symlinks): shipped files are never written by a user command. ``advice`` says what to do instead."""
-    from minispark.defaults import SHIPPED_DRAFTERS, SHIPPED_TABLES
+    """Refuse to write at or under the drafters, SPS tables, recipes or prompt files shipped with minispark
+    (followed through symlinks): shipped files are never written by a user command. ``advice`` says what to
+    do instead."""
+    from minispark.defaults import PROMPTS_DIR, RECIPE_DIR, SHIPPED_DRAFTERS, SHIPPED_TABLES
 
     resolved = Path(path).resolve()
-    for root, what in ((SHIPPED_DRAFTERS, "drafters"), (SHIPPED_TABLES, "SPS tables")):
+    for root, what in ((SHIPPED_DRAFTERS, "drafters"), (SHIPPED_TABLES, "SPS tables"), (RECIPE_DIR, "recipes"),
+                       (PROMPTS_DIR, "prompt files")):
         if resolved == root.resolve() or root.resolve() in resolved.parents:
             raise MinisparkError(f"{flag} {path}: the {what} shipped with minispark ({root}) are never rewritten; "
                                  f"{advice}")

@@ -1032,6 +1032,19 @@ def test_a_full_disk_is_one_line_and_leaves_nothing_half_written(tiny_trained_dr
         assert not (tmp_path / "runs").exists(), left
 
 
+def test_a_full_disk_after_a_checkpoint_says_to_resume(tiny_trained_drafter, tmp_path, monkeypatch) -> None:
+    """Fifteenth probe: a disk that filled at train's second checkpoint said "run the command again", which was
+    then refused ("already holds a training run; pass --resume")."""
+    argv = ["train", "--recipe", "tiny", "steps=4", "checkpoint_every=2", "--no-progress", "--cache",
+            str(tiny_trained_drafter[1].parents[1] / "cache"), "--out", str(tmp_path / "run")]
+    with monkeypatch.context() as patched:
+        full_disk(patched, "checkpoint-000004")
+        error = one_line_error(CliRunner().invoke(app, argv))
+    assert error.endswith("free some space and run the command again with --resume (its checkpoints are kept)")
+    result = CliRunner().invoke(app, argv + ["--resume"])
+    assert result.exit_code == 0 and "resumed from" in result.stderr, result.output
+
+
 @pytest.mark.parametrize("command", ["bench", "calibrate"])
 def test_a_plot_on_a_full_disk_keeps_the_results_on_the_screen(tiny_trained_drafter, tmp_path, monkeypatch,
                                                                command: str) -> None:
@@ -1237,6 +1250,21 @@ def test_help_shows_what_to_type() -> None:
         assert "<list[" not in result.output, name  # options and variadic arguments (cache-mix PARTS...)
     assert re.search(r"--image\s+<path>\s+Image file", CliRunner().invoke(app, ["generate", "--help"],
                                                                          env={"COLUMNS": "200"}).output)
+
+
+def test_ctrl_c_in_a_streamed_answer_ends_its_line(tiny_dir, monkeypatch) -> None:
+    """Fifteenth probe: Ctrl-C while generate streamed printed "interrupted" onto the answer's last word."""
+    import minispark.serving.generate
+
+    def streams_then_interrupted(*args, on_text, **kwargs):
+        on_text("an answer cut")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(minispark.serving.generate, "generate", streams_then_interrupted)
+    result = CliRunner().invoke(app, ["generate", "--target", str(tiny_dir("llama")), "--drafter", "none",
+                                      "--prompt", "hi"])
+    assert result.exit_code == 130
+    assert result.stdout == "an answer cut\n" and result.stderr.strip() == "interrupted", result.output
 
 
 @pytest.mark.parametrize("train", [True, False])

@@ -109,6 +109,26 @@ def test_shard_renamed_but_not_listed_is_adopted(llama, prompt_file, clean, tmp_
     assert files(out) == files(clean)
 
 
+@pytest.mark.parametrize("listed", ["none", "all but the last"])
+def test_the_last_shard_renamed_but_not_listed_is_adopted_and_listed(llama, prompt_file, clean, tmp_path,
+                                                                     listed: str) -> None:
+    """Fifteenth probe: a kill (or Ctrl-C) after the last shard's rename, before the manifest listed it, left a
+    rerun with nothing to build, which never wrote the manifest: it reported the whole cache and left no
+    manifest (`demo --train` then failed in train: "manifest.json: missing"), or one short of its last shard."""
+    out = tmp_path / "cache"
+    build_cache(make_config(prompt_file, out), target=llama)
+    if listed == "none":
+        (out / MANIFEST).unlink()  # one shard: killed between renaming it and the first manifest
+    else:
+        manifest = json.loads((out / MANIFEST).read_text())
+        manifest["shards"], manifest["complete"] = manifest["shards"][:-1], False
+        (out / MANIFEST).write_text(json.dumps(manifest))
+    report = build_cache(make_config(prompt_file, out), target=llama)
+    assert report.resumed_shards == 4
+    assert files(out) == files(clean)
+    CacheReader(out)
+
+
 def test_sigkill_at_any_moment_then_resume_is_identical(model_dir, llama, prompt_file, clean, tmp_path):
     out = tmp_path / "cache"
     script = (

@@ -424,3 +424,67 @@ def test_a_directory_sweep_takes_only_abandoned_temporaries(tmp_path: Path) -> N
         sweep_abandoned(tmp_path)
     assert not any(path.exists() for path in killed)
     assert young.exists() and held.exists() and mine.read_bytes() == b"keep"
+
+
+def _out_commands(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path, out: Path) -> dict[str, list]:
+    """Every command that fills an --out over time, writing ``out``."""
+    target = tiny_dir("llama")
+    return {"cache": ["cache", "--target", target, "--prompts", prompts, "--out", out, *CACHE_FLAGS],
+            "answers": ["answers", "--target", target, "--prompts", prompts, "--out", out, "--num-samples", "2"],
+            "cache-mix": ["cache-mix", spelled_cache, cache, "--out", out],
+            "train": ["train", "--recipe", "tiny", "--cache", spelled_cache, "--out", out, "steps=2"],
+            "demo": ["demo", "--train", "--target", target, "--out", out]}
+
+
+@pytest.mark.parametrize("command", ["cache", "answers", "cache-mix", "train", "demo"])
+def test_a_second_writer_of_the_same_out_is_refused(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
+                                                    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    command: str) -> None:
+    """Fifteenth probe: two `train` runs into one --out (another terminal, a resume while the first ran) both ran
+    to the end, one metrics.jsonl of both runs' lines and the drafter of the last; two `answers` mixed two seeds'
+    shards. The second is refused while the first holds the directory, under any spelling of it."""
+    import subprocess
+    import sys
+
+    monkeypatch.setenv("MINISPARK_CACHE", str(tmp_path / "user"))
+    out = tmp_path / "out"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from minispark.writer_lock import "
+                               "sole_writer\nwith sole_writer(sys.argv[1]):\n print('held', flush=True); time.sleep(60)",
+                               str(out)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.chdir(tmp_path)
+        result = run(*_out_commands(tiny_dir, prompts, spelled_cache, cache, Path("./out/"))[command])
+        assert result.exit_code == 2, result.output
+        assert f"another minispark process (pid {holder.pid}) is writing it" in result.stderr, result.output
+        assert not out.exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_the_writer_lock_is_held_once_per_process_and_released(tmp_path: Path, monkeypatch) -> None:
+    from minispark.writer_lock import check_free, sole_writer
+
+    monkeypatch.setenv("MINISPARK_CACHE", str(tmp_path / "user"))
+    with sole_writer(tmp_path / "out"):
+        check_free(tmp_path / "out")  # the holder's own checks and nested writes pass
+        with sole_writer(tmp_path / "out"):
+            pass
+    with sole_writer(tmp_path / "out"):  # released on the way out
+        pass
+
+
+@pytest.mark.parametrize("command", ["cache", "answers", "cache-mix", "train", "demo"])
+def test_no_command_writes_into_the_shipped_directories(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
+                                                       command: str) -> None:
+    """Fifteenth probe: cache, answers, cache-mix, train and demo --train wrote into drafters/ and recipes/ (a new
+    subdirectory there), where export, import, profile and the figures refuse."""
+    from minispark.defaults import PROMPTS_DIR, RECIPE_DIR, SHIPPED_DRAFTERS, SHIPPED_TABLES
+
+    roots = [SHIPPED_DRAFTERS, SHIPPED_TABLES, RECIPE_DIR, PROMPTS_DIR]
+    before = snapshot(*roots)
+    for out in (SHIPPED_DRAFTERS / "mine", RECIPE_DIR / "mine", PROMPTS_DIR):
+        result = run(*_out_commands(tiny_dir, prompts, spelled_cache, cache, out)[command])
+        assert result.exit_code == 2 and "shipped with minispark" in result.stderr, (out, result.output)
+    assert snapshot(*roots) == before

@@ -26,7 +26,8 @@ FORBIDDEN = ("measuring.bench", "measuring.bench_report", "cli", "measuring.prof
 #: The declared layers, bottom up (README "Module map"): a module imports only its own layer or lower ones.
 #: Each layer is a tuple of top-level names under minispark/ ("" is the package itself).
 LAYERS = (
-    ("base", ("", "atomic", "defaults", "errors", "identity", "validate", "validate_lists", "validate_models", "tiny_models")),
+    ("base", ("", "atomic", "defaults", "errors", "identity", "validate", "validate_lists", "validate_models", "tiny_models",
+              "writer_lock")),
     ("target", ("target",)),
     ("model", ("model",)),
     ("serving", ("serving",)),

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -20,7 +23,7 @@ import openai
 import pytest
 
 from minispark import defaults
-from minispark.serve.app import LocalServer, ServeConfig, served_model_id
+from minispark.serve.app import SCRATCH_PREFIX, LocalServer, ServeConfig, scratch_dir, served_model_id
 from minispark.serve.protocol import ServeLimits
 from minispark.serving.builder import ServingSetup, build_serving
 from minispark.serving.drafters.hybrid import make_hybrid
@@ -404,3 +407,30 @@ def test_a_blank_user_message_is_a_400_naming_it(content, tmp_path: Path) -> Non
     assert caught.value.status == 400 and caught.value.param == "messages"
     assert "messages[2]: the user message is empty or blank" in caught.value.message
     parse_chat_request({"model": "m", "messages": messages[:2] + HELLO}, ServeLimits(), None, tmp_path, vision=False)
+
+
+def test_a_killed_servers_temporary_directory_goes_when_the_next_starts(tmp_path: Path, monkeypatch) -> None:
+    """Fifteenth probe: a SIGKILLed server left its /tmp/minispark-serve-* (with the images of the requests in
+    flight) for ever. The next server removes it, and never one a live server holds or one just made."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    live = subprocess.Popen([sys.executable, "-c", "import sys, time; from minispark.serve.app import scratch_dir\n"
+                             "scratch, held = scratch_dir(); print(scratch.name, flush=True); time.sleep(60)"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path),
+                                                       "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    try:
+        running = Path(live.stdout.readline().strip())
+        killed, young = tmp_path / f"{SCRATCH_PREFIX}killed", tmp_path / f"{SCRATCH_PREFIX}young"
+        for directory in (killed, young):
+            directory.mkdir()
+            (directory / "image.png").write_bytes(b"x")
+        for directory in (killed, running):
+            os.utime(directory, (time.time() - 60, time.time() - 60))
+        scratch, held = scratch_dir()
+        assert not killed.exists() and young.is_dir() and running.is_dir()
+        scratch.cleanup()
+        os.close(held)
+    finally:
+        live.kill()
+        live.wait()

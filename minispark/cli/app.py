@@ -178,10 +178,11 @@ def one_line_errors(command: Callable) -> Callable:
             if exc.errno not in (*NO_SPACE_ERRNOS, errno.EFBIG):
                 raise
             failed = NoSpaceError if exc.errno in NO_SPACE_ERRNOS else FileTooLargeError
-            _print_error(str(failed(exc.filename or "a file being written")))
+            _print_error(_with_resume(str(failed(exc.filename or "a file being written")), command, kwargs))
             raise typer.Exit(2) from None
         except MinisparkError as exc:
-            _print_error(str(exc))
+            full = isinstance(exc, (NoSpaceError, FileTooLargeError))
+            _print_error(_with_resume(str(exc), command, kwargs) if full else str(exc))
             raise typer.Exit(2) from None
         except (MemoryError, RuntimeError) as exc:  # sizes past this machine's memory (a recipe's, a batch's)
             message = out_of_memory(exc)
@@ -203,6 +204,17 @@ def one_line_errors(command: Callable) -> Callable:
             raise typer.Exit(130) from None
 
     return wrapper
+
+
+def _with_resume(message: str, command: Callable, kwargs: dict[str, Any]) -> str:
+    """A full disk's "run the command again", for a train run that has a checkpoint: the same command without
+    --resume is refused there ("already holds a training run")."""
+    out = kwargs.get("out")
+    if command.__name__ != "train" or kwargs.get("resume") or out is None:
+        return message
+    from minispark.training.trainer import LATEST_FILE
+
+    return f"{message} with --resume (its checkpoints are kept)" if (Path(out) / LATEST_FILE).exists() else message
 
 
 def _check_typed_paths(kwargs: dict[str, Any]) -> None:

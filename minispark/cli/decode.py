@@ -115,9 +115,14 @@ def generate(
         err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
     draft, policy = setup.drafter, setup.policy
     on_text = None if as_json else (lambda text: console.print(text, end="", highlight=False, markup=False))
-    out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
-                       policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed, on_text=on_text,
-                       skip=setup.skip)
+    try:
+        out = run_generate(loaded, prompt or DEFAULT_PROMPT, images=image, drafter=draft, sampling=sampling,
+                           policy=policy, max_new_tokens=max_new_tokens, stop_strings=stop, seed=seed,
+                           on_text=on_text, skip=setup.skip)
+    except KeyboardInterrupt:
+        if on_text is not None:
+            console.print()  # the streamed text's line ends: "interrupted" was printed onto its last word
+        raise
     if as_json:
         _print_json(out.as_dict(loaded, draft))
         return

@@ -43,6 +43,7 @@ from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
+from minispark.writer_lock import sole_writer
 
 FORMAT = "minispark-answers"
 FORMAT_VERSION = 1
@@ -168,6 +169,12 @@ def manifest_config(config: AnswerConfig, target: Target, prompts_hash: str, num
 def build_answers(config: AnswerConfig, *, target: Target | None = None, log: Callable[[str], None] | None = None,
                   on_shard: Callable[[int], None] | None = None) -> AnswerReport:
     """Build, resume or grow the answer set of ``config``; log one line per shard with rates and ETA."""
+    with sole_writer(config.out):  # a second `answers` into this --out would interleave its shards with these
+        return _build_answers(config, target=target, log=log, on_shard=on_shard)
+
+
+def _build_answers(config: AnswerConfig, *, target: Target | None, log: Callable[[str], None] | None,
+                   on_shard: Callable[[int], None] | None) -> AnswerReport:
     log = log or (lambda message: print(message, file=sys.stderr, flush=True))
     started = time.perf_counter()
     samples = load_prompts(config.prompts)

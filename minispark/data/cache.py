@@ -39,6 +39,7 @@ from minispark.data.prompts import (PromptFileError, PromptSample, encode_within
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
+from minispark.writer_lock import sole_writer
 
 
 #: ``--batch-size 0`` on a CPU, and the most rows auto takes on a GPU. Measured on the 2-core CPU with
@@ -156,6 +157,12 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
     ``progress`` shows a rich bar on stderr; ``log`` receives notices (default: stderr);
     ``on_shard(k)`` is called after shard k is durably written and listed in the manifest.
     """
+    with sole_writer(config.out):  # a second `cache` into this --out would interleave its shards with these
+        return _build_cache(config, target=target, progress=progress, on_shard=on_shard, log=log)
+
+
+def _build_cache(config: CacheConfig, *, target: Target | None, progress: bool,
+                 on_shard: Callable[[int], None] | None, log: Callable[[str], None] | None) -> CacheReport:
     log = log or (lambda message: print(message, file=sys.stderr))
     started = time.perf_counter()
     check_out(config.out)
@@ -185,6 +192,8 @@ def build_cache(config: CacheConfig, *, target: Target | None = None, progress: 
             write_manifest(config.out, build_manifest(cfg, done, num_shards, num_samples))
             if on_shard is not None:
                 on_shard(k)
+    if not todo:  # a finished cache asked again (unchanged bytes), or its last shard renamed before it was listed
+        write_manifest(config.out, build_manifest(cfg, done, num_shards, num_samples))
     entries = [done[k] for k in range(num_shards)]
     total = {key: sum(e[key] for e in entries) for key in ("generated_tokens", "anchors", "bytes", "full_bytes")}
     return CacheReport(out=config.out, samples=num_samples, generated_tokens=total["generated_tokens"],

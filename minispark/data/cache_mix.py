@@ -26,6 +26,7 @@ from minispark import validate, validate_lists
 from minispark.data.cache_format import (MANIFEST, WRITES, CacheError, CacheMismatchError, CacheReader, ShardFile,
                                          build_manifest, config_hash, file_sha256, read_manifest, shard_name,
                                          shard_stats, write_manifest, write_shard)
+from minispark.writer_lock import sole_writer
 
 #: Manifest config keys every part must share: what a trainer checks or what shapes the rows.
 MUST_MATCH = ("target", "target_model", "layers", "window", "block", "dtype")
@@ -180,7 +181,13 @@ def _take(runs: list[tuple[ShardFile, int, int]], count: int) -> list[dict[str, 
 def mix_caches(out: Path | str, parts: Sequence[MixPart], *, samples_per_shard: int = 128,
                log: Callable[[str], None] = lambda line: None) -> dict[str, Any]:
     """Write the mix of ``parts`` to ``out``; returns its manifest. Rerunning resumes or does nothing."""
-    out = validate.resumable_dir(Path(out), "--out", WRITES)  # a directory of someone's files gets no shards
+    with sole_writer(out):
+        return _mix_caches(Path(out), parts, samples_per_shard=samples_per_shard, log=log)
+
+
+def _mix_caches(out: Path, parts: Sequence[MixPart], *, samples_per_shard: int,
+                log: Callable[[str], None]) -> dict[str, Any]:
+    out = validate.resumable_dir(out, "--out", WRITES)  # a directory of someone's files gets no shards
     # a mix inside a part would sit among that cache's shards (and a resumed `cache` refuses it there)
     validate.outside_inputs(out, "--out", {f"part {i}": part.directory for i, part in enumerate(parts, 1)})
     if samples_per_shard <= 0:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import os
+import shutil
 import socket
 import tempfile
 import threading
@@ -36,6 +38,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
 from minispark import defaults
+from minispark.atomic import abandoned, hold_lock
 from minispark.errors import DuplicateKey, MinisparkError, json_reason, unique_keys
 from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request
 from minispark.serve.worker import Job, Worker
@@ -110,11 +113,28 @@ def json_error_protocol() -> type:
     return JSONErrorH11Protocol
 
 
+#: The server's temporary directory (decoded ``data:`` URL images) is ``<tmp>/minispark-serve-*``.
+SCRATCH_PREFIX = "minispark-serve-"
+
+
+def scratch_dir() -> tuple[tempfile.TemporaryDirectory, int]:
+    """A new temporary directory for this server and a descriptor holding its lock (close it after the cleanup):
+    what a killed server left (a SIGKILL runs no cleanup; its images stayed in /tmp for ever) goes first, and
+    only that, as :func:`minispark.atomic.abandoned` tells: no live server holds its lock."""
+    for stale in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        if stale.is_dir() and abandoned(stale):
+            shutil.rmtree(stale, ignore_errors=True)
+    scratch = tempfile.TemporaryDirectory(prefix=SCRATCH_PREFIX)
+    held = os.open(scratch.name, os.O_RDONLY)
+    hold_lock(held)
+    return scratch, held
+
+
 def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> FastAPI:
     """The FastAPI app; its lifespan starts the decoding worker and drains it on shutdown."""
     if config.slots > 1:
         fork_drafter(setup.drafter)  # a drafter that cannot be in flight R times: refused before binding
-    scratch = tempfile.TemporaryDirectory(prefix="minispark-serve-")
+    scratch, held = scratch_dir()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -124,6 +144,7 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
         finally:
             await run_in_threadpool(app.state.worker.drain, config.drain_s)
             scratch.cleanup()
+            os.close(held)
 
     app = FastAPI(title="minispark", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
 

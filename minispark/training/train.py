@@ -48,7 +48,7 @@ from minispark.data.cache_format import CacheReader
 from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import copy_drafter
 from minispark.errors import MinisparkError
-from minispark.validate import outside_inputs
+from minispark.validate import not_shipped, outside_inputs
 from minispark.training.losses import LossStats
 from minispark.training.onpolicy import ONPOLICY_FILE
 from minispark.training.online import OnlineSource
@@ -56,6 +56,7 @@ from minispark.training.recipes import (TrainConfig)
 
 from minispark.training.trainer import (BEST_DIR, CHECKPOINT_NAME, DRAFTER_DIR, LATEST_FILE, METRICS_FILE,
                                         TRAIN_CONFIG_FILE, TRAINER_FILE, Trainer)
+from minispark.writer_lock import sole_writer
 
 
 @dataclass
@@ -95,10 +96,21 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     ``target`` may be passed already loaded; otherwise the cache's target is loaded on the CPU
     (only its embedding, lm_head, sizes, tokenizer and identity are used).
     """
-    started = time.perf_counter()
     if cache_dir is None and config.cache_dir is None and config.answers_dir is None:
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
                              "or --answers DIR")
+    out = _out_path(config, out_dir)
+    with sole_writer(out):  # a second run into this --out would interleave its checkpoints and metrics with these
+        return _train(config, cache_dir, out, resume, progress, target, log)
+
+
+def _out_path(config: TrainConfig, out_dir: str | Path | None) -> Path:
+    return Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
+
+
+def _train(config: TrainConfig, cache_dir: str | Path | None, out_dir: Path, resume: bool, progress: bool,
+           target: Any, log: Callable[[str], None] | None) -> TrainReport:
+    started = time.perf_counter()
     out, resume = _output_dir(config, out_dir, resume, log, cache_dir)
     data, reader, target = _open_data(config, cache_dir, target)
     out.mkdir(parents=True, exist_ok=True)
@@ -121,9 +133,10 @@ def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
                 log: Callable[[str], None] | None, cache_dir: str | Path | None = None) -> tuple[Path, bool]:
     """The run directory and whether this run resumes it; refuses a directory that is not a run's, and one
     inside what the run reads (it would land among a cache's shards, which a resumed `cache` then refuses)."""
-    out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
+    out = _out_path(config, out_dir)
     outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
                                   "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
+    not_shipped(out, "--out", "choose a directory of your own")
     _repoint_latest(out, log)
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
     if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:

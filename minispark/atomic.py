@@ -96,7 +96,7 @@ def hold_lock(fd: int) -> None:
 
 def abandoned(temporary: Path) -> bool:
     """Whether the temporary ``temporary`` (a file or a directory) was left by a write that is no longer running:
-    no live process holds its lock (:func:`_lock`), and it is not brand new."""
+    no live process holds its lock (:func:`hold_lock`), and it is not brand new."""
     if fcntl is None or temporary.is_symlink():  # cannot tell: kept
         return False
     try:

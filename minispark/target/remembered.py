@@ -188,7 +188,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
     if target in EMBEDDED_SPELLINGS:
         from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
         current = target_id({"name": EMBEDDED_NAME, "weights_hash": files_hash(embedded_model_dir(),
-                                                                              ("config.json", "*.safetensors"))})
+                                                                               ("config.json", "*.safetensors"))})
     else:
         hub_source = not Path(record.source).is_absolute() and not Path(record.source).exists()
         if not Path(target).exists() and hub_source and target != record.source:  # two hub ids: by name

@@ -99,13 +99,9 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     if cache_dir is None and config.cache_dir is None and config.answers_dir is None:
         raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
                              "or --answers DIR")
-    out = _out_path(config, out_dir)
+    out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     with sole_writer(out):  # a second run into this --out would interleave its checkpoints and metrics with these
         return _train(config, cache_dir, out, resume, progress, target, log)
-
-
-def _out_path(config: TrainConfig, out_dir: str | Path | None) -> Path:
-    return Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
 
 
 def _train(config: TrainConfig, cache_dir: str | Path | None, out_dir: Path, resume: bool, progress: bool,
@@ -129,11 +125,11 @@ def _train(config: TrainConfig, cache_dir: str | Path | None, out_dir: Path, res
     return report
 
 
-def _output_dir(config: TrainConfig, out_dir: str | Path | None, resume: bool,
+def _output_dir(config: TrainConfig, out_dir: str | Path, resume: bool,
                 log: Callable[[str], None] | None, cache_dir: str | Path | None = None) -> tuple[Path, bool]:
     """The run directory and whether this run resumes it; refuses a directory that is not a run's, and one
     inside what the run reads (it would land among a cache's shards, which a resumed `cache` then refuses)."""
-    out = _out_path(config, out_dir)
+    out = Path(out_dir)
     outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
                                   "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
     not_shipped(out, "--out", "choose a directory of your own")

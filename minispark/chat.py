@@ -115,6 +115,7 @@ class ChatREPL:
                 line = self.read_line()
             except EOFError:
                 self.console.print()
+                self.unsent()
                 return
             except KeyboardInterrupt:
                 self.console.print("\n[dim](Ctrl-D or /quit to exit)[/]")
@@ -124,7 +125,16 @@ class ChatREPL:
                            "UTF-8")
                 continue
             if not self.handle(line.strip()):
+                self.unsent()
                 return
+
+    def unsent(self) -> None:
+        """On leaving: say so when images were attached and no message followed to send them (the chat ended
+        without a word, as if they had been seen)."""
+        if self.pending:
+            count = len(self.pending)
+            self.console.print(f"[dim]{count} attached image{'' if count == 1 else 's'} not sent: no message "
+                               "followed[/]")
 
     def handle(self, line: str) -> bool:
         """One input line; False to exit."""

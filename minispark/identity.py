@@ -11,7 +11,7 @@ made with, so a later run can refuse (or warn about) a mismatch; they must spell
   its spelling because it is part of the cache's config hash, which resuming compares).
 * device: the GPU's name, or the CPU model plus torch's thread count (:func:`device_name`).
 * target: ``name@weights-hash`` (:func:`target_id`), what a drafter and its calibration record; the hash is
-  :func:`files_hash` of its weight files.
+  :func:`weights_hash` of its directory.
 
     python -c "from minispark.identity import device_name; print(device_name('cpu'))"
 """
@@ -31,6 +31,7 @@ import torch
 from minispark.atomic import file_sha256, write_json_atomic
 from minispark.defaults import user_dir
 from minispark.errors import MinisparkError
+from minispark.validate_models import PICKLE_WEIGHTS
 
 #: Stored dtype names → torch dtypes.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -168,3 +169,12 @@ def files_hash(model_dir: Path | None, patterns: Sequence[str]) -> str:
         except (MinisparkError, OSError):  # a full or read-only user dir: the next run hashes again, nothing fails
             pass
     return digest.hexdigest()[:16]
+
+
+def weights_hash(model_dir: Path | None) -> str:
+    """The hash a target is known by: :func:`files_hash` of its ``config.json`` and safetensors, or of its pickle
+    weights for a directory that has no safetensors (one loaded with --allow-pickle-weights). Every check that
+    compares a target with a record computes it here, so a pickle target is not refused against its own record."""
+    if model_dir is None or any(model_dir.glob("*.safetensors")):
+        return files_hash(model_dir, ("config.json", "*.safetensors"))
+    return files_hash(model_dir, ("config.json", *PICKLE_WEIGHTS))

@@ -263,6 +263,7 @@ def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
     """A directory to write into: not an existing file, nor under one, nor a symlink that leads nowhere."""
     if path is None:
         return None
+    unexpanded_home(path, flag)
     if path.exists() and not path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a file, not a directory")
     for place in (path, *path.parents):
@@ -274,6 +275,16 @@ def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
             raise MinisparkError(f"{flag} {path}: {place} is a file, not a directory")
     writable(path, flag)
     return path
+
+
+def unexpanded_home(path: Path, flag: str) -> None:
+    """Refuse an output path that starts with a ``~`` the shell left as typed (``~nosuchuser/x``, or a quoted
+    ``"~/x"``) when no such directory exists here: writing would make a directory literally named ``~...`` in the
+    working directory instead of under a home."""
+    first = path.parts[0] if path.parts else ""
+    if first.startswith("~") and not Path(first).exists():
+        raise MinisparkError(f"{flag} {path}: {first} was not expanded to a home directory (no such user, or it was "
+                             "quoted); give the full path")
 
 
 def writable(path: Path, flag: str, named: Path | None = None) -> None:
@@ -335,6 +346,7 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
     files nor inside one of those directories, so an output never replaces what the command reads."""
     if path is None:
         return None
+    unexpanded_home(path, flag)
     if path.is_dir():
         raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
     writable(path.parent, flag, named=path)

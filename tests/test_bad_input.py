@@ -340,6 +340,10 @@ CASES = [
     # answers / train --answers
     ("answers-zero-samples", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
                               "--num-samples", "0"], "--num-samples"),
+    # a ~ the shell left as typed (no such user, or quoted) would make a directory named "~nosuchuser" here
+    ("answers-out-unexpanded-home", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out",
+                                     "~nosuchuser-minispark/a"], "~nosuchuser-minispark was not expanded"),
+    ("profile-plot-unexpanded-home", ["profile", "--plot", "~/sps.png"], "~ was not expanded"),
     ("answers-corrupt-prompts", ["answers", "--prompts", "{corrupt.jsonl}", "--out", "{out}"], "corrupt.jsonl"),
     ("answers-bad-top-p", ["answers", "--target", "{tiny}", "--prompts", "{ok.jsonl}", "--out", "{out}",
                            "--top-p", "0"], "--top-p"),

@@ -131,13 +131,14 @@ def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) ->
     output = io.StringIO()
     setup = build_serving(target, "lookup")
     read_line, _ = scripted(["/image no-such.png", f"/image {test_image.parent}", "/image " + "y" * 300 + ".png",
-                             f"/image {test_image}", "What is this?", "And now?"])
+                             f"/image {test_image}", "What is this?", "And now?", f"/image {test_image}"])
     with Conversation(target, setup.drafter, policy=setup.policy, max_new_tokens=8) as conversation:
         ChatREPL(conversation, setup, Console(file=output, width=200), read_line).run()
     assert "image not found: no-such.png" in output.getvalue()
     assert f"{test_image.parent}: a directory, not an image file" in output.getvalue()  # said "image not found"
     assert "a name of 304 bytes in the path" in output.getvalue()  # its OSError ended the chat (fourteenth probe)
     assert [t.images for t in conversation.turns] == [[str(test_image)], []]
+    assert output.getvalue().rstrip().endswith("1 attached image not sent: no message followed")  # then Ctrl-D
 
 
 def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path) -> None:

@@ -157,3 +157,23 @@ def test_cli_bad_input_is_one_line(tiny_dir, args: list[str], culprit: str) -> N
     assert result.exit_code == 2, result.output
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and culprit in lines[0], result.stderr
+
+
+def test_a_pickle_target_is_the_target_its_record_names(tiny_dir, tmp_path: Path) -> None:
+    """check_target hashes a directory as the loader's identity does: a target with pickle weights only (loaded with
+    --allow-pickle-weights) matches its own record, and another pickle file is another target."""
+    import shutil
+
+    from minispark.identity import target_id, weights_hash
+    from minispark.target.remembered import TargetRecord, check_target
+
+    pickled = Path(shutil.copytree(tiny_dir("llama"), tmp_path / "pickled"))
+    for file in pickled.glob("*.safetensors"):
+        file.unlink()
+    (pickled / "pytorch_model.bin").write_bytes(b"weights, pickled")
+    identity = target_id({"name": str(pickled.resolve()), "weights_hash": weights_hash(pickled)})
+    record = TargetRecord(source=str(pickled.resolve()), identity=identity)
+    check_target(record, str(pickled), "the drafter")  # its own target: no error
+    (pickled / "pytorch_model.bin").write_bytes(b"other weights, pickled")
+    with pytest.raises(MinisparkError, match="another target"):
+        check_target(record, str(pickled), "the drafter")

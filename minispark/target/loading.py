@@ -26,7 +26,7 @@ from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.errors import MinisparkError, first_line, out_of_memory
-from minispark.identity import files_hash, torch_dtype
+from minispark.identity import files_hash, torch_dtype, weights_hash
 from minispark.validate import device as validate_device, lone_surrogate
 from minispark.validate_models import PICKLE_WEIGHTS, allow_pickle_weights, target_location, target_weights
 
@@ -85,16 +85,10 @@ class Target:
         """Name plus content hashes of weights/config and tokenizer, to refuse mismatched artifacts."""
         return {
             "name": self.name,
-            "weights_hash": files_hash(self.model_dir, ("config.json", *self._weight_patterns())),
+            "weights_hash": weights_hash(self.model_dir),
             "tokenizer_hash": files_hash(self.model_dir, ("tokenizer*.json", "chat_template*", "vocab*",
                                                          "merges.txt", "*processor*.json")),
         }
-
-    def _weight_patterns(self) -> tuple[str, ...]:
-        """safetensors; pickle files only for a directory loaded with --allow-pickle-weights."""
-        if self.model_dir is None or any(self.model_dir.glob("*.safetensors")):
-            return ("*.safetensors",)
-        return PICKLE_WEIGHTS
 
     def auto_layers(self, m: int | None = None) -> list[int]:
         """m decoder layers (3–5 by depth) spread evenly from layer 1, never the last one."""

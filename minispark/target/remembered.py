@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.errors import MinisparkError, json_reason
-from minispark.identity import files_hash, same_target, target_id
+from minispark.identity import same_target, target_id, weights_hash
 from minispark.validate import edited_text
 
 TARGET_FILE = "target.json"
@@ -187,8 +187,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
 
     if target in EMBEDDED_SPELLINGS:
         from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
-        current = target_id({"name": EMBEDDED_NAME, "weights_hash": files_hash(embedded_model_dir(),
-                                                                               ("config.json", "*.safetensors"))})
+        current = target_id({"name": EMBEDDED_NAME, "weights_hash": weights_hash(embedded_model_dir())})
     else:
         hub_source = not Path(record.source).is_absolute() and not Path(record.source).exists()
         if not Path(target).exists() and hub_source and target != record.source:  # two hub ids: by name
@@ -197,8 +196,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
         location = target_location(target)
         if location is None:  # a hub id: its weights are checked when the drafter loads
             return
-        current = target_id({"name": str(location.resolve()), "weights_hash": files_hash(
-            location, ("config.json", "*.safetensors"))})
+        current = target_id({"name": str(location.resolve()), "weights_hash": weights_hash(location)})
     if not same_target(record.identity, current):
         raise MinisparkError(f"--target {target}: {what} was trained for {record.source} ({record.identity}), "
                              "another target; omit --target to load that one")

@@ -28,7 +28,7 @@ from minispark.serving.engine import GenerationStats
 from minispark.errors import MinisparkError
 from minispark.serving.builder import ServingSetup
 from minispark.serving.sps import SPSTable, SPSTableError
-from minispark.validate import dangling_link, expand_user
+from minispark.validate import dangling_link, expand_user, utf8_text
 
 COMMANDS = {
     "/image PATH": "attach an image to your next message",
@@ -123,6 +123,11 @@ class ChatREPL:
             except UnicodeDecodeError as exc:  # a pasted Latin-1 "é": the line is lost, the session is not
                 self.error(f"that line is not UTF-8 text (byte 0x{exc.object[exc.start]:02x}); type it again in "
                            "UTF-8")
+                continue
+            try:  # stdin read with surrogateescape (a C locale): a Latin-1 "é" arrives as half a character, which
+                utf8_text(line, "that line")  # the target refused after 'assistant ›' as "a lone surrogate"
+            except MinisparkError as exc:
+                self.error(str(exc))
                 continue
             if not self.handle(line.strip()):
                 self.unsent()
@@ -220,11 +225,12 @@ class ChatREPL:
 
     def stats(self) -> None:
         totals = self.conversation.totals()
+        tau = f"τ {totals['tau']:.2f} · " if totals["rounds"] else ""  # before any round: 'τ 0.00', below its floor of 1
         self.console.print(
             f"{totals['turns']} turn{'' if totals['turns'] == 1 else 's'} · {totals['new_tokens']} tokens in {totals['wall_s']:.2f}s "
             f"({totals['tokens_per_s']:.1f} tok/s) · "
             + ("no drafter (target-only)\n" if self.setup.drafter_spec == "none" else
-               f"τ {totals['tau']:.2f} · {totals['drafts_per_round']:.1f} drafts/round · "
+               f"{tau}{totals['drafts_per_round']:.1f} drafts/round · "
                f"{totals['skipped_rounds']}/{totals['rounds']} rounds draft-skipped · "
                f"drafter {self.setup.drafter_spec}, mode {self.setup.mode}\n") +
             f"prompt tokens: {totals['prefill_tokens']} prefilled, {totals['reused_tokens']} reused from the KV "

@@ -38,6 +38,9 @@ USER_DIR_ENV = "MINISPARK_CACHE"
 SPS_TABLES_ENV = "MINISPARK_SPS_TABLES"
 #: γ for drafters that record no block size (the n-gram lookup drafter); a checkpoint's wins.
 DEFAULT_GAMMA = 7
+#: The fewest tokens per step ``profile --max-tokens`` takes: the verify of the default γ (γ + 1), so a table
+#: serves every drafter up to that γ.
+PROFILE_MIN_TOKENS = DEFAULT_GAMMA + 1
 #: The most samples one cache or answer set may ask for: every sample's plan (its prompt, its seed, whether
 #: it is done) is held in memory from the start, and ten million answers are weeks of a GPU already.
 MAX_SAMPLES = 10_000_000

@@ -215,6 +215,7 @@ CASES = [
     ("bench-repeats-zero", ["bench", "--repeats", "0"], "--repeats"),
     ("bench-gamma-zero", ["bench", "--gamma", "0"], "--gamma"),
     ("bench-category-without-prompts", ["bench", "--category", "chat"], "--category"),
+    ("bench-category-empty", ["bench", "--prompts", "{ok.jsonl}", "--category", ""], "--category '': empty"),
     ("bench-category-not-in-file", ["bench", "--prompts", "{ok.jsonl}", "--category", "code"],  # said after the load:
      'ok.jsonl is of it (no line has a "category" key)'),  # "no prompt of category 'code' usable with target ..."
     ("bench-prompts-missing", ["bench", "--prompts", "{missing}"], "--prompts"),
@@ -484,6 +485,10 @@ CASES = [
     ("profile-drafter-not-a-drafter", ["profile", "--drafter", "{userdir}"], "not a drafter directory"),
     ("profile-drafter-no-record", ["profile", "--drafter", "{fakedrafter}"], "records no target"),  # not SmolLM2
     ("profile-out-is-target", ["profile", "--target", "{tiny}", "--out", "{tiny}"], "is the --target directory"),
+    # a table written into a cache or an answer set: its resume then refused the directory, saying minispark had not
+    # written the table (issue 22, sixteenth probe)
+    ("profile-out-is-an-answer-set", ["profile", "--target", "{tiny}", "--out", "{answerset}"],
+     "holds a minispark-answers manifest (answers.json)"),
     ("sim-conf-longer-than-table", ["simulate", "--conf", "0.9,0.8,0.7", "--sps-inline", "1,0.5"],
      "--conf: 3 draft positions need steps per second for up to 4 tokens"),  # not "lower --gamma"
     # round 6 (issue 22): a fourth probe
@@ -772,6 +777,17 @@ def test_console_entry_point_turns_usage_errors_into_one_line(argv, names, capsy
     assert len(lines) == 1 and lines[0].startswith("error:") and names in lines[0]
 
 
+def test_a_bare_minispark_shows_the_help_and_says_why(capsys) -> None:
+    """No command at all: the help, then one line that says something (it was ``error:  (see ...)``)."""
+    from minispark.cli import run
+
+    with pytest.raises(SystemExit) as exit_info:
+        run([])
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2 and "Commands" in captured.out
+    assert captured.err.strip().splitlines() == ["error: no command given (see `minispark --help`)"]
+
+
 @pytest.mark.parametrize("command", ["answers", "cache"])
 def test_a_prompt_that_fills_the_context_is_refused_by_answers_and_cache(tiny_dir, tmp_path, command: str) -> None:
     """answers and cache decoded such a prompt past the target's last position (12k tokens into the embedded
@@ -910,7 +926,10 @@ def test_a_default_generate_falls_back_from_a_too_short_sps_table(tiny_trained_d
                                       "--max-new-tokens", "4", "--json"])
     assert result.exit_code == 0, result.output
     notices = [line for line in result.stderr.splitlines() if "profiles up to 3 tokens" in line]
-    assert len(notices) == 1 and "threshold mode" in notices[0] and "--max-tokens 5" in notices[0]
+    # the command it gives is one profile runs: for this target, and at least profile's 8 tokens per step (it
+    # said `minispark profile --max-tokens 5`, which profile refused and which measured the embedded target)
+    command = f"`minispark profile --target {target} --max-tokens 8`"
+    assert len(notices) == 1 and "threshold mode" in notices[0] and command in notices[0], notices
     assert json.loads(result.stdout)["drafter"] == "dspark"
 
 
@@ -1338,7 +1357,10 @@ def test_a_damaged_draft_config_names_its_key() -> None:
                              ("qk_norm", 1, "'qk_norm': expected true or false"),
                              ("head", 3, "'head': expected text"),
                              ("num_kv_heads", 0, "num_kv_heads must be >= 1"),  # was a ZeroDivisionError
-                             ("head_dim", 0, "head_dim must be >= 1")]:
+                             ("head_dim", 0, "head_dim must be >= 1"),
+                             # one message for two keys: 'need block_size >= 1 and window >= 0, got -1, 16'
+                             ("block_size", -1, "block_size must be >= 1, got -1"),
+                             ("window", -2, "window must be >= 0, got -2")]:
         with pytest.raises(ValueError, match=re.escape(says)):
             DraftConfig.from_dict({**good, key: value})
     with pytest.raises(ValueError, match=r"lacks the keys \['target'\]"):
@@ -2439,7 +2461,7 @@ def test_serve_reads_bodies_as_utf8() -> None:
     is tolerated (RFC 8259)."""
     from minispark.serve.protocol import APIError
 
-    with pytest.raises(APIError, match=r"the request body is not UTF-8 text \(byte 0\)"):
+    with pytest.raises(APIError, match=r"the request body is not UTF-8 text \(byte 0xff at offset 0\)"):
         read_served_body('{"model": "m"}'.encode("utf-16"))
     assert read_served_body('\ufeff{"model": "m"}'.encode("utf-8")) == {"model": "m"}
 

@@ -253,6 +253,19 @@ def test_cache_grows_to_the_bytes_of_a_larger_build_and_never_shrinks(llama, pro
     assert files(out) == files(clean)
 
 
+def test_an_interrupted_build_can_finish_smaller_than_planned(llama, prompt_file, clean, tmp_path):
+    """Stopped after its first shard (2 samples of 7 planned), a build asked for 3 was refused as "already holds
+    7 samples": the plan, not what the cache holds (issue 22, sixteenth probe). It grows from the 2 it holds."""
+    out = tmp_path / "cache"
+    with pytest.raises(Interrupted):
+        build_cache(make_config(prompt_file, out), target=llama, on_shard=interrupt_after(0))
+    with pytest.raises(CacheMismatchError, match=r"already holds 2 samples; --num-samples 1 would shrink it"):
+        build_cache(make_config(prompt_file, out, num_samples=1), target=llama)
+    report = build_cache(make_config(prompt_file, out, num_samples=3), target=llama)
+    assert report.samples == 3 and report.resumed_shards == 1
+    assert files(out)[shard_name(0)] == files(clean)[shard_name(0)]
+
+
 def test_files_the_cache_did_not_write_are_never_deleted(llama, prompt_file, tmp_path):
     out = tmp_path / "mine"
     out.mkdir()

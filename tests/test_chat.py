@@ -28,7 +28,7 @@ from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.engine import GenerationStats
 from minispark.serving.generate import default_drafter
 from minispark.identity import target_id
-from minispark.serving.builder import PROFILE_HINT, TRAIN_HINT, build_serving
+from minispark.serving.builder import PROFILE_HINT, TRAIN_HINT, build_serving, profile_command
 from minispark.serving.sps import SPSTable
 from minispark.target.loading import Target, load_target
 from tests.helpers import random_dspark
@@ -126,6 +126,21 @@ def test_commands_errors_and_quit(tiny_llama: Target, tmp_path: Path) -> None:
     assert next(pending) == "unread" and not conversation.turns
 
 
+def test_a_line_not_in_utf8_is_refused_before_it_is_answered(tiny_llama: Target) -> None:
+    """Read with surrogateescape, a Latin-1 'é' arrived as half a character: 'assistant ›', then the target's
+    'a message holds '\\udce9' ... (a lone surrogate)' (issue 22, sixteenth probe)."""
+    out, conversation, _ = repl(tiny_llama, ["caf\udce9", "/quit"])
+    assert "error: that line: not UTF-8 text (byte 0xe9) at character 4" in out
+    assert "assistant" not in out and "surrogate" not in out and not conversation.turns
+
+
+def test_stats_before_any_turn_shows_no_tau(tiny_llama: Target) -> None:
+    """/stats before the first answer said 'τ 0.00' (τ is at least 1 once a round has run)."""
+    out, _, _ = repl(tiny_llama, ["/stats", "Hello there", "/stats"])
+    before, after = [line for line in out.splitlines() if " turn" in line and "tokens in" in line]
+    assert "τ" not in before and "0/0 rounds" in before and " τ " in after
+
+
 def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) -> None:
     target = load_target(str(vlm_with_drafter[0]))
     output = io.StringIO()
@@ -145,12 +160,14 @@ def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path
     setup = build_serving(tiny_llama)  # no shipped drafter for a tiny model
     assert setup.drafter_spec == "lookup" and setup.mode == "fixed"
     assert setup.hints == [TRAIN_HINT.format(target=tiny_llama.name),
-                           PROFILE_HINT.format(target=tiny_llama.name, fallback="no speedup estimate")]
+                           PROFILE_HINT.format(target=tiny_llama.name, fallback="no speedup estimate",
+                                               command=profile_command(tiny_llama))]
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))
     setup = build_serving(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
     assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "threshold" and setup.sps_table is None
-    assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)")]
+    assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)",
+                                               command=profile_command(target))]
     assert setup.policy.gamma == setup.drafter.config.block_size
     # default_drafter: a directory whose config names the target; None when none does
     shipped = tmp_path / "drafters"

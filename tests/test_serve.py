@@ -313,6 +313,38 @@ def test_a_value_is_named_as_json_and_a_null_stream_is_the_default(tmp_path: Pat
     assert parse_chat_request(body, ServeLimits(), None, tmp_path, False).stream is False
 
 
+def test_a_text_part_without_text_and_a_body_not_utf8_say_what_is_wrong(tmp_path: Path) -> None:
+    """{"type": "text", "text": 5} was 'expected a text part or an image_url part' (it is a text part), and a body
+    not in UTF-8 said 'byte 61', its offset read as a byte's value (issue 22, sixteenth probe)."""
+    import asyncio
+
+    from minispark.serve.app import read_body
+    from minispark.serve.protocol import APIError, parse_chat_request
+
+    body = {"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}]}
+    with pytest.raises(APIError) as caught:
+        parse_chat_request(body, ServeLimits(), None, tmp_path, False)
+    assert caught.value.status == 400 and caught.value.message == "messages[0].content[0].text must be a string"
+
+    class Latin1:
+        headers = {"content-length": "22"}
+
+        async def stream(self):
+            yield b'{"messages": "caf\xe9"}'
+
+    with pytest.raises(APIError) as caught:
+        asyncio.run(read_body(Latin1(), 4096))
+    assert "not UTF-8 text (byte 0xe9 at offset 17)" in caught.value.message
+
+
+def test_the_printed_url_of_an_ipv6_host_is_a_url() -> None:
+    """`serve --host ::1` printed 'on http://::1:8000/v1', which no client parses (sixteenth probe)."""
+    from minispark.serve.app import server_url
+
+    assert server_url("::1", 8000) == "http://[::1]:8000" and server_url("127.0.0.1", 80) == "http://127.0.0.1:80"
+    assert server_url("localhost", 8000) == "http://localhost:8000"
+
+
 def test_a_client_gone_before_its_body_is_a_400_not_a_logged_traceback() -> None:
     """A Content-Length the client never sent in full: starlette's ClientDisconnect went up to uvicorn, which logged
     'Exception in ASGI application' and its traceback (twelfth probe)."""

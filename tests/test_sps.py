@@ -14,6 +14,7 @@ from minispark.serving.sps import (
     list_tables,
     sanitize_name,
     table_filename,
+    table_runtime,
 )
 
 REPO_TABLES = Path(__file__).resolve().parents[1] / "sps_tables"
@@ -221,3 +222,22 @@ def test_save_replaces_only_a_table(tmp_path: Path) -> None:
     (tmp_path / "link.json").symlink_to(path)
     with pytest.raises(SPSTableError, match="is not an SPS table minispark wrote"):
         table.save(tmp_path / "link.json")
+
+
+def test_a_table_of_another_dtype_is_filed_beside_the_first_not_over_it(tmp_path: Path) -> None:
+    """`profile --dtype bf16` wrote over the fp32 table of the same device and target, without a word; every fp32
+    run then found no table (issue 22, sixteenth probe). Each is kept, and each run finds its own."""
+    from dataclasses import replace
+
+    def table(dtype: str, runtime: str = "packed") -> SPSTable:
+        inline = SPSTable.from_inline([1.0, 0.5], device="AMD EPYC, 2 threads", target="tiny")
+        return replace(inline, dtype=dtype, metadata={**inline.metadata, "runtime": runtime})
+
+    fp32 = table("float32").save(table("float32").path_in(tmp_path))
+    bf16 = table("bfloat16").save(table("bfloat16").path_in(tmp_path))
+    int8 = table("float32", "int8").save(table("float32", "int8").path_in(tmp_path))
+    assert len({fp32, bf16, int8}) == 3 and fp32.name == "amd-epyc-2-threads__tiny.json"
+    assert table("bfloat16").path_in(tmp_path) == bf16 and table("float32").path_in(tmp_path) == fp32  # re-profiled
+    for dtype, runtime in (("float32", "packed"), ("bfloat16", "packed"), ("float32", "int8")):
+        found = find_table([tmp_path], "AMD EPYC, 2 threads", "tiny", dtype=dtype, runtime=runtime, strict=True)
+        assert (found.dtype, table_runtime(found)) == (dtype, runtime)

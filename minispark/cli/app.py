@@ -426,7 +426,8 @@ def run(argv: list[str] | None = None) -> None:
     except ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         command = ctx.command_path if ctx is not None else "minispark"
-        message = " ".join(exc.format_message().split())
+        # A bare ``minispark`` (no_args_is_help): rich has printed the help already and the message is empty.
+        message = " ".join(exc.format_message().split()) or "no command given"
         err_console.print(f"error: {message} (see `{command} --help`)", highlight=False, soft_wrap=True,
                           markup=False)
         sys.exit(exc.exit_code)

@@ -209,7 +209,7 @@ def serve(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/models, /health); Ctrl-C drains."""
-    from minispark.serve.app import ServeConfig, run_server, served_model_id
+    from minispark.serve.app import ServeConfig, run_server, served_model_id, server_url
     from minispark.serve.protocol import ServeLimits
     from minispark.serving.builder import build_serving
 
@@ -246,7 +246,7 @@ def serve(
         err_console.print(f"notice: --host {host} is reachable from the network and no --api-key is set",
                           highlight=False, markup=False)
     err_console.print(f"serving {config.model_id} ({setup.drafter_spec}, {setup.mode}, {slots} in flight) on "
-                      f"http://{host}:{port}/v1 — Ctrl-C drains and exits", highlight=False, markup=False)
+                      f"{server_url(host, port)}/v1 — Ctrl-C drains and exits", highlight=False, markup=False)
     run_server(loaded, setup, config, host, port)
 
 

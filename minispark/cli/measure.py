@@ -16,7 +16,7 @@ import typer
 from rich.markup import escape
 
 from minispark import defaults, validate, validate_lists, validate_models
-from minispark.defaults import DEFAULT_GAMMA, DEFAULT_THRESHOLD
+from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
 from minispark.serving.sps import checked_table_file
 
@@ -94,6 +94,8 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
         validate.integer(value, flag, 1)
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
+    if category is not None and not category.strip():  # it said "--category : no line of --prompts ... is of it"
+        raise MinisparkError(f"--category {category!r}: empty; give a category of the --prompts lines (chat, code, ...)")
     categories = sorted({s.category for s in samples if s.category is not None})
     if category is not None and category not in categories:  # after the load, it said "no prompt ... usable"
         has = f"its categories: {', '.join(categories)}" if categories else 'no line has a "category" key'
@@ -271,9 +273,9 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     if threads is not None and threads > (os.cpu_count() or 1):
         raise MinisparkError(f"--threads {threads}: this machine has {os.cpu_count()} CPUs (a table keyed to more "
                              "threads than it can run is never matched)")
-    if max_tokens < DEFAULT_GAMMA + 1:
-        raise MinisparkError(f"--max-tokens {max_tokens}: schedule mode verifies up to γ + 1 = {DEFAULT_GAMMA + 1} "
-                             "tokens per round; profile at least that many")
+    if max_tokens < defaults.PROFILE_MIN_TOKENS:
+        raise MinisparkError(f"--max-tokens {max_tokens}: schedule mode verifies up to γ + 1 = "
+                             f"{defaults.PROFILE_MIN_TOKENS} tokens per round; profile at least that many")
     validate.seed(seed)
     validate.output_dir(out)
     validate.output_file(plot, "--plot")

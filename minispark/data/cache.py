@@ -313,7 +313,9 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
             key, was, now = differs
             raise CacheMismatchError(f"{out / MANIFEST}: --out holds a cache built with a different {key} "
                                      f"({was!r}, now {now!r}); use another --out or delete it")
-        have = int(manifest.get("num_samples", manifest["totals"]["samples"]))
+        # the samples its finished shards hold; an interrupted build's plan ("num_samples") said "already holds 400
+        # samples" of a cache holding 56, and refused to finish it at any size below the plan
+        have = int(manifest["totals"]["samples"])
         if have > sum(counts):
             raise CacheMismatchError(f"{out / MANIFEST}: --out already holds {have} samples; --num-samples "
                                      f"{sum(counts)} would shrink it (a cache only grows)")

@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from minispark.atomic import save_figure
+from minispark.atomic import minispark_artifact, save_figure
 from minispark.errors import MinisparkError
 from minispark.identity import device_name, dtype_name, target_quantization
 from minispark.measuring import system_load as load
@@ -331,9 +331,14 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     if out_dir is not None:
         not_shipped(out_dir, "--out", "omit --out: measured tables go to the user table directory, which is "
                     "looked up before the shipped ones")
+    flag = "--out" if out_dir is not None else "$MINISPARK_SPS_TABLES"
     if out_dir is None:  # a file at $MINISPARK_SPS_TABLES is refused now, not by mkdir once the profile is measured
         out_dir = user_tables_dir()
     not_shipped(out_dir, "$MINISPARK_SPS_TABLES", "point it at a directory of your own")
+    # a table written into a cache (or a drafter, an answer set, a run) was a file its own command had not written:
+    # `cache` then refused to resume it, saying minispark had not written the table
+    if (artifact := minispark_artifact(out_dir)) is not None:
+        raise MinisparkError(f"{flag} {out_dir}: holds {artifact[0]}; write SPS tables into a directory of their own")
     if plot is not None:
         not_shipped(plot, "--plot", "write the plot elsewhere")
     if threads is not None:

@@ -81,8 +81,10 @@ class DraftConfig:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} not a multiple of num_kv_heads {self.num_kv_heads}")
-        if self.block_size < 1 or self.window < 0:
-            raise ValueError(f"need block_size >= 1 and window >= 0, got {self.block_size}, {self.window}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.window < 0:
+            raise ValueError(f"window must be >= 0, got {self.window}")
         for key, most in (("num_layers", MAX_DRAFT_LAYERS), ("block_size", MAX_BLOCK_SIZE), ("window", MAX_INT)):
             if getattr(self, key) > most:  # a recipe refuses these too; past int64 a window overflowed torch
                 raise ValueError(f"{key} must be at most {most}, got {getattr(self, key)}")

@@ -59,6 +59,11 @@ class ServeConfig:
     drain_s: float = defaults.SERVE_DRAIN_S
 
 
+def server_url(host: str, port: int) -> str:
+    """The base URL a client reaches ``host:port`` at: an IPv6 address in brackets (``http://::1:8000`` is no URL)."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def served_model_id(target: Target) -> str:
     """The id ``/v1/models`` lists: the target's name, a local directory by its last component."""
     return Path(target.name).name if "/" in target.name and Path(target.name).is_dir() else target.name
@@ -83,7 +88,8 @@ async def read_body(request: Request, limit: int) -> object:
         # from the first bytes and report a body starting \xff\xfe as some unrelated JSON error.
         text = (b"".join(chunks) or b"null").decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise APIError(400, f"the request body is not UTF-8 text (byte {exc.start}); send JSON as UTF-8") from None
+        raise APIError(400, f"the request body is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+                            f"{exc.start}); send JSON as UTF-8") from None
     try:
         return json.loads(text, object_pairs_hook=unique_keys)
     except DuplicateKey as exc:  # {"max_tokens": 2, "max_tokens": 5}: the last one was used without a word
@@ -299,7 +305,7 @@ class LocalServer:
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return server_url(self.host, self.port)
 
     def __enter__(self) -> str:
         self.thread.start()

@@ -185,7 +185,9 @@ def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits
     parts = []
     for k, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "text" and isinstance(part.get("text"), str):
+        if kind == "text":  # its text not a string: 'expected a text part' blamed the part's type, which was right
+            if not isinstance(part.get("text"), str):
+                raise APIError(400, f"{where}.content[{k}].text must be a string", "messages")
             parts.append({"type": "text", "text": part["text"]})
         elif kind == "image_url" and role == "user":
             if not vision:

@@ -24,25 +24,28 @@ command shares (the constants are in :mod:`minispark.defaults`):
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from minispark.model.calibration import Calibration
-from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.defaults import DEFAULT_THRESHOLD, PROFILE_MIN_TOKENS
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
 from minispark.errors import MinisparkError
-from minispark.identity import device_name, dtype_name, target_id, target_quantization
+from minispark.identity import DTYPE_ALIASES, device_name, dtype_name, target_id, target_quantization
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
 from minispark.serving.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch, user_tables_dir
+from minispark.target.embedded import EMBEDDED_NAME
 from minispark.target.loading import Target
+from minispark.target.runtime import requested_runtime
 
 TRAIN_HINT = ("no trained drafter for {target}: using the n-gram lookup drafter; train one with "
               "`minispark cache` + `minispark train` and pass --drafter DIR")
-PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `minispark profile` to create one"
+PROFILE_HINT = "no SPS table for this device and {target}: {fallback}; run `{command}` to create one"
 COMPILED_NOTICE = ("--runtime compiled: decoding steps of 1..{widths} tokens ready in {seconds:.0f} s (compiled "
                    "once per process; inductor's disk cache makes the next start faster)")
 # The int8 kernel is row-invariant, but its bf16 activations round: a 1e-6 difference between a one-token step and
@@ -52,7 +55,7 @@ INT8_NOTICE = ("runtime int8: bf16 activations make near-tied greedy tokens depe
                "verifies, so drafting modes can differ from this target's own greedy output at near-ties (measured "
                "on held-out chat); use packed for token-identical decoding")
 SHORT_TABLE_HINT = ("the SPS table for this device and {target} profiles up to {tokens} tokens per step, this γ "
-                    "verifies up to {need}: {fallback}; run `minispark profile --max-tokens {need}` to cover it")
+                    "verifies up to {need}: {fallback}; run `{command}` to cover it")
 
 
 @dataclass
@@ -83,6 +86,23 @@ class ServingSetup:
         return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
                                   threshold=self.threshold, sps_table=self.schedule_table,
                                   calibration=self.calibration, envelope=envelope)
+
+
+def profile_command(target: Target, max_tokens: int | None = None) -> str:
+    """The ``minispark profile`` command a hint gives: for this target (``--target`` unless it is the embedded
+    one, which a bare ``profile`` measures), in its dtype and runtime (a table is looked up by each) and, for a
+    table too short, at tokens per step that profile takes (it refuses fewer than ``PROFILE_MIN_TOKENS``). The
+    hint said ``minispark profile --max-tokens 5``: refused, and for the embedded target."""
+    # a --runtime asked for; under auto, profile runs what auto runs
+    words = ["minispark", *(["--runtime", target.runtime] if requested_runtime() != "auto" else []), "profile"]
+    if target.name != EMBEDDED_NAME:
+        words += ["--target", target.name]
+    dtype = dtype_name(target.dtype)
+    if dtype != ("float32" if target.device.type == "cpu" else "bfloat16"):  # not what profile loads by default
+        words += ["--dtype", next(alias for alias, name in DTYPE_ALIASES.items() if name == dtype)]
+    if max_tokens is not None:
+        words += ["--max-tokens", str(max(max_tokens, PROFILE_MIN_TOKENS))]
+    return shlex.join(words)
 
 
 def matching_sps_table(target: Target, path: Path | None, strict: bool = False) -> tuple[SPSTable | None, str | None]:
@@ -146,8 +166,10 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
             fallback = "schedule mode uses the generic cost model"
         elif mode == "threshold" and chosen:
             fallback = f"threshold mode ({threshold:g})"
-        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback) if short is None else
-                     SHORT_TABLE_HINT.format(target=target.name, tokens=short, need=gamma + 1, fallback=fallback))
+        hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback, command=profile_command(target))
+                     if short is None else
+                     SHORT_TABLE_HINT.format(target=target.name, tokens=short, need=gamma + 1, fallback=fallback,
+                                             command=profile_command(target, gamma + 1)))
     calibration = None
     hybrid = isinstance(draft, HybridDrafter)
     # calibrate (fixed mode) refits it instead; the hybrid prices c_1 in every mode

@@ -207,9 +207,18 @@ class SPSTable:
     # -- files ----------------------------------------------------------------------------------
 
     def path_in(self, directory: str | Path) -> Path:
-        """Where ``profile`` files this table (see :func:`table_path`)."""
-        return table_path(directory, self.device, self.target,
+        """Where ``profile`` files this table (see :func:`table_path`): beside, never over, a table of another
+        dtype, quantization or runtime for the same device and target (lookups read every table's own fields).
+        A ``--dtype bf16`` profile replaced the fp32 table without a word, and every fp32 run then found none."""
+        path = table_path(directory, self.device, self.target,
                           eager_cpu=table_runtime(self) == "eager" and self.metadata.get("torch_device") == "cpu")
+        try:
+            there = SPSTable.load(path) if path.is_file() else None
+        except SPSTableError:  # someone's file: ``save`` refuses it
+            there = None
+        if there is not None and _variant(there) != _variant(self):
+            path = path.with_name(f"{path.stem}__{sanitize_name('-'.join(_variant(self)))}.json")
+        return path
 
     def save(self, path: str | Path) -> Path:
         """Write the table at ``path``, replacing only a table already there (an earlier profile)."""
@@ -361,6 +370,11 @@ def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | 
         return max(candidates, key=lambda item: (item[0], item[1]))[2]
     return None
 
+
+
+def _variant(table: SPSTable) -> tuple[str, str, str]:
+    """What, besides device and target, a table is looked up by: its dtype, quantization and runtime."""
+    return table.dtype, table.quantization, table_runtime(table)
 
 
 def table_runtime(table: SPSTable) -> str:

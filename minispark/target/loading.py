@@ -271,16 +271,9 @@ def resolve_device(device: str | None) -> torch.device:
     return torch.device(validate_device(device))
 
 
-def load_target(source: str | None = None, *, dtype: str | None = None, device: str | None = None,
-                load_in_4bit: bool = False, load_in_8bit: bool = False,
-                trust_remote_code: bool = False, runtime: str | None = None) -> Target:
-    """Load a target from a hub id, a local directory, or the embedded default (``None``/"embedded").
-
-    ``runtime`` (default: ``minispark --runtime``, else auto) is how its linears run; see ``runtime.py``.
-    """
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, \
-        BitsAndBytesConfig
-
+def quiet_library_logs() -> None:
+    """Silence the libraries' own log lines, which are about their internals, never the user's input: called
+    before transformers loads a model and before bitsandbytes is imported (its 8-bit AdamW)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # the CLI shows its own status; keep stderr to one line on errors
@@ -292,6 +285,19 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     logging.getLogger("bitsandbytes").setLevel(logging.ERROR)
     # the kernels package it loads them through: "Skipping publisher trust check ... offline mode" on every load
     logging.getLogger("kernels").setLevel(logging.ERROR)
+
+
+def load_target(source: str | None = None, *, dtype: str | None = None, device: str | None = None,
+                load_in_4bit: bool = False, load_in_8bit: bool = False,
+                trust_remote_code: bool = False, runtime: str | None = None) -> Target:
+    """Load a target from a hub id, a local directory, or the embedded default (``None``/"embedded").
+
+    ``runtime`` (default: ``minispark --runtime``, else auto) is how its linears run; see ``runtime.py``.
+    """
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoProcessor, AutoTokenizer, \
+        BitsAndBytesConfig
+
+    quiet_library_logs()
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)

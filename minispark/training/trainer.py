@@ -79,6 +79,9 @@ def make_optimizer(model: DraftModel, config: TrainConfig):
     """AdamW (torch, fused) or bitsandbytes 8-bit AdamW, with linear warmup then cosine decay."""
     params = [p for p in model.parameters() if p.requires_grad]
     if config.optimizer_name == "adamw8bit":
+        from minispark.target.loading import quiet_library_logs
+
+        quiet_library_logs()  # from a cache no target loads first: its import logged two lines about CPU kernels
         import bitsandbytes as bnb
 
         optimizer = bnb.optim.AdamW8bit(params, lr=config.lr, weight_decay=config.weight_decay)

@@ -487,6 +487,9 @@ CASES = [
     ("profile-out-is-target", ["profile", "--target", "{tiny}", "--out", "{tiny}"], "is the --target directory"),
     # a table written into a cache or an answer set: its resume then refused the directory, saying minispark had not
     # written the table (issue 22, sixteenth probe)
+    ("answers-out-inside-target", ["answers", "--target", "{tiny}", "--out", "{tiny}/answers"],
+     "is inside the --target directory"),
+    ("cache-out-inside-target", ["cache", "--target", "{tiny}", "--out", "{tiny}/cache"], "is inside the --target directory"),
     ("profile-out-is-an-answer-set", ["profile", "--target", "{tiny}", "--out", "{answerset}"],
      "holds a minispark-answers manifest (answers.json)"),
     ("sim-conf-longer-than-table", ["simulate", "--conf", "0.9,0.8,0.7", "--sps-inline", "1,0.5"],

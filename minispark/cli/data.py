@@ -34,6 +34,8 @@ def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, 
     --out rule (new, empty, or a directory it wrote)."""
     _check_prompts(prompts)
     check_out(out)
+    # shards among the model's files, as profile and train refuse (--target '' is the embedded target, no path)
+    validate.outside_inputs(out, "--out", {"--target": target or None})
     validate.temperature(temperature)
     validate.seed(seed)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)

@@ -198,6 +198,9 @@ CASES = [
     ("gen-target-file", ["generate", "--target", "{afile}"], "--target"),
     ("gen-target-pickle", ["generate", "--target", "{binonly}"], "pickle"),
     ("gen-target-empty-dir", ["generate", "--target", "{emptydir}"], "--target"),
+    # every first message then failed as "your message: 5016 tokens ...; shorten it" (issue 22, sixteenth probe)
+    ("chat-system-too-long", ["chat", "--target", "{tiny}", "--drafter", "none", "--system", LONG_PROMPT],
+     "the system message (--system): 5016 tokens"),
     ("gen-prompt-too-long", ["generate", "--target", "{tiny}", "--drafter", "none", "--prompt", LONG_PROMPT],
      "--prompt"),
     # chat

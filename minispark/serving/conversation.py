@@ -68,6 +68,9 @@ class Conversation:
         self.sampling = sampling
         self.max_new_tokens = max_new_tokens
         self.system = system
+        if system:  # one that fills the context failed every first message as "your message: N tokens; shorten it"
+            alone = target.encode([{"role": "system", "content": system}, {"role": "user", "content": "."}]).length
+            fit_context(target, alone, 1, what="the system message (--system)", fix="shorten it")
         self.stop = stop_on_strings(target, stop_strings)
         self.generator = make_generator(seed, target.device)
         self.seed = self.generator.initial_seed()

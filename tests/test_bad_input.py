@@ -939,6 +939,25 @@ def test_a_default_generate_falls_back_from_a_too_short_sps_table(tiny_trained_d
     assert json.loads(result.stdout)["drafter"] == "dspark"
 
 
+def test_a_calibration_for_fewer_positions_is_served_uncalibrated(tiny_trained_drafter, tmp_path,
+                                                                   monkeypatch) -> None:
+    """After `calibrate --gamma 2` on a γ 4 drafter, every default generate in schedule mode failed ("calibration
+    has 2 temperatures but γ=4"), naming neither the file nor a flag (issue 22, sixteenth probe)."""
+    from minispark.model.calibration import Calibration
+    from minispark.serving import builder
+    from minispark.serving.sps import SPSTable
+
+    target, drafter = tiny_trained_drafter  # γ = 4
+    copy = shutil.copytree(drafter, tmp_path / "drafter")
+    Calibration(temperatures=[1.5, 0.5], shifts=[0.0, 0.0]).save(copy / "calibration.json")
+    monkeypatch.setattr(builder, "find_table", lambda *args, **kwargs: SPSTable.from_inline([1.0] * 8))
+    result = CliRunner().invoke(app, ["generate", "--target", str(target), "--drafter", str(copy),
+                                      "--max-new-tokens", "4", "--json"])
+    assert result.exit_code == 0, result.output
+    assert "calibration.json fits 2 draft positions, this γ drafts up to 4" in result.stderr
+    assert f"minispark calibrate --drafter {copy} --prompts FILE --gamma 4" in result.stderr
+
+
 def test_demo_train_sizes_its_recipe_to_another_target(tiny_dir) -> None:
     """demo --train --target OTHER: the demo recipe's SmolLM2 layer ids and sizes give way to the target's."""
     from minispark.demo import PipelineSizes, pipeline_recipe, usable_mask_token

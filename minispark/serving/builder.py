@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minispark.model.calibration import Calibration
+from minispark.model.drafter_dir import CALIBRATION_FILE
 from minispark.defaults import DEFAULT_THRESHOLD, PROFILE_MIN_TOKENS
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
@@ -56,6 +57,10 @@ INT8_NOTICE = ("runtime int8: bf16 activations make near-tied greedy tokens depe
                "on held-out chat); use packed for token-identical decoding")
 SHORT_TABLE_HINT = ("the SPS table for this device and {target} profiles up to {tokens} tokens per step, this γ "
                     "verifies up to {need}: {fallback}; run `{command}` to cover it")
+
+SHORT_CALIBRATION_HINT = ("{path} fits {fitted} draft positions, this γ drafts up to {gamma}: confidences "
+                          "served uncalibrated; run `minispark calibrate --drafter {directory} --prompts FILE "
+                          "--gamma {gamma}` to fit them all")
 
 
 @dataclass
@@ -178,6 +183,10 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         calibration, warning = load_calibration(directory, target_id(target.identity()), sampling)
         if warning:
             hints.append(warning)
+        if calibration is not None and calibration.gamma < gamma:  # `calibrate --gamma 2`: every schedule run failed
+            hints.append(SHORT_CALIBRATION_HINT.format(path=Path(directory) / CALIBRATION_FILE, gamma=gamma,
+                                                       fitted=calibration.gamma, directory=shlex.quote(str(directory))))
+            calibration = None
     if draft_skip is None:
         draft_skip = mode == "schedule"
     skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None

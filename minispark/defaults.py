@@ -201,6 +201,7 @@ def console_width(stream: TextIO) -> int | None:
 SERVE_HOST = "127.0.0.1"
 SERVE_PORT = 8000
 SERVE_MAX_BODY_BYTES = 16 * 1024 * 1024  # a few base64 images
+SERVE_BODY_TIMEOUT_S = 30.0  # a body shorter than its Content-Length held a handler open for ever
 SERVE_MAX_MESSAGES = 128
 SERVE_MAX_IMAGES = 8
 #: Pixels per image a request may send (413 past it); under it the target downscales each image to its own

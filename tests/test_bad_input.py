@@ -1013,6 +1013,17 @@ def test_a_run_killed_writing_its_first_file_starts_again(tmp_path) -> None:
         _output_dir(load_recipe("tiny", []), out, False, None)
 
 
+def test_resume_without_a_run_is_refused_for_the_recipes_own_out_too(tmp_path) -> None:
+    """``--resume`` with no --out given, the recipe's directory missing: it trained from step 0 saying the run had
+    "stopped before its first one?", where an explicit missing --out was refused."""
+    from minispark.errors import MinisparkError
+    from minispark.training.recipes import load_recipe
+    from minispark.training.train import _output_dir
+
+    with pytest.raises(MinisparkError, match="no training run to resume; drop --resume"):
+        _output_dir(load_recipe("tiny", []), tmp_path / "runs" / "draft-tiny", True, None)
+
+
 @pytest.mark.parametrize("command", ["export", "generate", "calibrate"])
 def test_a_drafter_with_wrongly_shaped_weights_is_one_line(tiny_trained_drafter, tmp_path, command: str) -> None:
     target, drafter = tiny_trained_drafter

@@ -367,6 +367,26 @@ def test_a_client_gone_before_its_body_is_a_400_not_a_logged_traceback() -> None
     assert caught.value.status == 400 and "disconnected" in caught.value.message
 
 
+def test_a_body_shorter_than_its_content_length_times_out_as_a_408() -> None:
+    """Content-Length 500 and 8 bytes sent, the connection kept open: the handler waited with no end (sixteenth
+    probe)."""
+    import asyncio
+
+    from minispark.serve.app import read_body
+    from minispark.serve.protocol import APIError
+
+    class Stalled:
+        headers = {"content-length": "500"}
+
+        async def stream(self):
+            yield b'{"model"'
+            await asyncio.sleep(60)
+
+    with pytest.raises(APIError) as caught:
+        asyncio.run(read_body(Stalled(), 4096, timeout_s=0.2))
+    assert caught.value.status == 408 and "8 bytes of the 500" in caught.value.message
+
+
 def test_a_number_too_long_to_read_is_a_400_in_words(llama: Target) -> None:
     """Its message told the client to call sys.set_int_max_str_digits() (issue 22, seventh probe)."""
     body = b'{"model": "m", "messages": [], "max_tokens": 1' + b"0" * 5000 + b"}"

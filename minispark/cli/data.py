@@ -227,8 +227,6 @@ def train(
         return
     validate.input_dir(cache_dir, "--cache")
     validate.output_dir(out)
-    if resume:
-        validate.input_dir(out, "--out")
     report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress and not as_json,
                        log=lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
     _print_json(report.to_json()) if as_json else console.print(report.summary(), highlight=False, markup=False)

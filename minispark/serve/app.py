@@ -69,18 +69,25 @@ def served_model_id(target: Target) -> str:
     return Path(target.name).name if "/" in target.name and Path(target.name).is_dir() else target.name
 
 
-async def read_body(request: Request, limit: int) -> object:
-    """The JSON body, refusing one larger than ``limit`` bytes (413) before reading it all."""
+async def read_body(request: Request, limit: int, timeout_s: float = defaults.SERVE_BODY_TIMEOUT_S) -> object:
+    """The JSON body, refusing one larger than ``limit`` bytes (413) before reading it all, and one that has not
+    arrived whole within ``timeout_s`` seconds (408)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise APIError(413, f"request body of {int(declared):,} bytes; at most {limit:,}", code="body_too_large")
     chunks, size = [], 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
-            chunks.append(chunk)
+        # a Content-Length larger than what the client sends kept the handler waiting with no end
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
+                chunks.append(chunk)
+    except TimeoutError:
+        of = f" of the {int(declared):,} its Content-Length gives" if declared is not None and declared.isdigit() else ""
+        raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({size:,} bytes{of}); send it "
+                            "whole", code="body_timeout") from None
     except ClientDisconnect:  # gone before its whole body came: uvicorn logged the traceback of an ordinary hang-up
         raise APIError(400, "the client disconnected before sending the whole request body") from None
     try:
@@ -189,7 +196,7 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         worker: Worker = app.state.worker
-        body = await read_body(request, config.limits.max_body_bytes)
+        body = await read_body(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
         chat = parse_chat_request(body, config.limits, config.image_dir, Path(scratch.name), target.is_vlm)
         if chat.model != config.model_id:
             raise APIError(404, f"model {chat.model!r} is not served here; GET /v1/models lists "

@@ -49,6 +49,7 @@ class ServeLimits:
     """What one request may ask for (the defaults' home is :mod:`minispark.defaults`)."""
 
     max_body_bytes: int = defaults.SERVE_MAX_BODY_BYTES
+    body_timeout_s: float = defaults.SERVE_BODY_TIMEOUT_S
     max_messages: int = defaults.SERVE_MAX_MESSAGES
     max_images: int = defaults.SERVE_MAX_IMAGES
     max_image_pixels: int = defaults.SERVE_MAX_IMAGE_PIXELS

@@ -133,6 +133,9 @@ def _output_dir(config: TrainConfig, out_dir: str | Path, resume: bool,
     outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
                                   "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
     not_shipped(out, "--out", "choose a directory of your own")
+    if resume and not out.exists():  # the recipe's own --out too: it trained from step 0 as if a run had stopped
+        raise MinisparkError(f"--out {out}: no such directory, so no training run to resume; drop --resume to start "
+                             "one")
     _repoint_latest(out, log)
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
     if restart and (resume or (out / TRAIN_CONFIG_FILE).is_file()) and log:

@@ -72,9 +72,10 @@ def served_model_id(target: Target) -> str:
 async def read_body(request: Request, limit: int, timeout_s: float = defaults.SERVE_BODY_TIMEOUT_S) -> object:
     """The JSON body, refusing one larger than ``limit`` bytes (413) before reading it all, and one that has not
     arrived whole within ``timeout_s`` seconds (408)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise APIError(413, f"request body of {int(declared):,} bytes; at most {limit:,}", code="body_too_large")
+    header = request.headers.get("content-length")
+    declared = int(header) if header is not None and header.isdigit() else None
+    if declared is not None and declared > limit:
+        raise APIError(413, f"request body of {declared:,} bytes; at most {limit:,}", code="body_too_large")
     chunks, size = [], 0
     try:
         # a Content-Length larger than what the client sends kept the handler waiting with no end
@@ -85,7 +86,7 @@ async def read_body(request: Request, limit: int, timeout_s: float = defaults.SE
                     raise APIError(413, f"request body over {limit:,} bytes", code="body_too_large")
                 chunks.append(chunk)
     except TimeoutError:
-        of = f" of the {int(declared):,} its Content-Length gives" if declared is not None and declared.isdigit() else ""
+        of = f" of the {declared:,} its Content-Length gives" if declared is not None else ""
         raise APIError(408, f"the request body did not arrive within {timeout_s:g} s ({size:,} bytes{of}); send it "
                             "whole", code="body_timeout") from None
     except ClientDisconnect:  # gone before its whole body came: uvicorn logged the traceback of an ordinary hang-up

@@ -177,3 +177,25 @@ def test_a_pickle_target_is_the_target_its_record_names(tiny_dir, tmp_path: Path
     (pickled / "pytorch_model.bin").write_bytes(b"other weights, pickled")
     with pytest.raises(MinisparkError, match="another target"):
         check_target(record, str(pickled), "the drafter")
+
+
+def test_a_second_conversion_of_the_embedded_target_keeps_the_first(tmp_path):
+    """Two commands started at once on a fresh machine both converted the GGUF; the second's rename onto the
+    first's model directory raised `OSError: Directory not empty` as a traceback. It now keeps the first."""
+    from minispark.target.embedded import publish
+
+    out, tmp = tmp_path / "SmolLM2-135M-Instruct", tmp_path / ".SmolLM2-135M-Instruct-x"
+    out.mkdir()
+    (out / "config.json").write_text("{}")
+    tmp.mkdir()
+    (tmp / "config.json").write_text('{"second": true}')
+    publish(tmp, out)
+    assert not tmp.exists() and (out / "config.json").read_text() == "{}"
+    # A directory there that is not a converted model is the user's: left alone, and the error says what it is.
+    (out / "config.json").unlink()
+    (out / "notes.txt").write_text("mine")
+    tmp.mkdir()
+    (tmp / "config.json").write_text("{}")
+    with pytest.raises(MinisparkError, match="not a model minispark converted"):
+        publish(tmp, out)
+    assert (out / "notes.txt").read_text() == "mine"

@@ -64,11 +64,23 @@ def _convert(gguf: Path, out: Path) -> None:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        # Atomic publish: a killed conversion leaves only a temp dir, never a half-written model.
-        os.replace(tmp, out)
+        publish(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def publish(tmp: Path, out: Path) -> None:
+    """Move a finished conversion ``tmp`` to ``out`` in one rename (a killed conversion leaves only a temp dir,
+    never a half-written model). Two commands started at once on a fresh machine both convert: the one that
+    renames second finds ``out`` already there and keeps it, dropping its own copy."""
+    try:
+        os.replace(tmp, out)
+    except OSError as error:
+        if not (out / "config.json").is_file():
+            raise MinisparkError(f"embedded target: cannot write the converted model to {out} ({error.strerror}); "
+                                 "it is not a model minispark converted: move it away and run again") from None
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

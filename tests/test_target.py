@@ -179,7 +179,7 @@ def test_a_pickle_target_is_the_target_its_record_names(tiny_dir, tmp_path: Path
         check_target(record, str(pickled), "the drafter")
 
 
-def test_a_second_conversion_of_the_embedded_target_keeps_the_first(tmp_path):
+def test_a_second_conversion_of_the_embedded_target_keeps_the_first(tmp_path: Path) -> None:
     """Two commands started at once on a fresh machine both converted the GGUF; the second's rename onto the
     first's model directory raised `OSError: Directory not empty` as a traceback. It now keeps the first."""
     from minispark.target.embedded import publish

@@ -43,7 +43,7 @@ def gguf_path() -> Path:
 def embedded_model_dir() -> Path:
     """The safetensors directory of the embedded target, converting the GGUF on first use."""
     out = user_dir() / "models" / EMBEDDED_NAME
-    if (out / "config.json").is_file():
+    if _converted(out):
         return out
     _convert(gguf_path(), out)
     return out
@@ -77,10 +77,15 @@ def publish(tmp: Path, out: Path) -> None:
     try:
         os.replace(tmp, out)
     except OSError as error:
-        if not (out / "config.json").is_file():
+        if not _converted(out):
             raise MinisparkError(f"embedded target: cannot write the converted model to {out} ({error.strerror}); "
                                  "it is not a model minispark converted: move it away and run again") from None
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _converted(out: Path) -> bool:
+    """Whether ``out`` holds a finished conversion (only a whole one is ever renamed into place)."""
+    return (out / "config.json").is_file()
 
 
 if __name__ == "__main__":

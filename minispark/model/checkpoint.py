@@ -140,6 +140,16 @@ def init_from_config(path: str | Path) -> tuple[Path, DraftConfig]:
         raise MinisparkError(f"init_from: {found.path}: {exc}") from None
 
 
+def drafter_vocab(path: str | Path, draft_vocab: int) -> torch.Tensor:
+    """(draft_vocab,) the draft vocabulary of the drafter at ``path`` (``init_from``), refused in one line when
+    that drafter has none or one of another size."""
+    path, config = init_from_config(path)
+    if config.draft_vocab != draft_vocab:
+        raise MinisparkError(f"init_from: {path / CONFIG_FILE}: draft_vocab is {config.draft_vocab}, this run's is "
+                             f"{draft_vocab}")
+    return read_weights(path, "cpu")["vocab_ids"].long()
+
+
 def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfig) -> None:
     """Load the trainable weights of the drafter at ``path`` into ``model`` to continue training it;
     its config (architecture, target, draft vocabulary size) must equal ``expected`` and its draft

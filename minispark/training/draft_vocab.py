@@ -21,30 +21,34 @@ from minispark.data.answers import AnswerSet
 from minispark.data.cache_format import CacheReader
 
 
-def answer_token_counts(reader: CacheReader, vocab_size: int, max_samples: int = 0) -> torch.Tensor:
+def answer_token_counts(reader: CacheReader, vocab_size: int, max_samples: int = 0,
+                        first_sample: int = 0) -> torch.Tensor:
     """(V,) int64: how often each token occurs in the cache's answers (each stored token row once),
-    counting only samples with ``sample_index < max_samples`` when it is positive."""
+    counting only samples with ``first_sample <= sample_index < max_samples`` (each bound when positive)."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     for shard in reader.shards:
         keep = shard["loss_mask"].bool()
-        if max_samples > 0:
+        if max_samples > 0 or first_sample > 0:
             # token row r belongs to the shard-local sample whose [offset, next offset) holds it
             offsets = shard["sample_tok_offset"].long()  # (S+1,)
             rows = torch.arange(keep.numel())
             local = torch.searchsorted(offsets, rows, right=True) - 1  # (R_tok,)
-            keep &= shard["sample_index"].long()[local] < max_samples
+            sample = shard["sample_index"].long()[local]
+            keep &= sample >= first_sample
+            if max_samples > 0:
+                keep &= sample < max_samples
         ids = shard["input_ids"].long()[keep]
         counts += torch.bincount(ids, minlength=vocab_size)[:vocab_size]
     return counts
 
 
 def answer_set_token_counts(answers: AnswerSet, vocab_size: int, max_samples: int = 0,
-                            max_answer_tokens: int = 0) -> torch.Tensor:
-    """(V,) int64: how often each token occurs in an answer set's answers (its first ``max_samples`` when > 0,
-    each cut to its first ``max_answer_tokens`` when > 0)."""
+                            max_answer_tokens: int = 0, first_sample: int = 0) -> torch.Tensor:
+    """(V,) int64: how often each token occurs in an answer set's answers (those in [first_sample, max_samples),
+    the upper bound when > 0, each cut to its first ``max_answer_tokens`` when > 0)."""
     counts = torch.zeros(vocab_size, dtype=torch.int64)
     n = len(answers) if max_samples <= 0 else min(max_samples, len(answers))
-    for i in range(n):
+    for i in range(first_sample, n):
         ids = answers[i].answer_ids
         counts += torch.bincount(ids[:max_answer_tokens] if max_answer_tokens > 0 else ids, minlength=vocab_size)
     return counts

@@ -59,13 +59,15 @@ class TrainConfig:
         layers (weights of equal name and shape; the q/k norms start at 1) instead of ``random``.
     train: optimisation, precision, logging. ``chunk_anchors`` anchors' γ×V logits at a time.
         Data ablations without rebuilding the cache: ``max_samples`` trains on the first N samples
-        only, ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
+        only (``first_sample`` > 0 skips the samples before it: a slice [first_sample, max_samples)),
+        ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
         sparser cache at the same generation cost), ``max_answer_tokens`` (answer sets only) cuts every
         answer to its first N tokens, what a regeneration capped at N would have written (sampling is
         sequential): more, shorter answers against fewer, longer ones at equal tokens; ``feature_noise``
         adds EAGLE-style Gaussian noise of that many RMS units to the target features (0 = off for all four). ``patience``
         stops a run whose held-out τ proxy has not improved for that many steps (0 = run all steps).
-        ``init_from`` starts the trainable weights from a drafter directory of the same config;
+        ``init_from`` starts the trainable weights from a drafter directory of the same config (a warm start: a
+        fresh optimizer, and the source's draft vocabulary kept);
         ``onpolicy`` (with ``init_from``) trains only on the anchors where that drafter's replayed
         rounds start (``training/onpolicy.py``). ``answers_dir`` trains on an answer set instead of
         ``cache_dir``: the target runs in the training process and computes every answer position's
@@ -109,6 +111,7 @@ class TrainConfig:
     batch_anchors: int = 32
     anchor_run: int = 0
     max_samples: int = 0
+    first_sample: int = 0
     max_anchors_per_sample: int = 0
     max_answer_tokens: int = 0
     feature_noise: float = 0.0
@@ -161,7 +164,7 @@ class TrainConfig:
             if not 0 < getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
-                    "max_anchors_per_sample", "max_answer_tokens", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
+                    "first_sample", "max_anchors_per_sample", "max_answer_tokens", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
             if not 0 <= getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if self.lr < MIN_LR:
@@ -198,6 +201,9 @@ class TrainConfig:
                     validate.seed(value, "seed")
                 else:
                     validate.integer(value, item.name, -validate.MAX_INT)
+        if self.max_samples and self.first_sample >= self.max_samples:
+            raise MinisparkError(f"first_sample, max_samples: the slice [{self.first_sample}, {self.max_samples}) "
+                                 "holds no sample")
         if self.cache_dir and self.answers_dir:
             raise MinisparkError("cache_dir and answers_dir: train on a feature cache or on an answer set, not both")
         if self.max_answer_tokens and self.cache_dir:
@@ -259,7 +265,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
               "markov_w1", "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
-    "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "max_anchors_per_sample", "max_answer_tokens",
+    "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "first_sample", "max_anchors_per_sample", "max_answer_tokens",
               "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "online_prompts", "online_store",

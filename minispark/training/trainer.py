@@ -29,7 +29,8 @@ from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
 from minispark.atomic import write_text_atomic
 from minispark.data.cache_format import CacheMismatchError, CacheReader, config_hash
 from minispark.target.compile_fallback import compile_or_eager
-from minispark.model.checkpoint import apply_weights, read_weights, save_drafter, start_from_drafter
+from minispark.model.checkpoint import (apply_weights, drafter_vocab, read_weights, save_drafter,
+                                        start_from_drafter)
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
@@ -177,9 +178,11 @@ class Trainer:
         online = isinstance(reader, OnlineSource)
         if config.draft_vocab:  # the most frequent answer tokens of the training data, EOS always in
             counts = (answer_set_token_counts(reader.answers, dims.vocab_size, config.max_samples,
-                                              config.max_answer_tokens) if online
-                      else answer_token_counts(reader, dims.vocab_size, config.max_samples))
-            vocab_ids = top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids))
+                                              config.max_answer_tokens, config.first_sample) if online
+                      else answer_token_counts(reader, dims.vocab_size, config.max_samples, config.first_sample))
+            # a warm start keeps its source's vocabulary: the rows it learned are the rows it drafts
+            vocab_ids = (drafter_vocab(config.init_from, config.draft_vocab) if config.init_from
+                         else top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids)))
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
         if config.init_layers != "random":  # a resumed run loads its own weights over these
@@ -202,10 +205,12 @@ class Trainer:
         if online:
             self.plan: AnchorPlan | OnlinePlan = OnlinePlan(
                 reader, config.batch_anchors, config.seed, config.anchor_run, pool=config.online_pool,
-                max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample)
+                max_samples=config.max_samples, first_sample=config.first_sample,
+                anchors_per_sample=config.max_anchors_per_sample)
         else:
             self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
-                                   max_samples=config.max_samples, anchors_per_sample=config.max_anchors_per_sample,
+                                   max_samples=config.max_samples, first_sample=config.first_sample,
+                                   anchors_per_sample=config.max_anchors_per_sample,
                                    samples=self.replay.starts if self.replay else None)
         self.cache_hash = config_hash(reader.config)
         self.step = 0

@@ -152,11 +152,12 @@ def drafter_vocab(path: str | Path, draft_vocab: int) -> torch.Tensor:
 
 def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfig) -> None:
     """Load the trainable weights of the drafter at ``path`` into ``model`` to continue training it;
-    its config (architecture, target, draft vocabulary size) must equal ``expected`` and its draft
+    its config (architecture, target, draft vocabulary size; any compute dtype) must equal ``expected`` and its draft
     vocabulary the model's, else a one-line error naming the first difference."""
     path, config = init_from_config(path)
     for name, value in vars(config).items():
-        if value != getattr(expected, name):
+        # the compute dtype is how a run computes, not what it learned: bf16-trained weights go on in fp32
+        if name != "dtype" and value != getattr(expected, name):
             raise MinisparkError(f"init_from: {path / CONFIG_FILE}: {name} is {value!r}, this run's is "
                                  f"{getattr(expected, name)!r}")
     weights = read_weights(path, next(model.parameters()).device)

@@ -19,6 +19,7 @@ one thing that does: the shipped drafter. One ``run`` (sized for ~2 hours of one
 The run directory is ``runs/train-on/<slice>``; an interrupted run is resumed by running the command again.
 
     .venv/bin/python benchmarks/train_on.py run --answers 2048      # one run (train, walk, record, maybe reship)
+    .venv/bin/python benchmarks/train_on.py record runs/train-on/4096-5120   # a run cut short: its best so far
     .venv/bin/python benchmarks/train_on.py table                   # the cumulative curve
 """
 
@@ -123,19 +124,31 @@ def reship(drafter: Path) -> None:
 
 def run(size: int, passes: int) -> None:
     answers = AnswerSet(ANSWERS)
-    rows = curve()
-    start, end = next_slice(rows, size, len(answers))
+    start, end = next_slice(curve(), size, len(answers))
     out = OUT / f"{start}-{end}"
     steps = -(-passes * slice_anchors(answers, start, end) // BATCH_ANCHORS)
-    before = shipped_walk()
+    shipped_walk()
     train(out, start, end, steps)
+    record(out, passes)
+
+
+def record(out: Path, passes: int) -> None:
+    """Walk the run's best checkpoint, append its row (blocks: the steps it trained, so a run the session's end
+    cut short counts what it did) and reship on a gain."""
+    answers = AnswerSet(ANSWERS)
+    rows = curve()
+    start, end = (int(x) for x in out.name.split("-"))
+    before = shipped_walk()
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    trained = max(r["step"] for r in metrics if "step" in r)
     after = walk(out / "best")
     gain = {c: after[c] - before[c] for c in WALK_CATEGORIES}
     shipped = all(g >= RESHIP_GAIN for g in gain.values())
-    blocks = steps * BATCH_ANCHORS
+    blocks = trained * BATCH_ANCHORS
     total = (rows[-1]["total_blocks"] if rows else SHIPPED_BLOCKS) + blocks
     mean_anchors = slice_anchors(answers, 0, len(answers)) / len(answers)
-    row = {"slice": [start, end], "passes": passes, "blocks": blocks, "total_blocks": total,
+    row = {"slice": [start, end], "passes": round(blocks / slice_anchors(answers, start, end), 3),
+           "planned_passes": passes, "blocks": blocks, "total_blocks": total,
            "epochs_16k": round(total / (mean_anchors * len(answers)), 3),
            "walk_chat": after["chat"], "walk_code": after["code"],
            "shipped_walk_chat": before["chat"], "shipped_walk_code": before["code"], **best_proxy(out),
@@ -150,7 +163,7 @@ def table() -> str:
     lines = ["| slice | passes | total blocks | epochs over 16k | walk τ chat / code (shipped before) | proxy T 0 / T 1 "
              "| reshipped |", "|---|---|---|---|---|---|---|"]
     for r in curve():
-        lines.append(f"| {r['slice'][0]}–{r['slice'][1]} | {r['passes']} | {r['total_blocks']:,} | {r['epochs_16k']:.2f} "
+        lines.append(f"| {r['slice'][0]}–{r['slice'][1]} | {r['passes']:.2f} | {r['total_blocks']:,} | {r['epochs_16k']:.2f} "
                      f"| {r['walk_chat']:.3f} / {r['walk_code']:.3f} ({r['shipped_walk_chat']:.3f} / "
                      f"{r['shipped_walk_code']:.3f}) | {r['proxy_t0']:.3f} / {r['proxy_t1']:.3f} | "
                      f"{'yes' if r['reshipped'] else 'no'} |")
@@ -163,10 +176,15 @@ def main() -> None:
     one = sub.add_parser("run", help="one run: train the next slice, walk, record, reship on a gain")
     one.add_argument("--answers", type=int, default=2048, help="answers in the slice (default 2048)")
     one.add_argument("--passes", type=int, default=PASSES, help=f"passes over the slice (default {PASSES})")
+    cut = sub.add_parser("record", help="record a run the session's end cut short (its best checkpoint so far)")
+    cut.add_argument("out", type=Path, help="the run directory, runs/train-on/START-END")
+    cut.add_argument("--passes", type=int, default=PASSES, help="the passes it was planned for")
     sub.add_parser("table", help="print the cumulative curve")
     args = parser.parse_args()
     if args.command == "run":
         run(args.answers, args.passes)
+    elif args.command == "record":
+        record(args.out, args.passes)
     print(table())
 
 

@@ -28,6 +28,11 @@ SHIPPED_DRAFTERS = Path(__file__).resolve().parents[1] / "drafters"
 PROMPTS_DIR = Path(__file__).resolve().parents[1] / "examples" / "prompts"
 #: The fixed held-out evaluation split: no training cache may contain one of its prompts.
 HELDOUT_FILE = PROMPTS_DIR / "heldout.jsonl"
+#: What a calibration is fitted on: the corpus (calibrate rolls out its last N prompts, which the shipped drafters
+#: never trained on), never the held-out split the benchmarks measure.
+CALIBRATION_PROMPTS = PROMPTS_DIR / "corpus.jsonl"
+#: A calibration fitted within this of the request's temperature is served without a notice.
+CALIBRATION_NEAR = 0.2
 #: Training recipes shipped with minispark (``--recipe NAME`` reads NAME.toml here).
 RECIPE_DIR = Path(__file__).resolve().parents[1] / "recipes"
 #: SPS tables shipped with minispark (looked up after the user's; never written by a command).
@@ -70,6 +75,9 @@ DEFAULT_THRESHOLD = 0.5
 #: DSpark block's (q_1 only serves a drafter without a confidence head); each is worth
 #: ``HYBRID_PRIOR_ROUNDS`` rounds against the counts of the generation's own rounds.
 HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM = 3, 1
+#: The most draft nodes a tree round verifies (``serving/draft_tree.py``); the Θ rule admits fewer where the
+#: SPS curve says a wider verify does not pay.
+DEFAULT_TREE_DRAFTS = 12
 HYBRID_LOOKUP_PRIOR = {1: (0.18, 0.54, 0.65, 0.75), 2: (0.45, 0.55, 0.6, 0.8), 3: (0.9,)}
 HYBRID_DSPARK_PRIOR = (0.3, 0.35, 0.35, 0.3, 0.4)
 HYBRID_PRIOR_ROUNDS = 4.0
@@ -166,7 +174,7 @@ def draft_precision() -> str:
 #: per context, untimed warm-up passes, drift bound that re-measures a round, re-measurements per
 #: round, cool-down seconds before one.
 PROFILE_CONTEXTS = (256, 1024, 4096)
-PROFILE_MAX_TOKENS = 16
+PROFILE_MAX_TOKENS = 32  # a tree round verifies up to ~32 tokens (draft_tree.py)
 #: The most requests ``profile --batch-requests`` times together (each holds a KV cache of the first context).
 PROFILE_MAX_BATCH_REQUESTS = 64
 PROFILE_ROUNDS = 10

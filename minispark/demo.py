@@ -1,7 +1,7 @@
 """``minispark demo``: the speedup shown on held-out prompts, and the whole pipeline at small scale.
 
 ``run_demo`` runs a few held-out chat and code prompts (the tail of ``heldout.jsonl``) on the target
-in target-only mode and with the shipped drafter in schedule mode, side by side through
+in target-only mode and with the shipped drafter in its default mode (tree rounds), side by side through
 ``bench.run_bench``, and keeps the answers. Without a shipped drafter it falls back to ``lookup``.
 
 ``run_pipeline`` (``minispark demo --train``) runs cache → train → calibrate → profile → bench →
@@ -113,17 +113,19 @@ def compare_modes(target: Target, drafter: str, modes: Sequence[str], samples: S
 
 
 def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list[str]]:
-    """(drafter spec, the drafting mode to show, notices): the shipped drafter in schedule mode
-    (fixed γ without a confidence head), else ``lookup`` with a one-line notice."""
+    """(drafter spec, the drafting mode to show, notices): the shipped drafter in its default mode
+    (``builder.default_mode``, with a table: bench prices on the generic curve without one), else ``lookup``
+    with a one-line notice."""
+    from minispark.serving.builder import default_mode
     from minispark.serving.generate import make_drafter, shipped_drafter
 
     if drafter in ("lookup", "none"):
         return drafter, "lookup" if drafter == "lookup" else "target", []
     if drafter is not None:
-        return drafter, "schedule" if make_drafter(drafter, target).has_confidence else "fixed", []
+        return drafter, default_mode(make_drafter(drafter, target), True), []
     draft, spec, unusable = shipped_drafter(target)
     if draft is not None:
-        return spec, "schedule" if draft.has_confidence else "fixed", []
+        return spec, default_mode(draft, True), []
     why = unusable or f"no shipped drafter for {target.name} under drafters/"
     return "lookup", "lookup", [f"{why}: showing the lookup drafter instead (train one: minispark demo --train)"]
 
@@ -346,12 +348,13 @@ def _train_stage(run: _Pipeline) -> dict:
 
 
 def _calibrate_stage(run: _Pipeline) -> dict:
+    from minispark.defaults import DEFAULT_TEMPERATURE
     from minispark.measuring.rollouts import calibrate_drafter
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
     sizes, t = run.sizes, run.target
-    sampling = SamplingConfig(1.0)
+    sampling = SamplingConfig(DEFAULT_TEMPERATURE)  # the temperature its bench and chat decode at
     setup = build_serving(t, str(run.drafter), "fixed", sampling=sampling)
     inputs = [p.inputs for p in bench_prompts(t, demo_samples(sizes.calibrate_prompts, skip=sizes.bench_prompts))]
     report = calibrate_drafter(t, setup.drafter, run.drafter, inputs, setup.gamma, sampling,

@@ -23,7 +23,7 @@ from minispark.errors import MinisparkError, first_line
 from minispark.writer_lock import check_free
 
 DTYPES = ("fp32", "bf16", "fp16")
-MODES = ("fixed", "threshold", "schedule")
+MODES = ("fixed", "threshold", "schedule", "tree")
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 MAX_SEED = 2**32 - 1
 
@@ -92,13 +92,13 @@ def threshold_mode(threshold: float | None, mode: str | None, flag: str = "--thr
 
 
 def schedule_mode(sps: Path | None, strict: bool, mode: str | None) -> None:
-    """``--sps`` or ``--strict`` given with a length mode other than ``schedule`` (None: not chosen yet): only the
-    schedule mode reads an SPS table, so either was ignored without a word (a table of another setup warned)."""
+    """``--sps`` or ``--strict`` given with a length mode other than ``schedule`` or ``tree`` (None: not chosen
+    yet): only those read an SPS table, so either was ignored without a word (a table of another setup warned)."""
     given = [flag for flag, value in (("--sps", sps), ("--strict", strict)) if value]
-    if given and mode is not None and mode != "schedule":
+    if given and mode is not None and mode not in ("schedule", "tree"):
         them = "it" if len(given) == 1 else "them"
-        raise MinisparkError(f"{' and '.join(given)}: only the schedule mode reads an SPS table, and this run decodes "
-                             f"in {mode} mode; drop {them} or give --mode schedule")
+        raise MinisparkError(f"{' and '.join(given)}: only the schedule and tree modes read an SPS table, and this run "
+                             f"decodes in {mode} mode; drop {them} or give --mode tree")
 
 
 def choice(value: str | None, flag: str, choices: Sequence[str]) -> str | None:

@@ -21,6 +21,7 @@ from scipy.stats import chi2, chisquare, poisson
 
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.serving.draft_block import DraftBlock, FixedBlock
+from minispark.serving.draft_tree import TreeDrafts
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.drafters.dspark import DSparkDrafter, SequentialBlock
 from minispark.serving.engine import speculative_generate
@@ -55,6 +56,8 @@ def target_logits(prefix: list[int]) -> torch.Tensor:
 class FakeSession:
     """A target whose next-token logits depend on the last two tokens; tracks a fake KV cache."""
 
+    supports_trees = True
+
     def __init__(self) -> None:
         self.tokens: list[int] = []
         self.target = SimpleNamespace(device=torch.device("cpu"))
@@ -77,6 +80,22 @@ class FakeSession:
 
     def crop(self, length: int) -> None:
         del self.tokens[length:]
+
+    def step_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> StepOutput:
+        """Row i: the logits after the committed tokens and node i's root-to-node path."""
+        committed, tokens, parents = list(self.tokens), tokens.tolist(), parents.tolist()
+        rows = []
+        for node in range(len(tokens)):
+            path, at = [], node
+            while at >= 0:
+                path.append(tokens[at])
+                at = parents[at]
+            rows.append(target_logits(committed + path[::-1]))
+        self.tokens.extend(tokens)
+        return StepOutput(logits=torch.stack(rows))  # (n, V)
+
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        self.tokens = self.tokens[:start] + [self.tokens[start + r] for r in rows]
 
     def text_positions(self, start: int, n: int) -> torch.Tensor:
         return torch.arange(start, start + n)
@@ -153,6 +172,31 @@ class ConfidentFakeDrafter(FakeDrafter):
         return 0.95 if prev % 2 == 0 else 0.35
 
 
+class TableTreeDrafts(TreeDrafts):
+    """A tree's children from DRAFT_TABLE given the two tokens before them (the committed context's last
+    token where the path is the anchor alone); a confidence from the parent's token like ConfidentFakeDrafter's."""
+
+    depth_limit = BLOCK
+
+    def __init__(self, context: list[int], sampling: SamplingConfig) -> None:
+        self.context, self.sampling = context, sampling
+
+    def distribution(self, path) -> torch.Tensor:
+        before = (self.context[:-1] + list(path))[-2:]
+        logits = DRAFT_TABLE[before[0], before[1]]
+        return torch.softmax(logits, -1) if self.sampling.greedy else probabilities(logits, self.sampling)
+
+    def confidence(self, path) -> float:
+        return 0.9 if path[-1] % 2 == 0 else 0.4
+
+
+class TreeFakeDrafter(ConfidentFakeDrafter):
+    """ConfidentFakeDrafter that also drafts trees (``TableTreeDrafts``)."""
+
+    def propose_tree(self, ids, anchor_position, sampling, generator) -> TreeDrafts:
+        return TableTreeDrafts(ids.tolist(), sampling)
+
+
 def exact_joint(sampling: SamplingConfig, length: int = 3) -> dict[tuple[int, ...], float]:
     joint = {}
     for seq in itertools.product(range(VOCAB), repeat=length):
@@ -212,6 +256,30 @@ class OracleDrafter(Drafter):
         done = ids.numel() - self.prompt_length
         tokens = [token if self.right else (token + 1) % self.vocab for token in self.reference[done:]]
         return FixedBlock(torch.tensor(tokens, dtype=torch.long))
+
+
+class OracleTreeDrafts(TreeDrafts):
+    """A tree drafter that knows the reference continuation: its best child is the reference's next token
+    (``right``) or a wrong one, and every node has wrong siblings too, so trees branch; an always-wrong one
+    never puts mass on the reference token."""
+
+    depth_limit = 4
+
+    def __init__(self, reference: list[int], done: int, right: bool, vocab: int) -> None:
+        self.reference, self.done, self.right, self.vocab = reference, done, right, vocab
+
+    def distribution(self, path) -> torch.Tensor:
+        k = self.done + len(path) - 1  # the reference index of the children's token
+        want = self.reference[k] if k < len(self.reference) else 0
+        p = torch.zeros(self.vocab)
+        p[(want + 1) % self.vocab], p[(want + 2) % self.vocab] = 0.25, 0.15
+        p[want if self.right else (want + 3) % self.vocab] = 0.6
+        return p
+
+
+class TreeOracleDrafter(OracleDrafter):
+    def propose_tree(self, ids, anchor_position, sampling, generator) -> TreeDrafts:
+        return OracleTreeDrafts(self.reference, ids.numel() - self.prompt_length, self.right, self.vocab)
 
 
 def hf_greedy(target: Target, inputs: PromptInputs, max_new_tokens: int) -> list[int]:

@@ -669,15 +669,15 @@ CASES = [
      "--modes target,fixed: fixed needs a trained drafter, and --drafter none gives none"),  # skipped once loaded
     # --sps and --strict shape only the schedule mode: with another one they were ignored (a table warned)
     ("gen-sps-with-fixed-mode", ["generate", "--mode", "fixed", "--sps", "{table.json}"],
-     "--sps: only the schedule mode reads an SPS table, and this run decodes in fixed mode"),
+     "--sps: only the schedule and tree modes read an SPS table, and this run decodes in fixed mode"),
     ("chat-strict-with-threshold-mode", ["chat", "--mode", "threshold", "--strict"],
-     "--strict: only the schedule mode reads an SPS table, and this run decodes in threshold mode"),
+     "--strict: only the schedule and tree modes read an SPS table, and this run decodes in threshold mode"),
     ("serve-sps-with-fixed-mode", ["serve", "--mode", "fixed", "--sps", "{table.json}"],
-     "this run decodes in fixed mode; drop it or give --mode schedule"),
+     "this run decodes in fixed mode; drop it or give --mode tree"),
     ("gen-drafter-none-with-strict", ["generate", "--drafter", "none", "--strict"],
      "--drafter none drafts nothing, so --strict would have no effect"),
     ("gen-sps-mode-chosen", ["generate", "--target", "{tiny}", "--drafter", "lookup", "--sps", "{table.json}",
-                             "--prompt", "hi"], "--sps: only the schedule mode reads an SPS table, and this run "
+                             "--prompt", "hi"], "--sps: only the schedule and tree modes read an SPS table, and this run "
      "decodes in fixed mode"),  # lookup has no confidences: fixed is chosen after loading
     ("export-out-name-too-long", ["export", "{fakedrafter}", "--out", "{dir}/" + "x" * 300],
      "a name of 300 bytes in the path; a file system allows at most 255"),  # OSError ENAMETOOLONG traceback
@@ -935,7 +935,8 @@ def test_a_default_generate_falls_back_from_a_too_short_sps_table(tiny_trained_d
     # the command it gives is one profile runs: for this target, and at least profile's 8 tokens per step (it
     # said `minispark profile --max-tokens 5`, which profile refused and which measured the embedded target)
     command = f"`minispark profile --target {target} --max-tokens 8`"
-    assert len(notices) == 1 and "threshold mode" in notices[0] and command in notices[0], notices
+    assert len(notices) == 1 and "tree mode uses the generic cost model" in notices[0] and command in notices[0], \
+        notices
     assert json.loads(result.stdout)["drafter"] == "dspark"
 
 
@@ -1358,24 +1359,25 @@ def test_a_refused_command_leaves_no_empty_out_it_created(tmp_path) -> None:
 
 
 def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
-    """The shipped drafter is calibrated at the default T 0; at T 1 the notice says to calibrate a copy
-    (calibrate refuses the shipped directory itself), and a user's drafter in place."""
-    from minispark.data.prompts import HELDOUT_FILE
-    from minispark.defaults import SHIPPED_DRAFTERS
+    """The shipped drafter is calibrated at T 0, 0.7 and 1; at T 1.5 the notice says to calibrate a copy
+    (calibrate refuses the shipped directory itself) on the corpus, and a user's drafter in place."""
+    from minispark.defaults import CALIBRATION_PROMPTS, SHIPPED_DRAFTERS
     from minispark.model.checkpoint import load_calibration
     from minispark.target.sampling import SamplingConfig
     from minispark.validate import not_shipped
 
     shipped = next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if (p / "calibration.json").is_file())
-    assert load_calibration(shipped, sampling=SamplingConfig(0.0))[1] is None  # the default prints nothing
-    _, notice = load_calibration(shipped, sampling=SamplingConfig(1.0))
-    assert f"cp -rL {shipped} my-drafter && minispark calibrate --drafter my-drafter --prompts {HELDOUT_FILE} " \
-           "--temperature 1" in notice and "never the output" in notice
+    for temperature in (0.0, 0.7, 1.0):  # the default and the fits shipped beside it print nothing
+        assert load_calibration(shipped, sampling=SamplingConfig(temperature))[1] is None
+    _, notice = load_calibration(shipped, sampling=SamplingConfig(1.5))
+    assert f"cp -rL {shipped} my-drafter && minispark calibrate --drafter my-drafter --prompts " \
+           f"{CALIBRATION_PROMPTS} --temperature 1.5" in notice and "never the output" in notice
     not_shipped(tmp_path / "my-drafter", "--drafter", "")  # the copy is calibrated without a refusal
     mine = tmp_path / "mine"
     shutil.copytree(shipped, mine)
     _, notice = load_calibration(mine, sampling=SamplingConfig(0.5, top_k=5))
-    assert notice.endswith(f"minispark calibrate --drafter {mine} --prompts {HELDOUT_FILE} --temperature 0.5 --top-k 5")
+    assert notice.endswith(f"minispark calibrate --drafter {mine} --prompts {CALIBRATION_PROMPTS} --temperature 0.5 "
+                           "--top-k 5")
 
 
 def test_a_damaged_draft_config_names_its_key() -> None:
@@ -2522,7 +2524,8 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
         target, str(drafter), side_by_side=("fixed", "threshold")).hints)
 
     # '--threshold -0.0' is the threshold 0: the notice said "threshold mode (-0)"
-    hints = builder.build_serving(target, str(drafter), threshold=-0.0).hints
+    # (a drafter with confidences that drafts no trees: its default without a table is the threshold mode)
+    hints = builder.build_serving(target, f"hybrid:{drafter}", threshold=-0.0).hints
     assert any("threshold mode (0)" in hint for hint in hints) and not any("(-0)" in hint for hint in hints), hints
 
 

@@ -170,3 +170,34 @@ def test_shift_fixes_a_head_on_the_wrong_side_of_one_half() -> None:
     after_shift = position_metrics(conf, accepted, shifted)[0]
     assert after_plain.ece > 0.3 and after_shift.ece < 0.03
     assert shifted.shifts[0] < 0 and after_shift.auc == pytest.approx(raw.auc)  # order preserved
+
+
+def test_the_calibration_fitted_nearest_the_request_temperature_is_served(tmp_path):
+    """A drafter keeps one fit per temperature (calibration.json at T 0, calibration-t{T}.json at others); serving
+    picks the nearest and says nothing unless even that one is far; the notice never points at the held-out set."""
+    from minispark.model.checkpoint import load_calibration
+    from minispark.model.drafter_dir import calibration_name
+    from minispark.target.sampling import SamplingConfig
+
+    for t in (0.0, 0.7, 1.0):
+        Calibration([1.0 + t], sampling={"temperature": t, "top_p": 1.0, "top_k": 0}).save(
+            tmp_path / calibration_name(t))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["calibration-t0.7.json", "calibration-t1.json",
+                                                         "calibration.json"]
+    for asked, served in ((0.0, 1.0), (0.6, 1.7), (0.8, 1.7), (0.9, 2.0), (1.1, 2.0)):
+        calibration, warning = load_calibration(tmp_path, sampling=SamplingConfig(asked))
+        assert calibration.temperatures == [served] and warning is None
+    calibration, warning = load_calibration(tmp_path, sampling=SamplingConfig(1.6))
+    assert calibration.temperatures == [2.0]
+    assert "corpus.jsonl" in warning and "heldout" not in warning
+
+
+def test_a_drafter_copy_keeps_every_calibration(tiny_trained_drafter, tmp_path):
+    from minispark.model.checkpoint import copy_drafter
+    from minispark.model.drafter_dir import calibration_paths
+
+    drafter_dir = tmp_path / "src"
+    copy_drafter(tiny_trained_drafter[1], drafter_dir)
+    Calibration([1.0], sampling={"temperature": 0.7, "top_p": 1.0, "top_k": 0}).save(drafter_dir / "calibration-t0.7.json")
+    copy_drafter(drafter_dir, tmp_path / "copy")
+    assert "calibration-t0.7.json" in [p.name for p in calibration_paths(tmp_path / "copy")]

@@ -164,10 +164,13 @@ def test_defaults_and_hints(tiny_llama: Target, vlm_with_drafter, tmp_path: Path
                                                command=profile_command(tiny_llama))]
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))
-    setup = build_serving(target, str(drafter_dir))  # confidence head, no SPS table for this device+target
-    assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "threshold" and setup.sps_table is None
-    assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="threshold mode (0.5)",
+    setup = build_serving(target, str(drafter_dir))  # a trained drafter, no SPS table for this device+target
+    assert isinstance(setup.drafter, DSparkDrafter) and setup.mode == "tree"
+    assert setup.hints == [PROFILE_HINT.format(target=target.name, fallback="tree mode uses the generic cost model",
                                                command=profile_command(target))]
+    setup = build_serving(target, str(drafter_dir), "threshold")
+    assert setup.sps_table is None and setup.hints == [
+        PROFILE_HINT.format(target=target.name, fallback="no speedup estimate", command=profile_command(target))]
     assert setup.policy.gamma == setup.drafter.config.block_size
     # default_drafter: a directory whose config names the target; None when none does
     shipped = tmp_path / "drafters"
@@ -249,7 +252,7 @@ def test_chat_in_a_terminal(vlm_with_drafter, test_image, tmp_path: Path) -> Non
     saved = tmp_path / "conversation.json"
     term = Terminal([sys.executable, "-m", "minispark.cli", "chat", "--target", str(target_dir), "--drafter",
                      str(drafter_dir), "--max-new-tokens", "16", "--device", "cpu"])
-    term.expect(r"minispark chat .*drafter .* mode threshold")
+    term.expect(r"minispark chat .*drafter .* mode tree")
     term.expect(r"hint: no SPS table")
     term.expect(PROMPT)
     term.send("Hello, who are you?\r")

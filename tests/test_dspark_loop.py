@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from minispark.model.calibration import Calibration
-from minispark.model.checkpoint import CALIBRATION_FILE
+from minispark.model.drafter_dir import calibration_name
 from minispark.cli import app
 from minispark.serving.generate import generate, make_drafter
 from minispark.measuring.rollouts import calibrate_drafter
@@ -66,7 +66,7 @@ def test_calibrate_stores_sts_and_reduces_ece(setup) -> None:
     report = calibrate_drafter(target, drafter, drafter_dir, inputs, gamma=4, sampling=SamplingConfig(1.0),
                                max_new_tokens=48, seed=0)
     assert report["rounds"] > 30
-    stored = Calibration.load(drafter_dir / CALIBRATION_FILE)
+    stored = Calibration.load(drafter_dir / calibration_name(1.0))  # beside the T 0 one: a fit per temperature
     assert stored.temperatures == report["temperatures"] and len(stored.temperatures) == 4
     before, after = report["before"][0], report["after"][0]
     assert after.ece <= before.ece + 1e-12  # STS minimizes ECE; T=1 is in the grid

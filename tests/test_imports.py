@@ -15,9 +15,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "minispark"
 SERVING = ("chat", "identity", "model.checkpoint", "model.draft_context", "model.draft_config", "model.drafter_dir",
            "model.draft_heads", "model.draft_model", "serving", "serving.accept", "serving.batch_schedule", "serving.batched",
            "serving.builder", "serving.conversation",
-           "serving.draft_block", "serving.draft_skip", "serving.drafters", "serving.drafters.base",
+           "serving.draft_block", "serving.draft_skip", "serving.draft_tree", "serving.drafters", "serving.drafters.base",
            "serving.drafters.dspark", "serving.drafters.hybrid", "serving.drafters.lookup", "serving.engine", "serving.generate",
-           "target.sampling", "serving.schedule", "serving.sps", "target.loading",
+           "serving.ngram", "target.sampling", "serving.schedule", "serving.sps", "target.loading",
            "serve", "serve.app", "serve.protocol", "serve.worker")
 #: Modules the serving path must never reach.
 FORBIDDEN = ("measuring.bench", "measuring.bench_report", "cli", "measuring.profiler", "training.train", "training.trainer")

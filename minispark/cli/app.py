@@ -379,10 +379,10 @@ def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = No
     validate_models.drafter_spec(spec, drafting=drafting)
     if directory := validate_models.drafter_directory(spec):
         from minispark.model.calibration import Calibration
-        from minispark.model.drafter_dir import CALIBRATION_FILE
+        from minispark.model.drafter_dir import calibration_paths
 
-        if (Path(directory) / CALIBRATION_FILE).is_file():
-            Calibration.load(Path(directory) / CALIBRATION_FILE)
+        for path in calibration_paths(directory):
+            Calibration.load(path)
     return spec
 
 

@@ -78,12 +78,13 @@ def generate(
                                      "(repeat --image for more)."),
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = DrafterOpt,
-    mode: Optional[str] = typer.Option(None, "--mode", help="Length policy: fixed | threshold | schedule (default: "
-                                       "schedule with a confidence head and an SPS table, else threshold/fixed)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="Round shape: fixed | threshold | schedule | tree "
+                                       "(default: tree with a trained drafter; else schedule with a confidence "
+                                       "head and an SPS table, else threshold/fixed)."),
     gamma: Optional[int] = GammaOpt,
     threshold: Optional[float] = ThresholdOpt,
-    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule mode; default: the one for this "
-                                       "device, target and dtype)."),
+    sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (schedule and tree modes; default: the one "
+                                       "for this device, target and dtype)."),
     strict: bool = StrictOpt,
     draft_skip: Optional[bool] = DraftSkipOpt,
     temperature: float = TemperatureOpt,
@@ -140,8 +141,9 @@ def chat(
     drafter: Optional[str] = DrafterOpt,
     image: list[Path] = typer.Option([], "--image", help="Image file for the first message (repeat --image for "
                                      "more; /image PATH later)."),
-    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
-                                                           "an SPS table, else threshold; fixed without confidences)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule | tree (default: tree with "
+                                                           "a trained drafter, else schedule with an SPS table, else "
+                                                           "threshold; fixed without confidences)."),
     gamma: Optional[int] = GammaOpt,
     threshold: Optional[float] = ThresholdOpt,
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
@@ -187,9 +189,9 @@ def chat(
 def serve(
     target: Optional[str] = TargetOpt,
     drafter: Optional[str] = DrafterOpt,
-    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule (default: schedule with "
-                                       "an SPS table; with several requests in flight, schedule = Algorithm 1 "
-                                       "across them)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule | tree (default: tree with "
+                                       "a trained drafter, else schedule with an SPS table; with several requests "
+                                       "in flight, schedule and tree verify chains, Algorithm 1 across them)."),
     gamma: Optional[int] = GammaOpt,
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
     host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "

@@ -292,8 +292,9 @@ def calibrate(
     num_prompts: int = typer.Option(16, "--num-prompts", help="Prompts rolled out (the file's last N)."),
     target: Optional[str] = TargetOpt,
     gamma: Optional[int] = GammaOpt,
-    temperature: float = typer.Option(1.0, "--temperature", help="Serving temperature the rollouts use, in "
-                                     f"[0, {defaults.MAX_TEMPERATURE:g}]."),
+    temperature: float = typer.Option(defaults.DEFAULT_TEMPERATURE, "--temperature", help="Serving temperature "
+                                     f"the rollouts use, in [0, {defaults.MAX_TEMPERATURE:g}] (the fit is kept per "
+                                     "temperature: calibration.json at 0, calibration-t{T}.json at others)."),
     top_p: float = TopPOpt,
     top_k: int = TopKOpt,
     max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Tokens per rollout at most."),
@@ -335,7 +336,7 @@ def calibrate(
 def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Optional[int], temperature: float,
                        max_new_tokens: int, min_rounds: int, seed: int, plot: Optional[Path]) -> None:
     """calibrate's flags, checked before the target loads."""
-    from minispark.model.checkpoint import CALIBRATION_FILE
+    from minispark.model.drafter_dir import calibration_name
     from minispark.target.sampling import SamplingConfig
 
     validate_models.checkpoint(drafter, "--drafter")
@@ -343,8 +344,9 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")
     validate.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
-    if (drafter / CALIBRATION_FILE).is_dir():  # the same, as a traceback
-        raise MinisparkError(f"--drafter {drafter}: its {CALIBRATION_FILE} is a directory, where calibrate writes "
+    name = calibration_name(validate.temperature(temperature))
+    if (drafter / name).is_dir():  # the same, as a traceback
+        raise MinisparkError(f"--drafter {drafter}: its {name} is a directory, where calibrate writes "
                              "the fit; move it away")
     _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)

@@ -49,17 +49,23 @@ from minispark.errors import MinisparkError
 from minispark.serving.generate import make_drafter
 from minispark.target.runtime import eager_linears
 from minispark.target.sampling import SamplingConfig, make_generator
+from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.schedule import FixedLength, LengthPolicy
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
 
 MODES = ("target", "hf", "hf-lookup", "lookup", "fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw",
-         "hybrid", "hybrid-schedule")
+         "hybrid", "hybrid-schedule", "tree", "tree-skip", "tree-flat")
 BASELINE_MODES = ["target", "hf", "hf-lookup", "lookup"]
-DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid", "hybrid-schedule")
+DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid", "hybrid-schedule",
+                 "tree", "tree-skip", "tree-flat")
 CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule")
 HYBRID_MODES = ("hybrid", "hybrid-schedule")
-SCHEDULE_MODES = ("schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule")  # the modes an SPS table prices
+#: tree rounds: "tree" admits nodes by the Θ rule on the SPS table, "tree-skip" adds draft-skip (a skipped round
+#: verifies the lookup branch alone), "tree-flat" admits on a flat curve (every node up to the budget: what a GPU's
+#: verify of up to ~32 tokens at the cost of one step gets)
+TREE_MODES = ("tree", "tree-skip", "tree-flat")
+SCHEDULE_MODES = ("schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule", "tree", "tree-skip")  # priced by SPS
 
 BENCH_PROMPTS = [
     "Add type hints and a docstring to this function:\n\ndef area(width, height):\n    return width * height\n",
@@ -179,7 +185,7 @@ def context_budgets(target: Target, prompt_lengths: Sequence[int], max_new_token
     return budgets
 
 
-def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable[[], LengthPolicy],
+def minispark_mode(name: str, target: Target, drafter: Drafter, policy: Callable[[], LengthPolicy | TreePolicy],
                    sampling: SamplingConfig, drafting: bool = True, draft_skip: bool = False) -> Mode:
     """``policy()`` builds each run's length policy; ``draft_skip`` gives each run a fresh :class:`DraftSkip`."""
     def run(inputs: PromptInputs, max_new_tokens: int, seed: int) -> tuple[list[int], GenerationStats]:
@@ -246,6 +252,11 @@ def build_modes(target: Target, config: BenchConfig, drafter_spec: str | None = 
             notices.append(f"skipping {name}: drafter {drafter_spec} has no confidence head")
         elif name in HYBRID_MODES:
             modes.append(hybrid_mode(name, target, setup, sampling))
+        elif name in TREE_MODES:
+            flat = name == "tree-flat"
+            modes.append(minispark_mode(name, target, trained(setup.drafter),
+                                        lambda f=flat: setup.policy_for("tree", flat=f), sampling,
+                                        draft_skip=name == "tree-skip"))
         else:
             mode = "schedule" if name.startswith("schedule") else name
             envelope = name != "schedule-raw"

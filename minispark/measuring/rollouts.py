@@ -22,7 +22,7 @@ from minispark.defaults import CALIBRATION_MIN_ROUNDS
 from minispark.measuring.calibrate import fit_sts, position_metrics
 from minispark.model.calibration import Calibration
 from minispark.model.checkpoint import sampling_record
-from minispark.model.drafter_dir import CALIBRATION_FILE
+from minispark.model.drafter_dir import calibration_name
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.engine import speculative_generate
@@ -99,19 +99,21 @@ def calibrate_drafter(target: Target, drafter: Drafter, drafter_dir: str | Path,
                       progress: Callable[[int], None] | None = None,
                       min_rounds: int = CALIBRATION_MIN_ROUNDS) -> dict:
     """Roll out ``drafter`` (loaded from ``drafter_dir``, e.g. by ``serving.build_serving``), fit
-    STS, save it as ``calibration.json`` in the drafter directory, report before/after. Fewer than
+    STS, save it in the drafter directory (``calibration.json`` at T 0, ``calibration-t{T}.json`` at T > 0, so
+    one drafter keeps a fit per temperature), report before/after. Fewer than
     ``min_rounds`` rounds at any position is refused: the directory's calibration stays as it was."""
     rollouts = collect_rollouts(target, drafter, prompts, gamma, sampling, max_new_tokens, seed, progress)
     if len(rollouts.accepted) == 0:
         raise MinisparkError("calibration: no rounds were recorded (empty prompts?)")
-    check_enough_rounds(rollouts, min_rounds, len(prompts), Path(drafter_dir) / CALIBRATION_FILE)
+    name = calibration_name(sampling.temperature)  # beside the ones fitted at other temperatures
+    check_enough_rounds(rollouts, min_rounds, len(prompts), Path(drafter_dir) / name)
     calibration: Calibration = fit_sts(rollouts.confidences, rollouts.accepted, drafter=str(drafter_dir),
                                        target=target.name)
     # What loading checks (checkpoint.load_calibration): the target and the sampling fitted for.
     calibration.target_identity = target_id(target.identity())
     calibration.sampling = sampling_record(sampling)
-    path = calibration.save(Path(drafter_dir) / CALIBRATION_FILE)
-    record_written(drafter_dir, CALIBRATION_FILE)  # a directory minispark wrote stays replaceable by it
+    path = calibration.save(Path(drafter_dir) / name)
+    record_written(drafter_dir, name)  # a directory minispark wrote stays replaceable by it
     before = position_metrics(rollouts.confidences, rollouts.accepted)
     after = position_metrics(rollouts.confidences, rollouts.accepted, calibration)
     return {"path": str(path), "rounds": int(len(rollouts.accepted)), "temperatures": calibration.temperatures,

@@ -26,7 +26,7 @@ from minispark.model.deepspec import load_deepspec_model
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.model.drafter_dir import (CALIBRATION_FILE, CONFIG_FILE, DEEPSPEC, DRAFTER_FILES, WEIGHTS_FILE,
-                                         DrafterDir, read_drafter_dir)
+                                         DrafterDir, calibration_paths, read_drafter_dir)
 from minispark.errors import MinisparkError, first_line
 from minispark.identity import same_target
 from minispark.target.sampling import SamplingConfig
@@ -70,6 +70,9 @@ def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype
         for name in DRAFTER_FILES:
             if name != WEIGHTS_FILE and (source / name).is_file():
                 shutil.copy2(source / name, tmp / name)
+        for path in calibration_paths(source):  # the ones fitted at other temperatures too
+            if path.is_file():
+                shutil.copy2(path, tmp / path.name)
         if weight_dtype is None:
             shutil.copy2(source / WEIGHTS_FILE, tmp / WEIGHTS_FILE)
             return
@@ -200,28 +203,37 @@ def sampling_record(sampling: SamplingConfig) -> dict[str, float | int]:
 
 def load_calibration(drafter_dir: str | Path, target_identity: str | None = None,
                      sampling: SamplingConfig | None = None) -> tuple[Calibration | None, str | None]:
-    """The drafter's STS calibration (None without ``calibration.json``) and a one-line warning
-    when it was fitted at other sampling settings than ``sampling``. A calibration fitted for
-    another target than ``target_identity`` is refused. Files written before these fields existed
-    record neither and are taken as they are."""
-    path = Path(drafter_dir) / CALIBRATION_FILE
-    if not path.exists() and not path.is_symlink():  # a directory of that name was ignored without a word
+    """The drafter's STS calibration fitted nearest the request's temperature (``calibration.json`` at T 0,
+    ``calibration-t{T}.json`` at others; None without any) and a one-line warning when even that one was
+    fitted far from ``sampling`` (more than ``CALIBRATION_NEAR`` in temperature, or other top-p / top-k).
+    A calibration fitted for another target than ``target_identity`` is refused. Files written before these
+    fields existed record neither and are taken as they are."""
+    from minispark.defaults import CALIBRATION_NEAR
+
+    paths = calibration_paths(drafter_dir)
+    if not paths:
         return None, None
-    calibration = Calibration.load(path)
+    calibrations = [(path, Calibration.load(path)) for path in paths]
+    want = sampling.temperature if sampling is not None else 0.0
+    path, calibration = min(calibrations, key=lambda pc: abs(pc[1].sampling.get("temperature", 0.0) - want))
     if target_identity is not None and calibration.target_identity \
             and not same_target(calibration.target_identity, target_identity):
         raise MinisparkError(f"{path} was fitted for target {calibration.target_identity!r}, not "
                              f"{target_identity!r}; re-run `minispark calibrate`")
     warning = None
-    if sampling is not None and calibration.sampling and calibration.sampling != sampling_record(sampling):
-        warning = _other_settings_notice(Path(drafter_dir), calibration.sampling, sampling)
+    fitted = calibration.sampling
+    if sampling is not None and fitted and (abs(fitted.get("temperature", 0.0) - want) > CALIBRATION_NEAR
+                                            or {k: v for k, v in fitted.items() if k != "temperature"}
+                                            != {k: v for k, v in sampling_record(sampling).items() if k != "temperature"}):
+        warning = _other_settings_notice(Path(drafter_dir), path, fitted, sampling)
     return calibration, warning
 
 
-def _other_settings_notice(drafter_dir: Path, fitted: dict, sampling: SamplingConfig) -> str:
-    """The notice for a calibration fitted at other sampling settings, with a calibrate command that runs:
-    a shipped drafter is never rewritten, so its notice calibrates a copy."""
-    from minispark.defaults import HELDOUT_FILE, SHIPPED_DRAFTERS
+def _other_settings_notice(drafter_dir: Path, path: Path, fitted: dict, sampling: SamplingConfig) -> str:
+    """The notice for a calibration fitted at other sampling settings, with a calibrate command that runs (on
+    corpus prompts the shipped drafters never trained on, never the held-out set the bench measures): a shipped
+    drafter is never rewritten, so its notice calibrates a copy."""
+    from minispark.defaults import CALIBRATION_PROMPTS, SHIPPED_DRAFTERS
 
     flags = f"--temperature {sampling.temperature:g}"
     flags += f" --top-p {sampling.top_p:g}" if sampling.top_p != 1.0 else ""
@@ -230,7 +242,7 @@ def _other_settings_notice(drafter_dir: Path, fitted: dict, sampling: SamplingCo
     quoted = shlex.quote(str(drafter_dir))
     where, fit = (("the shipped drafter's calibration", f"cp -rL {quoted} my-drafter && minispark calibrate "
                    "--drafter my-drafter") if shipped else
-                  (str(drafter_dir / CALIBRATION_FILE), f"minispark calibrate --drafter {quoted}"))
+                  (str(path), f"minispark calibrate --drafter {quoted}"))
     return (f"{where} was fitted at {', '.join(f'{k} {v:g}' for k, v in fitted.items())}: at these settings its "
             f"confidences may be off, which changes only how many tokens are drafted, never the output; to fit "
-            f"them: {fit} --prompts {shlex.quote(str(HELDOUT_FILE))} {flags}")
+            f"them: {fit} --prompts {shlex.quote(str(CALIBRATION_PROMPTS))} {flags}")

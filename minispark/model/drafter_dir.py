@@ -23,6 +23,7 @@ from the :class:`DrafterDir` it returns. Nothing here reads weights.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,11 +36,29 @@ from minispark.target.remembered import TARGET_FILE
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CALIBRATION_FILE = "calibration.json"
+#: A calibration fitted at a temperature T > 0 sits beside the greedy one as calibration-t{T}.json (serving picks
+#: the one fitted nearest the request's temperature: ``checkpoint.load_calibration``).
+CALIBRATION_AT = re.compile(r"calibration-t(\d+(?:\.\d+)?)\.json")
 #: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score);
 #: ``target.json`` records how its target was loaded (``minispark.target.remembered``).
 DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE)
 #: The two layouts: minispark's own, and DeepSpec's (``Qwen3DSparkModel``, what vLLM and SGLang load).
 DSPARK, DEEPSPEC = "dspark", "deepspec"
+
+
+def calibration_name(temperature: float) -> str:
+    """The file a calibration fitted at ``temperature`` is kept in: ``calibration.json`` at T 0 (greedy)."""
+    return CALIBRATION_FILE if temperature == 0 else f"calibration-t{temperature:g}.json"
+
+
+def calibration_paths(directory: str | Path) -> list[Path]:
+    """Every calibration file of a drafter directory: the greedy one first, then by temperature. A name that is a
+    directory or a dangling link is listed too: reading it refuses it, where skipping it would hide it."""
+    directory = Path(directory)
+    found = sorted((float(m.group(1)), p) for p in directory.glob("calibration-t*.json")
+                   if (m := CALIBRATION_AT.fullmatch(p.name)))
+    greedy = directory / CALIBRATION_FILE
+    return ([greedy] if greedy.exists() or greedy.is_symlink() else []) + [p for _, p in found]
 
 
 class UnreadableConfig(MinisparkError):

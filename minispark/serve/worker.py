@@ -74,7 +74,8 @@ class Worker:
         self.decoder: BatchDecoder | None = None
         self.session = None
         if slots > 1:
-            schedule = setup.sps_table if setup.mode == "schedule" else None
+            # several requests in flight verify scheduled chains together (Algorithm 1 across them), in tree mode too
+            schedule = setup.sps_table if setup.mode in ("schedule", "tree") else None
             skip = BatchDraftSkip() if setup.skip is not None else None  # draft-skip per round of R requests
             self.decoder = BatchDecoder(target, setup.drafter, slots, setup.gamma, schedule, setup.calibration,
                                         skip=skip)
@@ -225,7 +226,8 @@ class Worker:
 def metrics(stats: GenerationStats, setup: ServingSetup) -> dict:
     """Per-request speculative figures (the response's ``minispark`` field)."""
     return {"drafter": setup.drafter.name, "mode": setup.mode, "rounds": stats.rounds,
-            "skipped_rounds": stats.skipped_rounds, "tau": stats.tau,
+            "skipped_rounds": stats.skipped_rounds, "tau": stats.tau, "verify_width": stats.verify_width,
+            "accepted_depth": stats.accepted_depth,
             "drafted_tokens": sum(stats.proposed_lengths), "accepted_tokens": sum(stats.accepted_lengths),
             "acceptance_per_position": stats.acceptance_per_position, "prefill_tokens": stats.prefill_tokens,
             "reused_tokens": stats.reused_tokens, "wall_s": stats.wall_s, "tokens_per_s": stats.tokens_per_s}

@@ -80,3 +80,63 @@ def accept(
     if sampling.greedy:
         return accept_greedy(draft, target_logits)
     return accept_sampling(draft, draft_probs, probabilities(target_logits, sampling), generator)
+
+
+def accept_tree_greedy(tokens: list[int], parents: list[int], target_logits: torch.Tensor) -> tuple[list[int], int]:
+    """Greedy verification of a tree (``draft_tree.DraftTree``'s ``tokens``/``parents``, node 0 the anchor;
+    ``target_logits`` (n, V), row i after node i's path): from the anchor, descend into the child whose token
+    is the target's argmax while there is one. → (accepted nodes in depth order, the target's next token).
+    Exactly target-only greedy decoding: every emitted token is the argmax after the tokens before it."""
+    best = target_logits.argmax(dim=-1).tolist()  # (n,)
+    children: dict[int, dict[int, int]] = {}
+    for node in range(1, len(tokens)):
+        children.setdefault(parents[node], {}).setdefault(tokens[node], node)
+    node, path = 0, []
+    while (child := children.get(node, {}).get(best[node])) is not None:
+        path.append(child)
+        node = child
+    return path, int(best[node])
+
+
+def accept_tree_sampling(tokens: list[int], parents: list[int], q: list[torch.Tensor | None],
+                         target_probs: torch.Tensor, generator: torch.Generator | None = None,
+                         residual: bool = True) -> tuple[list[int], int]:
+    """Multi-candidate speculative sampling over a tree (recursive rejection sampling).
+
+    At a node with target distribution p, its children x_1..x_m are tried in the order they were drawn:
+    x_j is accepted with probability min(1, p(x_j) / q_j(x_j)), where q_j is the distribution x_j was drawn
+    from given the siblings drawn before it (None: one-hot, a deterministic token); on a rejection p becomes
+    the residual norm(max(0, p − q_j)) and the next child is tried. An accepted child is descended into
+    with the target's distribution after it; when no child is accepted, a token is drawn from the residual.
+
+    Why it is exact: one step emits min(q_j, p)(y) + Σ max(0, p − q_j) · residual(y) = p(y), so by induction
+    over the children (each q_j may depend on the siblings drawn before it, never on the verification) the
+    token emitted at a node is distributed as p, and the descent repeats that with the target's own
+    conditional after it. ``target_probs`` (n, V): row i after node i's path, temperature/top-k/top-p
+    applied. ``residual=False`` draws from the unchanged p after a rejection: wrong, the negative control.
+    → (accepted nodes in depth order, the next token)."""
+    children: dict[int, list[int]] = {}
+    for node in range(1, len(tokens)):
+        children.setdefault(parents[node], []).append(node)
+    node, path = 0, []
+    while True:
+        p = target_probs[node]
+        accepted = None
+        for child in children.get(node, []):
+            x = tokens[child]
+            ratio = p[x] if q[child] is None else p[x] / q[child][x]
+            u = torch.rand((), generator=generator, device=p.device)
+            if u < ratio:
+                accepted = child
+                break
+            if residual:
+                leftover = p.clone() if q[child] is None else (p - q[child]).clamp_min(0.0)
+                if q[child] is None:
+                    leftover[x] = 0.0
+                mass = leftover.sum()
+                if mass > 0:  # mass 0: p equals q_j, where a rejection has probability 0 (rounding only)
+                    p = leftover / mass
+        if accepted is None:
+            return path, int(sample(p, generator))
+        path.append(accepted)
+        node = accepted

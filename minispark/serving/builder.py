@@ -9,8 +9,10 @@ command shares (the constants are in :mod:`minispark.defaults`):
 * γ: the drafter's block size (``DEFAULT_GAMMA`` for drafters without one); a larger γ is an error;
 * SPS table: the profiled table for this device, target, dtype and quantization; an explicit
   ``--sps`` table profiled for something else gets a one-line warning (an error with ``strict``);
-* mode: ``schedule`` when the drafter has a confidence head and a table exists (else ``threshold``,
-  with a hint to run ``minispark profile``); ``fixed`` without a confidence head;
+* mode: ``tree`` for a drafter that drafts trees (a trained DSpark or DFlash drafter: best-first trees with the
+  n-gram lookup as a branch, admitted on the SPS table, the generic cost model without one); else ``schedule``
+  when the drafter has a confidence head and a table exists (else ``threshold``, with a hint to run
+  ``minispark profile``); ``fixed`` without a confidence head;
 * calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
 * draft-skip (``draft_skip.py``): on in schedule mode, off in the others (there γ or a threshold
   is what was asked for), never without a drafter.
@@ -38,6 +40,7 @@ from minispark.serving.draft_skip import DraftSkip
 from minispark.errors import MinisparkError
 from minispark.identity import DTYPE_ALIASES, device_name, dtype_name, target_id, target_quantization
 from minispark.target.sampling import SamplingConfig
+from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
 from minispark.serving.sps import SHIPPED_TABLES, SPSTable, SPSTableError, find_table, table_mismatch, user_tables_dir
 from minispark.target.embedded import EMBEDDED_NAME
@@ -71,7 +74,7 @@ class ServingSetup:
     drafter_spec: str
     mode: str
     gamma: int
-    policy: LengthPolicy
+    policy: LengthPolicy | TreePolicy
     sps_table: SPSTable | None
     calibration: Calibration | None = None
     threshold: float = DEFAULT_THRESHOLD
@@ -83,13 +86,14 @@ class ServingSetup:
         """The curve schedule mode prices rounds on: the matched table, else the generic cost model."""
         return self.sps_table or SPSTable.generic()
 
-    def policy_for(self, mode: str, envelope: bool = True) -> LengthPolicy:
+    def policy_for(self, mode: str, envelope: bool = True, flat: bool = False) -> LengthPolicy | TreePolicy:
         """A fresh policy of another mode with the same drafter, γ, table and calibration (bench
-        runs several side by side); schedule mode without a table uses the generic curve."""
+        runs several side by side); schedule and tree modes without a table use the generic curve,
+        a ``flat`` tree none (every node up to its budget)."""
         if isinstance(self.drafter, NoDrafter):
             return FixedLength(0)
         return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
-                                  threshold=self.threshold, sps_table=self.schedule_table,
+                                  threshold=self.threshold, sps_table=None if flat else self.schedule_table,
                                   calibration=self.calibration, envelope=envelope)
 
 
@@ -123,6 +127,17 @@ def matching_sps_table(target: Target, path: Path | None, strict: bool = False) 
                           quantization=quantization, runtime=target.runtime, strict=True), None
     except SPSTableError:
         return None, None
+
+
+def default_mode(drafter: Drafter, has_table: bool) -> str:
+    """The mode a command runs ``drafter`` in when none is asked for: the fastest lossless one measured on the
+    held-out sets (README, Results): tree rounds for a drafter that drafts trees; else the schedule with a
+    confidence head and an SPS table, the threshold without a table, fixed γ without confidences."""
+    if drafter.drafts_trees:
+        return "tree"
+    if not drafter.has_confidence:
+        return "fixed"
+    return "schedule" if has_table else "threshold"
 
 
 def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
@@ -161,14 +176,14 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         short, table = table.max_tokens, None
     chosen = mode is None
     if mode is None:
-        mode = "fixed" if not draft.has_confidence else "schedule" if table is not None else "threshold"
+        mode = default_mode(draft, table is not None)
     if table is None and not isinstance(draft, NoDrafter):  # without a drafter no table is read
         fallback = "no speedup estimate"
         if side_by_side:  # bench said "threshold mode (0.5)" while running schedule on the generic curve
             if any("schedule" in name for name in side_by_side):
                 fallback = "the schedule modes use the generic cost model"
-        elif mode == "schedule":
-            fallback = "schedule mode uses the generic cost model"
+        elif mode in ("schedule", "tree"):
+            fallback = f"{mode} mode uses the generic cost model"
         elif mode == "threshold" and chosen:
             fallback = f"threshold mode ({threshold:g})"
         hints.append(PROFILE_HINT.format(target=target.name, fallback=fallback, command=profile_command(target))
@@ -178,7 +193,7 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     calibration = None
     hybrid = isinstance(draft, HybridDrafter)
     # calibrate (fixed mode) refits it instead; the hybrid prices c_1 in every mode
-    if draft.has_confidence and (mode != "fixed" or hybrid):
+    if mode == "tree" or draft.has_confidence and (mode != "fixed" or hybrid):
         directory = draft.model_dir if hybrid and draft.model_dir is not None else drafter
         calibration, warning = load_calibration(directory, target_id(target.identity()), sampling)
         if warning:
@@ -187,11 +202,11 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
             hints.append(SHORT_CALIBRATION_HINT.format(path=Path(directory) / CALIBRATION_FILE, gamma=gamma,
                                                        fitted=calibration.gamma, directory=shlex.quote(str(directory))))
             calibration = None
-    if draft_skip is None:
+    if draft_skip is None:  # in tree mode it lost: rounds that verify the lookup branch alone accept too little
         draft_skip = mode == "schedule"
     skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None
     setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip)
-    if mode == "schedule":
+    if mode in ("schedule", "tree"):
         setup.sps_table = setup.schedule_table  # served (and estimated) on the curve it schedules with
     setup.policy = setup.policy_for(mode)
     if hybrid:  # its choice prices both sources on the curve the policy schedules against (flat outside schedule)

@@ -14,6 +14,11 @@ One round:
 5. commit:   crop the target KV cache to the committed length (no re-prefill) and hand the drafter
    the features of the newly cached tokens.
 
+A tree round (``TreePolicy``, ``draft_tree.py``) runs the same steps over a tree: propose + schedule build
+it best-first under the Θ rule, verify is one forward with a tree attention mask
+(``TargetSession.step_tree``), accept walks it (``accept.accept_tree_*``) and commit keeps the accepted
+path's KV rows (``TargetSession.keep_rows``). A chain is a tree with one child per node.
+
 The anchor is never in the target KV cache: the prefill covers the prompt minus its last token,
 which is the first round's anchor. So every round, prefill included, has the same shape.
 
@@ -32,11 +37,12 @@ from typing import Callable
 
 import torch
 
-from minispark.serving.accept import accept as accept_rule
+from minispark.serving.accept import accept as accept_rule, accept_tree_greedy, accept_tree_sampling
 from minispark.serving.draft_block import DraftBlock, Proposal
+from minispark.serving.draft_tree import DraftTree, TreeDrafts, TreePolicy
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.draft_skip import SkipPolicy
-from minispark.target.sampling import SamplingConfig, make_generator
+from minispark.target.sampling import SamplingConfig, make_generator, probabilities
 from minispark.serving.schedule import LengthPolicy, scheduled_length
 from minispark.target.session import PromptInputs, StepOutput, TargetSession
 
@@ -91,6 +97,16 @@ class GenerationStats:
                 for source, rows in rounds.items()}
 
     @property
+    def verify_width(self) -> float:
+        """Mean tokens a round's verify forwarded: the anchor plus the drafts (a chain's length, a tree's nodes)."""
+        return 1.0 + sum(self.proposed_lengths) / self.rounds if self.rounds else 0.0
+
+    @property
+    def accepted_depth(self) -> float:
+        """Mean drafts accepted per round (the accepted path's depth in a tree)."""
+        return sum(self.accepted_lengths) / self.rounds if self.rounds else 0.0
+
+    @property
     def tokens_per_s(self) -> float:
         return self.new_tokens / self.wall_s if self.wall_s > 0 else 0.0
 
@@ -100,6 +116,8 @@ class GenerationStats:
             "tau": self.tau,
             "acceptance_per_position": self.acceptance_per_position,
             "mean_proposed": sum(self.proposed_lengths) / self.rounds if self.rounds else 0.0,
+            "verify_width": self.verify_width,
+            "accepted_depth": self.accepted_depth,
             "new_tokens": self.new_tokens,
             "prefill_tokens": self.prefill_tokens,
             "reused_tokens": self.reused_tokens,
@@ -199,6 +217,48 @@ def commit(session: TargetSession, drafter: Drafter, state: DecodeState, proposa
     return emitted
 
 
+def propose_tree(drafter: Drafter, state: DecodeState, session: TargetSession, sampling: SamplingConfig,
+                 generator: torch.Generator, policy: TreePolicy, drafting: bool = True) -> DraftTree:
+    """Steps 1-2 of a tree round: the drafter's expansions and the lookup branch, admitted best-first. A round
+    draft-skip leaves the drafter out of is the lookup branch alone (it costs no forward)."""
+    anchor_position = int(session.text_positions(session.cache_length, 1)[0])
+    drafts = drafter.propose_tree(state.ids, anchor_position, sampling, generator) if drafting else TreeDrafts()
+    lookup, survival = policy.lookup_branch(state.ids)
+    builder = policy.builder(drafts, sampling, generator, state.ids.numel(), chain=not session.supports_trees)
+    return builder.build(int(state.ids[-1]), lookup, survival)
+
+
+def verify_tree(session: TargetSession, tree: DraftTree) -> StepOutput:
+    """Step 3: one target forward over the tree's nodes → (n, V) logits, row i after node i's path (a chain
+    needs no tree mask: it is a plain step, which every runtime runs)."""
+    tokens, parents = tree.tensors(session.target.device)
+    return session.step(tokens) if tree.is_chain else session.step_tree(tokens, parents)
+
+
+def accept_tree(tree: DraftTree, verified: StepOutput, sampling: SamplingConfig,
+                generator: torch.Generator) -> tuple[list[int], int]:
+    """Step 4: the accepted nodes (in depth order) and the token the target emits after them."""
+    if sampling.greedy:
+        return accept_tree_greedy(tree.tokens, tree.parents, verified.logits)
+    q = [None if d is None else d.to(verified.logits.device) for d in tree.q]
+    return accept_tree_sampling(tree.tokens, tree.parents, q, probabilities(verified.logits, sampling), generator)
+
+
+def commit_tree(session: TargetSession, drafter: Drafter, state: DecodeState, tree: DraftTree, path: list[int],
+                next_token: int, verified: StepOutput) -> list[int]:
+    """Step 5: keep the anchor's and the accepted nodes' KV rows (moved into place), hand the drafter their
+    features, append [accepted tokens, next] to the sequence."""
+    start = session.cache_length - len(tree)  # cache length before this round's verify
+    rows = [0] + path
+    session.keep_rows(start, rows)
+    cached = torch.tensor([tree.tokens[i] for i in rows], dtype=state.ids.dtype)  # (n+1,)
+    features = verified.features[rows] if verified.features is not None else None
+    drafter.commit(len(path), cached, features, session.text_positions(start, len(rows)))
+    emitted = [tree.tokens[i] for i in path] + [next_token]
+    state.ids = torch.cat([state.ids, torch.tensor(emitted, dtype=state.ids.dtype)])
+    return emitted
+
+
 def _now(device: torch.device) -> float:
     """perf_counter after the device's queued kernels, so each step is charged for its own work."""
     if device.type == "cuda":
@@ -235,7 +295,7 @@ def speculative_generate(
     prompt: PromptInputs,
     drafter: Drafter,
     sampling: SamplingConfig,
-    policy: LengthPolicy,
+    policy: LengthPolicy | TreePolicy,
     max_new_tokens: int = 256,
     eos_ids: set[int] | frozenset[int] = frozenset(),
     stop: Callable[[list[int]], int | None] | None = None,
@@ -273,27 +333,38 @@ def speculative_generate(
         t_start = _now(device)
         exempt = skip is not None and drafter.skip_exempt(state.ids)  # from committed ids alone
         drafting = skip is None or exempt or skip.should_draft()
-        if drafting:
-            block = propose(drafter, state, session, sampling, generator)
-            proposal = schedule(block, policy, state)
-            source = block.source or drafter.name
+        if isinstance(policy, TreePolicy):
+            tree = propose_tree(drafter, state, session, sampling, generator, policy, drafting)
+            source = "tree" if drafting else "skipped"
+            t_proposed = _now(device)
+            verified = verify_tree(session, tree)
+            t_verified = _now(device)
+            path, next_token = accept_tree(tree, verified, sampling, generator)
+            commit_tree(session, drafter, state, tree, path, next_token, verified)
+            drafted, accepted = tree.drafts, len(path)
         else:
-            proposal, source = Proposal.empty(), "skipped"
-        t_proposed = _now(device)
-        verified = verify(session, state, proposal)
-        t_verified = _now(device)
-        accepted, next_token = accept(proposal, verified, sampling, generator)
-        commit(session, drafter, state, proposal, accepted, next_token, verified)
+            if drafting:
+                block = propose(drafter, state, session, sampling, generator)
+                proposal = schedule(block, policy, state)
+                source = block.source or drafter.name
+            else:
+                proposal, source = Proposal.empty(), "skipped"
+            t_proposed = _now(device)
+            verified = verify(session, state, proposal)
+            t_verified = _now(device)
+            accepted, next_token = accept(proposal, verified, sampling, generator)
+            commit(session, drafter, state, proposal, accepted, next_token, verified)
+            drafted = len(proposal)
         t_committed = _now(device)
         if skip is not None and not exempt:
-            skip.observe(drafting, len(proposal), accepted, t_proposed - t_start, t_committed - t_proposed)
+            skip.observe(drafting, drafted, accepted, t_proposed - t_start, t_committed - t_proposed)
         stats.skipped_rounds += not drafting
         stats.sources.append(source)
         stats.propose_s += t_proposed - t_start
         stats.verify_s += t_verified - t_proposed
         stats.accept_commit_s += t_committed - t_verified
         stats.rounds += 1
-        stats.proposed_lengths.append(len(proposal))
+        stats.proposed_lengths.append(drafted)
         stats.accepted_lengths.append(accepted)
         kept, reason = truncate(state.new_ids, eos_ids, max_new_tokens, stop)
         if on_tokens is not None and len(kept) > streamed:

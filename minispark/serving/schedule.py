@@ -37,6 +37,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from minispark.errors import MinisparkError
+from minispark.serving.draft_tree import TreePolicy
+from minispark.serving.ngram import NgramMatch
 from minispark.serving.sps import SPSTable, monotone_envelope
 
 if TYPE_CHECKING:
@@ -265,6 +267,7 @@ class LengthMode(enum.StrEnum):
     FIXED = "fixed"
     THRESHOLD = "threshold"
     SCHEDULE = "schedule"
+    TREE = "tree"
 
 
 def make_length_policy(
@@ -276,8 +279,9 @@ def make_length_policy(
     sps_table: SPSTable | None = None,
     calibration: Calibration | None = None,
     envelope: bool = True,
-) -> LengthPolicy:
-    """Build the policy for ``mode``; refuses confidence-based modes for drafters without a head.
+) -> LengthPolicy | TreePolicy:
+    """Build the policy for ``mode``; refuses confidence-based modes for drafters without a head; ``tree``
+    is a :class:`~minispark.serving.draft_tree.TreePolicy` with the n-gram lookup as a branch.
 
     There is deliberately no silent fallback from ``schedule``/``threshold`` to ``fixed``: the
     user asked for adaptive lengths, and quietly proposing γ tokens would change the measurement.
@@ -285,6 +289,8 @@ def make_length_policy(
     mode = LengthMode(mode)
     if mode is LengthMode.FIXED:
         return FixedLength(gamma)
+    if mode is LengthMode.TREE:  # confidences where the drafter has a head, draft probabilities where not
+        return TreePolicy(gamma, sps_table=sps_table, calibration=calibration, lookup=NgramMatch())
     if not has_confidence:
         raise MinisparkError(NO_CONFIDENCE.format(mode=mode.value))
     if mode is LengthMode.THRESHOLD:

@@ -2,7 +2,9 @@
 
 A :class:`TargetSession` holds one sequence's KV cache and the tokens it covers; prefill and step
 return the logits of their new tokens (and the captured layers' outputs the drafter's KV injection
-reads). Prompt encoding and model loading stay in :mod:`minispark.target.loading`.
+reads). :meth:`TargetSession.step_tree` verifies a draft tree in one forward (a 4D mask over the
+block) and :meth:`TargetSession.keep_rows` compacts the cache to the accepted path afterwards.
+Prompt encoding and model loading stay in :mod:`minispark.target.loading`.
 
     python -c "from minispark.target.loading import load_target; t = load_target(); s = t.session(); print(s.prefill(t.encode(prompt='Hi')).logits.shape)"
 """
@@ -13,10 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence
 
 import torch
+from transformers.cache_utils import DynamicLayer
 
 from minispark.errors import MinisparkError
+from minispark.target.attention import GROUPED_SDPA
 from minispark.target.compiled import StaticSteps
-from minispark.target.kv_cache import growing_cache
+from minispark.target.kv_cache import GrowingLayer, growing_cache
+
+#: Attention implementations that read a 4D mask as given: transformers' ``masking_utils`` returns a
+#: 4D ``attention_mask`` untouched, and these apply it as a dense (boolean, or additive for eager) mask.
+#: flash / flex attention take padding masks or block masks of their own, so a tree cannot reach them.
+TREE_ATTENTION = frozenset({"sdpa", GROUPED_SDPA, "eager"})
 
 
 @dataclass
@@ -89,6 +98,8 @@ class TargetSession:
         # (cache_length,) on the target device (no sync per step): the tokens the KV cache holds
         self.ids = torch.empty(0, dtype=torch.long, device=target.device)
         self.rope_delta = 0
+        # (cache length it began at, parent of each node) of the last step_tree: what keep_rows checks
+        self._tree: tuple[int, list[int]] | None = None
         self._captured: dict[int, torch.Tensor] = {}
         self._final: list[torch.Tensor] = []
         self.capture_layers = list(capture_layers)
@@ -199,16 +210,118 @@ class TargetSession:
         self.ids = torch.cat([self.ids, tokens.reshape(-1).to(self.ids.device)])
         return self._collect(logits)
 
+    def _tree_refusal(self) -> str | None:
+        """Why this session cannot verify a tree in one forward, or None when it can."""
+        plain = "tree verification needs a plain KV cache"
+        if self.static is not None:
+            return f"{plain} (the compiled runtime's static cache is not one); verify chains instead"
+        # A sliding-window (or other special) layer keeps fewer columns than the mask spans, and
+        # compacting it would need the rows it already dropped.
+        if any(type(layer) not in (DynamicLayer, GrowingLayer) for layer in self.cache.layers):
+            return f"{plain} (this target's cache has sliding-window or other special layers); verify chains instead"
+        attention = self.target.decoder.config._attn_implementation
+        if attention not in TREE_ATTENTION:
+            return f"tree verification needs SDPA or eager attention, not {attention}; verify chains instead"
+        return None
+
+    @property
+    def supports_trees(self) -> bool:
+        """Whether :meth:`step_tree` can run here (no forward tried): the engine falls back to chains."""
+        return self._tree_refusal() is None
+
+    @torch.no_grad()
+    def step_tree(self, tokens: torch.Tensor, parents: torch.Tensor) -> StepOutput:
+        """Forward a draft tree after the cached tokens in one target forward.
+
+        ``tokens`` (n,) are the tree's nodes, node 0 the round's anchor (its root, ``parents[0] == -1``)
+        and every other node's parent earlier in the block (``parents[i]`` in [0, i)). Each node sits at
+        position cache_length + its depth and attends the cache and exactly its own ancestors and itself,
+        so row i of the logits is what the target predicts after node i's root-to-node path: a chain
+        (parents -1, 0, 1, ...) gives :meth:`step`'s numbers. The cache then holds all n nodes (the ids
+        grow by them too) until :meth:`keep_rows` keeps the accepted path.
+        """
+        reason = self._tree_refusal()
+        if reason is not None:
+            raise MinisparkError(reason)
+        n = tokens.numel()
+        parent = [int(p) for p in parents.reshape(-1).tolist()]
+        ancestors, depth = _tree_ancestors(parent, n)  # (n, n) bool, (n,) long, on the CPU
+        start = self.cache_length
+        device = tokens.device
+        positions = depth.to(device) + start + self.rope_delta  # (n,)
+        if self.target.uses_mrope:
+            position_ids = positions.view(1, 1, n).expand(3, 1, n)
+        else:
+            position_ids = positions.view(1, n)
+        visible = torch.cat([torch.ones(n, start, dtype=torch.bool), ancestors], dim=1)  # (n, start + n)
+        mask = visible.view(1, 1, n, start + n).to(self.target.device)  # True = attend, as SDPA reads it
+        if self.target.decoder.config._attn_implementation == "eager":  # eager adds its mask to the scores
+            dtype = self.target.final_norm.weight.dtype  # the hidden states' (transformers' eager mask uses it)
+            mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(~mask, torch.finfo(dtype).min)
+        logits = self._forward(True, input_ids=tokens.view(1, n), position_ids=position_ids, attention_mask=mask)
+        self.ids = torch.cat([self.ids, tokens.reshape(-1).to(self.ids.device)])
+        self._tree = (start, parent)
+        return self._collect(logits)
+
+    def keep_rows(self, start: int, rows: list[int]) -> None:
+        """Keep only block rows ``rows`` of the :meth:`step_tree` that began at cache length ``start``.
+
+        ``rows`` are ascending block indices from the anchor (0) along the accepted path. Each kept
+        node's K/V were computed at position start + its depth, and an accepted path's depths are
+        0..len(rows)-1, so moving the columns down to start, start+1, ... leaves exactly what a prefill of
+        the committed tokens would have written: no re-forward is needed.
+        """
+        end = start + len(rows)
+        pairs = list(zip(rows, rows[1:]))  # (parent, child) along the path
+        if not rows or rows[0] != 0 or any(b <= a for a, b in pairs) or start + rows[-1] >= self.cache_length:
+            raise ValueError(f"keep_rows: rows {rows} are not ascending block rows from 0 after token {start} "
+                             f"of {self.cache_length}")
+        if self._tree is not None and self._tree[0] == start:  # the tree is known: the rows must be a path of it
+            parent = self._tree[1]
+            if rows[-1] >= len(parent) or any(parent[b] != a for a, b in pairs):
+                raise ValueError(f"keep_rows: rows {rows} are not a root-to-node path of the tree {parent}")
+        if rows == list(range(len(rows))):  # a prefix of the block: nothing moves
+            self.crop(end)
+            return
+        reason = self._tree_refusal()
+        if reason is not None:  # a sliding window's or static cache's columns are not plain rows to move
+            raise MinisparkError(reason)
+        index = torch.tensor(rows, device=self.ids.device) + start  # (k,) cache columns to keep
+        kept = torch.cat([self.ids[:start], self.ids[index]])  # (end,)
+        for layer in self.cache.layers:
+            if not layer.is_initialized:
+                continue
+            # In place: a GrowingLayer's keys/values are views of its buffers, a DynamicLayer's are its
+            # own tensors; index_select copies before the write, so overlapping columns are safe.
+            columns = index.to(layer.keys.device)
+            layer.keys[..., start:end, :] = layer.keys.index_select(-2, columns)  # (B, H, k, D)
+            layer.values[..., start:end, :] = layer.values.index_select(-2, columns)
+        self.crop(end)
+        self.ids = kept
+
     def text_positions(self, start: int, n: int) -> torch.Tensor:
         """1D text positions of cache indices [start, start+n) past the prompt's last image."""
         return torch.arange(start, start + n) + self.rope_delta
 
     def crop(self, length: int) -> None:
         """Drop cached tokens beyond ``length`` (rejected drafts); no re-prefill needed."""
+        self._tree = None  # its rows are gone or no longer at the cache's end
         excess = self.cache_length - length
         if excess > 0:
             self.cache.crop(-excess)  # transformers 5.x: a negative count drops the last tokens
             self.ids = self.ids[:length]
+
+
+def _tree_ancestors(parent: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(n, n) bool, row i True at node i's ancestors and itself, and the (n,) depths, on the CPU: a tree
+    is a few dozen nodes at most, and its shape is checked here before any forward reads it."""
+    if len(parent) != n or not n or parent[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parent) if i):
+        raise ValueError(f"step_tree: parents {parent} are not a tree over {n} nodes "
+                         "(root first, parents before children)")
+    ancestors = torch.eye(n, dtype=torch.bool)
+    for i in range(1, n):
+        ancestors[i] |= ancestors[parent[i]]  # a parent's row is complete before its children's
+    return ancestors, ancestors.sum(dim=1) - 1
 
 
 def _span_inputs(target: Target, inputs: PromptInputs, start: int, end: int) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import torch
 
 from minispark.defaults import DEFAULT_GAMMA
 from minispark.serving.draft_block import DraftBlock
+from minispark.serving.draft_tree import TreeDrafts
 from minispark.errors import MinisparkError
 from minispark.serving.schedule import FixedLength
 from minispark.target.sampling import SamplingConfig
@@ -37,6 +38,8 @@ class Drafter(ABC):
     max_gamma: int | None = None
     #: Target decoder layers whose outputs the drafter consumes (KV injection); () for none.
     feature_layers: tuple[int, ...] = ()
+    #: Whether :meth:`propose_tree` expands trees (else a tree round is the n-gram lookup's branch alone).
+    drafts_trees: bool = False
 
     def reset(
         self,
@@ -59,6 +62,12 @@ class Drafter(ABC):
     ) -> DraftBlock:
         """The draft block after ``ids[-1]`` (the anchor). ``ids`` (L,) are all committed tokens;
         ``anchor_position`` is the anchor's 1D text position."""
+
+    def propose_tree(self, ids: torch.Tensor, anchor_position: int, sampling: SamplingConfig,
+                     generator: torch.Generator) -> TreeDrafts:
+        """What a tree round expands after ``ids[-1]`` (``draft_tree.py``): a drafter that drafts chains only
+        offers nothing, so its tree is the n-gram lookup's branch alone."""
+        return TreeDrafts()
 
     def skip_exempt(self, ids: torch.Tensor) -> bool:
         """Whether draft-skip stays out of this round: the drafter's own choice for it, made from the

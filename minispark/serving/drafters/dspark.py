@@ -9,6 +9,7 @@ block's tokens from the backbone's output (:class:`SequentialBlock`), behind the
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -19,6 +20,7 @@ from minispark.model.draft_context import DraftContext
 from minispark.model.draft_model import DraftModel
 from minispark.model.draft_quant import Int8Linear
 from minispark.serving.draft_block import DraftBlock
+from minispark.serving.draft_tree import TreeDrafts
 from minispark.serving.drafters.base import Drafter
 from minispark.target.sampling import SamplingConfig, probabilities, sample
 
@@ -33,6 +35,7 @@ class DSparkDrafter(Drafter):
     """
 
     name = "dspark"
+    drafts_trees = True
 
     def __init__(self, model: DraftModel, capacity: int = 256) -> None:
         self.model = model.eval()
@@ -76,6 +79,13 @@ class DSparkDrafter(Drafter):
         anchor = ids[-1]
         hidden = self.model.forward_block(self.context, anchor, int(anchor_position))  # (γ, d)
         return SequentialBlock(self.model, hidden, anchor, sampling, generator)
+
+    @torch.no_grad()
+    def propose_tree(self, ids: torch.Tensor, anchor_position: int, sampling: SamplingConfig,
+                     generator: torch.Generator) -> TreeDrafts:
+        """The same backbone forward as :meth:`propose`; the tree expands it node by node (``draft_tree.py``)."""
+        hidden = self.model.forward_block(self.context, ids[-1], int(anchor_position))  # (γ, d)
+        return BackboneTreeDrafts(self.model, hidden, sampling)
 
     @staticmethod
     @torch.no_grad()
@@ -191,3 +201,42 @@ class SequentialBlock(DraftBlock):
             # p_d over the whole target vocabulary, exactly zero outside the draft vocabulary.
             p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,)
         return self.prev, p
+
+
+class BackboneTreeDrafts(TreeDrafts):
+    """A tree's children from one backbone forward: at depth d, the base logits U_d plus the Markov head's bias
+    of the parent's token (the RNN head's state unrolled along the parent's path); without a head, U_d alone
+    (per-position top-k). The confidence c_d reads h_d and the parent's token, as in a chain."""
+
+    def __init__(self, model: DraftModel, hidden: torch.Tensor, sampling: SamplingConfig) -> None:
+        self.model, self.hidden, self.sampling = model, hidden, sampling
+        self.depth_limit = hidden.shape[0]
+        self.base = model.lm_head(hidden)  # (γ, N): the lm_head read once per round, as a chain does
+
+    def _embedding(self, token: int) -> torch.Tensor:
+        return self.model.markov_embedding(torch.tensor(token, device=self.hidden.device))  # (r,)
+
+    @torch.no_grad()
+    def distribution(self, path: Sequence[int]) -> torch.Tensor:
+        model, depth = self.model, len(path)
+        logits = self.base[depth - 1]  # (N,)
+        if model.markov is not None:
+            state = model.markov.initial_state(self.hidden[0])
+            # a stateless head needs only the parent's step; the RNN head's state runs along the whole path
+            for k in (range(1, depth + 1) if model.markov.stateful else (depth,)):
+                state, bias = model.markov.step(state, self._embedding(path[k - 1]), self.hidden[k - 1])
+            logits = logits + bias
+        logits = logits.float()
+        # at T 0 the children are the top-k, ranked by the temperature-1 distribution
+        p = torch.softmax(logits, dim=-1) if self.sampling.greedy else probabilities(logits, self.sampling)  # (N,)
+        if model.config.draft_vocab:
+            p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,), zero outside
+        return p
+
+    @torch.no_grad()
+    def confidence(self, path: Sequence[int]) -> float | None:
+        if self.model.confidence_proj is None:
+            return None
+        depth = len(path)
+        previous = self._embedding(path[-1]) if self.model.markov is not None else None
+        return float(torch.sigmoid(self.model._confidence_logits(self.hidden[depth - 1], previous)))

@@ -78,6 +78,9 @@ HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM = 3, 1
 #: The most draft nodes a tree round verifies (``serving/draft_tree.py``); the Θ rule admits fewer where the
 #: SPS curve says a wider verify does not pay.
 DEFAULT_TREE_DRAFTS = 12
+#: The tree `bench --modes tree-flat` grows on a flat cost curve: what a GPU verifies at about the cost of one step
+#: (a batch-1 forward of up to ~32 tokens), simulated on any machine.
+FLAT_TREE_DRAFTS = 31
 HYBRID_LOOKUP_PRIOR = {1: (0.18, 0.54, 0.65, 0.75), 2: (0.45, 0.55, 0.6, 0.8), 3: (0.9,)}
 HYBRID_DSPARK_PRIOR = (0.3, 0.35, 0.35, 0.3, 0.4)
 HYBRID_PRIOR_ROUNDS = 4.0

@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minispark.serving import accept as accept_module
-from minispark.serving.accept import accept_greedy, accept_sampling, leading_true
+from minispark.serving import engine
+from minispark.serving.accept import accept_greedy, accept_sampling, accept_tree_sampling, leading_true
 from minispark.target.sampling import SamplingConfig, sample
 from minispark.serving.schedule import ScheduledLength
 from minispark.serving.sps import SPSTable
@@ -90,9 +90,10 @@ def test_envelope_schedule_with_padding_matches_target_joint() -> None:
 
 
 def test_negative_control_without_residual_fails(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The §11.1 rule (sample p_t at a rejection) must be caught by the same test."""
-    wrong = lambda *args, **kwargs: accept_sampling(*args, **kwargs, residual=False)  # noqa: E731
-    monkeypatch.setattr(accept_module, "accept_sampling", wrong)
+    """The §11.1 rule (sample p_t at a rejection) must be caught by the same test (a chain is verified by the
+    tree rule, whose one child per node is exactly the chain's rule)."""
+    wrong = lambda *args, **kwargs: accept_tree_sampling(*args, **kwargs, residual=False)  # noqa: E731
+    monkeypatch.setattr(engine, "accept_tree_sampling", wrong)
     sampling = CONFIGS["T=1"]
     counts = empirical_joint(sampling, draws=20_000, gamma=2)
     assert chi_square_pvalue(counts, exact_joint(sampling)) < 1e-6

@@ -61,14 +61,14 @@ def broken_mode(target) -> Mode:
     """Junk drafts with the acceptance rule bypassed: every draft is committed. Output equality
     with the target must break, and bench's parity column must say so."""
 
-    def accept_everything(proposal, verified, sampling, generator):
-        return len(proposal), int(verified.logits[len(proposal)].argmax())
+    def accept_everything(tree, verified, sampling, generator):  # a chain: every node, then the target's token
+        return list(range(1, len(tree))), int(verified.logits[len(tree) - 1].argmax())
 
     inner = minispark_mode("broken", target, JunkDrafter(target.vocab_size), lambda: FixedLength(GAMMA),
                            SamplingConfig())
 
     def run(inputs, max_new_tokens, seed):
-        with mock.patch.object(engine, "accept", accept_everything):
+        with mock.patch.object(engine, "accept_tree", accept_everything):
             return inner.run(inputs, max_new_tokens, seed)
 
     return Mode("broken", run, drafting=True)

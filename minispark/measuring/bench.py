@@ -62,8 +62,8 @@ DRAFTER_MODES = ("fixed", "threshold", "schedule", "schedule-noskip", "schedule-
 CONFIDENCE_MODES = ("threshold", "schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule")
 HYBRID_MODES = ("hybrid", "hybrid-schedule")
 #: tree rounds: "tree" admits nodes by the Θ rule on the SPS table, "tree-skip" adds draft-skip (a skipped round
-#: verifies the lookup branch alone), "tree-flat" admits on a flat curve (every node up to the budget: what a GPU's
-#: verify of up to ~32 tokens at the cost of one step gets)
+#: verifies the lookup branch alone), "tree-flat" admits on a flat curve up to ``FLAT_TREE_DRAFTS`` nodes (what a
+#: GPU's verify of up to ~32 tokens at the cost of one step gets)
 TREE_MODES = ("tree", "tree-skip", "tree-flat")
 SCHEDULE_MODES = ("schedule", "schedule-noskip", "schedule-raw", "hybrid-schedule", "tree", "tree-skip")  # priced by SPS
 

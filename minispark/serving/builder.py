@@ -33,7 +33,7 @@ from pathlib import Path
 
 from minispark.model.calibration import Calibration
 from minispark.model.drafter_dir import CALIBRATION_FILE
-from minispark.defaults import DEFAULT_THRESHOLD, PROFILE_MIN_TOKENS
+from minispark.defaults import DEFAULT_THRESHOLD, DEFAULT_TREE_DRAFTS, FLAT_TREE_DRAFTS, PROFILE_MIN_TOKENS
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
@@ -89,12 +89,13 @@ class ServingSetup:
     def policy_for(self, mode: str, envelope: bool = True, flat: bool = False) -> LengthPolicy | TreePolicy:
         """A fresh policy of another mode with the same drafter, γ, table and calibration (bench
         runs several side by side); schedule and tree modes without a table use the generic curve,
-        a ``flat`` tree none (every node up to its budget)."""
+        a ``flat`` tree none (every node up to ``FLAT_TREE_DRAFTS``: the GPU case)."""
         if isinstance(self.drafter, NoDrafter):
             return FixedLength(0)
         return make_length_policy(mode, self.gamma, has_confidence=self.drafter.has_confidence,
                                   threshold=self.threshold, sps_table=None if flat else self.schedule_table,
-                                  calibration=self.calibration, envelope=envelope)
+                                  calibration=self.calibration, envelope=envelope,
+                                  tree_drafts=FLAT_TREE_DRAFTS if flat else DEFAULT_TREE_DRAFTS)
 
 
 def profile_command(target: Target, max_tokens: int | None = None) -> str:

@@ -14,10 +14,13 @@ One round:
 5. commit:   crop the target KV cache to the committed length (no re-prefill) and hand the drafter
    the features of the newly cached tokens.
 
-A tree round (``TreePolicy``, ``draft_tree.py``) runs the same steps over a tree: propose + schedule build
-it best-first under the Θ rule, verify is one forward with a tree attention mask
-(``TargetSession.step_tree``), accept walks it (``accept.accept_tree_*``) and commit keeps the accepted
-path's KV rows (``TargetSession.keep_rows``). A chain is a tree with one child per node.
+Every round is a tree (``draft_tree.DraftTree``); a chain is a tree with one child per node, so one verify,
+accept and commit serve both. A length policy's round (``propose_chain``) is the scheduled block as a chain;
+a tree round (``TreePolicy``, ``propose_tree``) is built best-first under the Θ rule. Verify is one forward
+(a plain step for a chain, a tree attention mask otherwise: ``TargetSession.step_tree``), accept walks the
+tree (``accept.accept_tree_*``: for a chain exactly the rules above) and commit keeps the accepted path's KV
+rows (``TargetSession.keep_rows``: a crop for a chain). ``verify``/``accept``/``commit`` below are the chain
+steps the batched decoder runs for several requests at once (``batched.py``).
 
 The anchor is never in the target KV cache: the prefill covers the prompt minus its last token,
 which is the first round's anchor. So every round, prefill included, has the same shape.
@@ -217,6 +220,18 @@ def commit(session: TargetSession, drafter: Drafter, state: DecodeState, proposa
     return emitted
 
 
+def propose_chain(drafter: Drafter, state: DecodeState, session: TargetSession, sampling: SamplingConfig,
+                  generator: torch.Generator, policy: LengthPolicy, drafting: bool = True) -> tuple[DraftTree, str]:
+    """Steps 1-2 of a chain round (the length policies): the drafter's block, its scheduled prefix as a tree of
+    one child per node, and the round's source; a round draft-skip leaves the drafter out of is the anchor alone."""
+    if not drafting:
+        return DraftTree(tokens=[int(state.ids[-1])]), "skipped"
+    block = propose(drafter, state, session, sampling, generator)
+    proposal = schedule(block, policy, state)
+    q = None if proposal.probs is None else list(proposal.probs.cpu())  # (V,) per draft: what each was drawn from
+    return DraftTree.chain(int(state.ids[-1]), proposal.tokens.tolist(), q), block.source or drafter.name
+
+
 def propose_tree(drafter: Drafter, state: DecodeState, session: TargetSession, sampling: SamplingConfig,
                  generator: torch.Generator, policy: TreePolicy, drafting: bool = True) -> DraftTree:
     """Steps 1-2 of a tree round: the drafter's expansions and the lookup branch, admitted best-first. A round
@@ -336,25 +351,14 @@ def speculative_generate(
         if isinstance(policy, TreePolicy):
             tree = propose_tree(drafter, state, session, sampling, generator, policy, drafting)
             source = "tree" if drafting else "skipped"
-            t_proposed = _now(device)
-            verified = verify_tree(session, tree)
-            t_verified = _now(device)
-            path, next_token = accept_tree(tree, verified, sampling, generator)
-            commit_tree(session, drafter, state, tree, path, next_token, verified)
-            drafted, accepted = tree.drafts, len(path)
         else:
-            if drafting:
-                block = propose(drafter, state, session, sampling, generator)
-                proposal = schedule(block, policy, state)
-                source = block.source or drafter.name
-            else:
-                proposal, source = Proposal.empty(), "skipped"
-            t_proposed = _now(device)
-            verified = verify(session, state, proposal)
-            t_verified = _now(device)
-            accepted, next_token = accept(proposal, verified, sampling, generator)
-            commit(session, drafter, state, proposal, accepted, next_token, verified)
-            drafted = len(proposal)
+            tree, source = propose_chain(drafter, state, session, sampling, generator, policy, drafting)
+        t_proposed = _now(device)
+        verified = verify_tree(session, tree)
+        t_verified = _now(device)
+        path, next_token = accept_tree(tree, verified, sampling, generator)
+        commit_tree(session, drafter, state, tree, path, next_token, verified)
+        drafted, accepted = tree.drafts, len(path)
         t_committed = _now(device)
         if skip is not None and not exempt:
             skip.observe(drafting, drafted, accepted, t_proposed - t_start, t_committed - t_proposed)

@@ -36,6 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from minispark.defaults import DEFAULT_TREE_DRAFTS
 from minispark.errors import MinisparkError
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.ngram import NgramMatch
@@ -279,9 +280,11 @@ def make_length_policy(
     sps_table: SPSTable | None = None,
     calibration: Calibration | None = None,
     envelope: bool = True,
+    tree_drafts: int = DEFAULT_TREE_DRAFTS,
 ) -> LengthPolicy | TreePolicy:
     """Build the policy for ``mode``; refuses confidence-based modes for drafters without a head; ``tree``
-    is a :class:`~minispark.serving.draft_tree.TreePolicy` with the n-gram lookup as a branch.
+    is a :class:`~minispark.serving.draft_tree.TreePolicy` of at most ``tree_drafts`` nodes with the n-gram lookup
+    as a branch.
 
     There is deliberately no silent fallback from ``schedule``/``threshold`` to ``fixed``: the
     user asked for adaptive lengths, and quietly proposing γ tokens would change the measurement.
@@ -290,7 +293,7 @@ def make_length_policy(
     if mode is LengthMode.FIXED:
         return FixedLength(gamma)
     if mode is LengthMode.TREE:  # confidences where the drafter has a head, draft probabilities where not
-        return TreePolicy(gamma, sps_table=sps_table, calibration=calibration, lookup=NgramMatch())
+        return TreePolicy(gamma, tree_drafts, sps_table, calibration, NgramMatch())
     if not has_confidence:
         raise MinisparkError(NO_CONFIDENCE.format(mode=mode.value))
     if mode is LengthMode.THRESHOLD:

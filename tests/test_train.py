@@ -232,3 +232,16 @@ def test_out_with_foreign_files_is_refused_and_left_untouched(cache, target, tmp
     with pytest.raises(MinisparkError, match=rf"--out {out}: not empty and not a minispark training run"):
         train(recipe("steps=4", "checkpoint_every=2"), cache, out, target=target, log=None)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+def test_a_warm_start_continues_its_source_and_beats_a_cold_start(cache, target, tmp_path):
+    """``init_from`` (``train --init-from``): the warm run's first loss is its source's (no update has run yet,
+    whatever the fresh optimizer does), and a few warm steps end below as many cold ones."""
+    source = train(recipe("steps=30"), cache, tmp_path / "source", target=target, log=None)
+    warm = train(recipe("steps=8", f"init_from={source.drafter}"), cache, tmp_path / "warm", target=target, log=None)
+    cold = train(recipe("steps=8"), cache, tmp_path / "cold", target=target, log=None)
+    late = sum(source.losses[s] for s in range(26, 31)) / 5
+    assert abs(warm.losses[1] - late) < 0.2 * late
+    assert sum(warm.losses.values()) / 8 < 0.9 * sum(cold.losses.values()) / 8
+    recorded = json.loads((tmp_path / "warm" / "train_config.json").read_text())
+    assert recorded["init_from"] == str(source.drafter)  # the source is recorded with the run

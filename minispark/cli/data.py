@@ -191,6 +191,9 @@ def train(
                                                "target computes the features as training goes, no cache on disk."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory for checkpoints and the drafter."),
     resume: bool = typer.Option(False, "--resume", help="Continue from the latest checkpoint in --out."),
+    init_from: Optional[Path] = typer.Option(None, "--init-from", help="Warm start: begin from this drafter's "
+                                             "weights (same architecture and target) with a fresh optimizer, keeping "
+                                             "its draft vocabulary (the recipe key init_from)."),
     heldout_cache: Optional[Path] = typer.Option(None, "--heldout-cache",
                                                  help="A --split heldout cache or answer set: evaluate τ on it, "
                                                  "keep the best."),
@@ -212,6 +215,8 @@ def train(
 
         AnswerSet(answers_dir, verify=False)  # not an answer set: one line naming its manifest, before --out
         overrides += ["cache_dir=none", f"answers_dir={answers_dir}"]  # --answers replaces the recipe's cache
+    if init_from is not None:
+        overrides.append(f"init_from={init_from}")
     config = load_recipe(recipe, overrides)
     validate.input_dir(heldout_cache, "--heldout-cache")
     if heldout_cache is not None:

@@ -69,21 +69,21 @@ REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.
 DEFAULT_THRESHOLD = 0.5
 #: The hybrid drafter (``serving/drafters/hybrid.py``). Its lookup side tries trailing n-grams of
 #: ``HYBRID_MAX_NGRAM`` down to ``HYBRID_MIN_NGRAM`` tokens over the whole conversation and prompt
-#: (chosen by measurement on held-out prompts: README, issue 25). Priors of the conditional acceptance
+#: (chosen by measurement on held-out prompts: README, "Hybrid drafting"). Priors of the conditional acceptance
 #: q_k of draft position k (the chance x_k survives given x_1..x_{k−1} did), measured at T 0 on
 #: held-out chat and code prompts the bench does not use: the lookup's by matched n-gram length, the
 #: DSpark block's (q_1 only serves a drafter without a confidence head); each is worth
 #: ``HYBRID_PRIOR_ROUNDS`` rounds against the counts of the generation's own rounds.
 HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM = 3, 1
+HYBRID_LOOKUP_PRIOR = {1: (0.18, 0.54, 0.65, 0.75), 2: (0.45, 0.55, 0.6, 0.8), 3: (0.9,)}
+HYBRID_DSPARK_PRIOR = (0.3, 0.35, 0.35, 0.3, 0.4)
+HYBRID_PRIOR_ROUNDS = 4.0
 #: The most draft nodes a tree round verifies (``serving/draft_tree.py``); the Θ rule admits fewer where the
 #: SPS curve says a wider verify does not pay.
 DEFAULT_TREE_DRAFTS = 12
 #: The tree `bench --modes tree-flat` grows on a flat cost curve: what a GPU verifies at about the cost of one step
 #: (a batch-1 forward of up to ~32 tokens), simulated on any machine.
 FLAT_TREE_DRAFTS = 31
-HYBRID_LOOKUP_PRIOR = {1: (0.18, 0.54, 0.65, 0.75), 2: (0.45, 0.55, 0.6, 0.8), 3: (0.9,)}
-HYBRID_DSPARK_PRIOR = (0.3, 0.35, 0.35, 0.3, 0.4)
-HYBRID_PRIOR_ROUNDS = 4.0
 #: Rounds ``minispark calibrate`` must roll out at every draft position before it fits and stores a
 #: calibration: fewer (1 prompt × 1 token) would replace a good fit with noise, so it refuses instead.
 CALIBRATION_MIN_ROUNDS = 100
@@ -216,7 +216,7 @@ SERVE_BODY_TIMEOUT_S = 30.0  # a body shorter than its Content-Length held a han
 SERVE_MAX_MESSAGES = 128
 SERVE_MAX_IMAGES = 8
 #: Pixels per image a request may send (413 past it); under it the target downscales each image to its own
-#: 6 GB-card budget (``image_max_pixels``, issue 23) before the vision tower sees it.
+#: 6 GB-card budget (``image_max_pixels``) before the vision tower sees it.
 SERVE_MAX_IMAGE_PIXELS = 4_000_000
 SERVE_MAX_TOKENS = 2048  # the most max_tokens a request may ask for
 SERVE_DEFAULT_MAX_TOKENS = 256  # when it asks for none

@@ -71,7 +71,7 @@ def copy_drafter(source: str | Path, dest: str | Path, weight_dtype: torch.dtype
             if name != WEIGHTS_FILE and (source / name).is_file():
                 shutil.copy2(source / name, tmp / name)
         for path in calibration_paths(source):  # the ones fitted at other temperatures too
-            if path.is_file():
+            if path.name != CALIBRATION_FILE and path.is_file():
                 shutil.copy2(path, tmp / path.name)
         if weight_dtype is None:
             shutil.copy2(source / WEIGHTS_FILE, tmp / WEIGHTS_FILE)

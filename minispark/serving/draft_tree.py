@@ -164,7 +164,6 @@ class TreeBudget:
     sps: Sequence[float] | None = None
     chain: bool = False  # one child per node: a target whose KV cache cannot verify a tree verifies chains
 
-
     def rate(self, tokens: int) -> float:
         if self.sps is None:
             return 1.0
@@ -182,7 +181,6 @@ class TreeBuilder:
                  budget: TreeBudget, scale: Callable[[int, float], float] | None = None) -> None:
         self.drafts, self.sampling, self.generator, self.budget = drafts, sampling, generator, budget
         self.scale = scale or (lambda _depth, c: c)
-        self.on_draw: Callable[[int, int], None] | None = None  # a test's spy: (parent, child) once drawn
 
     def build(self, anchor: int, lookup: Sequence[int] = (), lookup_survival: Sequence[float] = ()) -> DraftTree:
         tree = DraftTree(tokens=[int(anchor)])
@@ -260,7 +258,7 @@ class TreeBuilder:
         if c is not None and not tree.children(node):
             share = c
         else:
-            probs, best = self._distribution(tree, node)
+            best = self._distribution(tree, node)[1]
             left = float(self._remaining(tree, node).max())
             if left <= 0.0:
                 return
@@ -286,10 +284,7 @@ class TreeBuilder:
         else:
             q = rest / rest.sum()
             token = int(torch.multinomial(q, 1, generator=self.generator))
-        node = tree.add(parent, token, q, survival, "draft")
-        if self.on_draw is not None:
-            self.on_draw(parent, node)
-        return node
+        return tree.add(parent, token, q, survival, "draft")
 
 
 class LookupMatch(Protocol):

@@ -62,7 +62,7 @@ class GenerationStats:
     reused_tokens: int = 0  # prompt tokens already in the KV cache from earlier turns
     prefill_s: float = 0.0
     wall_s: float = 0.0
-    # Seconds spent in each step, summed over rounds (bench's per-round breakdown, issue 10).
+    # Seconds spent in each step, summed over rounds (bench's per-round breakdown of where a round's time goes).
     # propose_s is the drafter's time: the block's forward and the draws the schedule step makes.
     propose_s: float = 0.0
     verify_s: float = 0.0
@@ -228,7 +228,7 @@ def propose_chain(drafter: Drafter, state: DecodeState, session: TargetSession, 
         return DraftTree(tokens=[int(state.ids[-1])]), "skipped"
     block = propose(drafter, state, session, sampling, generator)
     proposal = schedule(block, policy, state)
-    q = None if proposal.probs is None else list(proposal.probs.cpu())  # (V,) per draft: what each was drawn from
+    q = None if proposal.probs is None else list(proposal.probs)  # (V,) per draft: what each was drawn from
     return DraftTree.chain(int(state.ids[-1]), proposal.tokens.tolist(), q), block.source or drafter.name
 
 

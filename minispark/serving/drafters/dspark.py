@@ -156,6 +156,14 @@ def load_drafter(
     return DSparkDrafter(load_draft_model(path, target_embed, target_lm_head, device, target_identity))
 
 
+def over_target_vocab(model: DraftModel, p: torch.Tensor) -> torch.Tensor:
+    """(V,) a draft distribution ``p`` (N,) over the whole target vocabulary: exactly zero outside a draft
+    vocabulary, which verification needs (the residual covers the mass the drafter cannot propose)."""
+    if not model.config.draft_vocab:
+        return p
+    return p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)
+
+
 class SequentialBlock(DraftBlock):
     """x_k ~ p_k = probabilities(U_k + B_k(x_{k−1}, …)) left to right; c_k from h_k and x_{k−1}.
 
@@ -197,10 +205,7 @@ class SequentialBlock(DraftBlock):
             return self.prev, None
         p = probabilities(logits.float(), self.sampling)  # (N,)
         self.prev = model.target_ids(sample(p, self.generator))
-        if model.config.draft_vocab:
-            # p_d over the whole target vocabulary, exactly zero outside the draft vocabulary.
-            p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,)
-        return self.prev, p
+        return self.prev, over_target_vocab(model, p)
 
 
 class BackboneTreeDrafts(TreeDrafts):
@@ -229,9 +234,7 @@ class BackboneTreeDrafts(TreeDrafts):
         logits = logits.float()
         # at T 0 the children are the top-k, ranked by the temperature-1 distribution
         p = torch.softmax(logits, dim=-1) if self.sampling.greedy else probabilities(logits, self.sampling)  # (N,)
-        if model.config.draft_vocab:
-            p = p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)  # (V,), zero outside
-        return p
+        return over_target_vocab(model, p)
 
     @torch.no_grad()
     def confidence(self, path: Sequence[int]) -> float | None:

@@ -75,6 +75,85 @@ def test_batched_step_equals_one_step_per_request(target: Target) -> None:
         session.close()
 
 
+TREES = [[-1, 0, 0, 1, 2, 1], [-1], [-1, 0, 1, 0]]  # branching, the anchor alone, two branches of the anchor
+
+
+def test_batched_tree_step_equals_step_tree_per_request(target: Target) -> None:
+    """Three sessions of different cache lengths verify a draft tree each in one padded forward: every node's
+    logits and features are its session's own ``step_tree``'s, and keeping an accepted path leaves the cache
+    a lone tree step and the same ``keep_rows`` leave."""
+    layers = (1,)
+    prompts = [target.encode(prompt=p) for p in PROMPTS[:3]]
+    blocks = [torch.tensor([5, 6, 7, 8, 9, 10]), torch.tensor([9]), torch.tensor([3, 4, 11, 12])]
+    paths = [[0, 2, 4], [0], [0, 3]]
+    alone = []
+    for prompt, block, parents, path in zip(prompts, blocks, TREES, paths):
+        with target.session(layers) as session:
+            session.prefill(prompt)
+            start = session.cache_length
+            out = session.step_tree(block.to(target.device), torch.tensor(parents))
+            session.keep_rows(start, path)
+            alone.append((out, [layer.keys.clone() for layer in session.cache.layers]))
+    sessions = [target.session(layers) for _ in prompts]
+    for session, prompt in zip(sessions, prompts):
+        session.prefill(prompt)
+    starts = [session.cache_length for session in sessions]
+    outs = batched_step(sessions, blocks, TREES)
+    for (ref, ref_keys), out, session, start, path in zip(alone, outs, sessions, starts, paths):
+        torch.testing.assert_close(out.logits, ref.logits, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(out.features, ref.features, atol=1e-4, rtol=1e-4)
+        session.keep_rows(start, path)
+        for keys, layer in zip(ref_keys, session.cache.layers):
+            torch.testing.assert_close(layer.keys, keys, atol=1e-4, rtol=1e-4)
+        session.close()
+
+
+def test_batched_tree_proposal_equals_one_tree_proposal_per_request(target: Target) -> None:
+    """Forks of one DSpark drafter draft their trees from one backbone forward: every node's distribution is
+    the one its request's own ``propose_tree`` gives."""
+    from minispark.serving.batched import fork_drafter
+    from minispark.serving.drafters.dspark import DSparkDrafter
+    from minispark.target.sampling import SamplingConfig
+
+    first = random_dspark(target)
+    drafters = [first] + [fork_drafter(first) for _ in PROMPTS[:2]]
+    prompts = [target.encode(prompt=p) for p in PROMPTS[:3]]
+    sessions, states, _ = _prefilled(target, drafters, prompts, SamplingConfig())
+    positions = [int(s.text_positions(s.cache_length, 1)[0]) for s in sessions]
+    together = DSparkDrafter.propose_trees_together(drafters, [s.ids for s in states], positions,
+                                                    [SamplingConfig()] * 3)
+    for drafter, state, session, position, drafts in zip(drafters, states, sessions, positions, together):
+        alone = drafter.propose_tree(state.ids, position, SamplingConfig(), None)
+        for path in ([int(state.ids[-1])], [int(state.ids[-1]), 5], [int(state.ids[-1]), 5, 7]):
+            torch.testing.assert_close(drafts.distribution(path), alone.distribution(path), atol=1e-5, rtol=1e-5)
+            assert drafts.confidence(path) == pytest.approx(alone.confidence(path), abs=1e-5)
+        session.close()
+
+
+@pytest.mark.parametrize("table", ["flat", "grid"])
+def test_concurrent_tree_requests_keep_greedy_parity(target: Target, reference: list[list[int]], table: str) -> None:
+    """Every request's round is a draft tree grown against one padded verify: outputs equal target-only
+    decoding; with a flat cost every tree takes its budget's nodes (more than its depth: it branches), and a
+    grid where each extra token per row costs 10 steps verifies the anchors alone without drafting."""
+    from minispark.serving.draft_tree import TreePolicy
+    from minispark.serving.ngram import NgramMatch
+
+    sps = None
+    if table == "grid":
+        sps = SPSTable.from_inline([1.0] + [1 / 11.0] * 15)
+        sps.batched = {"context": 0, "requests": [2, 3], "widths": list(range(1, 17)),
+                       "seconds": [[1.0 + 10.0 * (w - 1) for w in range(1, 17)]] * 2}
+    policy = TreePolicy(4, max_drafts=6, sps_table=sps, lookup=NgramMatch())
+    decoder, done = decode_all(target, random_dspark(target), sps_table=sps, tree=policy)
+    assert [r.token_ids for r in done] == reference
+    if table == "flat":
+        assert all(set(r.stats.sources) == {"tree"} for r in done)
+        assert decoder.budget_per_request() == pytest.approx(7.0, abs=0.5)  # 6 nodes a tree, short ones at the end
+    else:  # not even a sure node pays for a second token per row: the drafter is not run
+        assert all(set(r.stats.sources) == {"skipped"} for r in done)
+        assert decoder.budget_per_request() == 1.0
+
+
 def _prefilled(target: Target, drafters: list, prompts: list, sampling) -> tuple[list, list, list]:
     """(sessions, decode states, batch requests) of ``prompts`` prefilled with their ``drafters``, seed 7."""
     from minispark.serving.engine import DecodeState, prefill
@@ -172,26 +251,31 @@ def test_admission_reads_the_batched_grid(target: Target, reference: list[list[i
         assert decoder.budget_per_request() > 1.5
 
 
+@pytest.mark.parametrize("rounds", ["chain", "tree"])
 def test_batch_draft_skip_leaves_losing_rounds_out_and_keeps_parity(target: Target, reference: list[list[int]],
-                                                                    monkeypatch) -> None:
+                                                                    monkeypatch, rounds: str) -> None:
     """A drafter forward made dearer than the tiny target's step never pays: once the policy has timed a
-    drafted and a plain round it skips, probing now and then; every request keeps its greedy output."""
+    drafted and a plain round it skips, probing now and then; every request keeps its greedy output. So for
+    tree rounds, whose admission prices the verify only."""
+    from minispark.serving.draft_tree import TreePolicy
     from minispark.serving.drafters.dspark import DSparkDrafter
+    from minispark.serving.ngram import NgramMatch
 
-    together = DSparkDrafter.propose_together
+    name = "propose_together" if rounds == "chain" else "propose_trees_together"
+    together = getattr(DSparkDrafter, name)
 
     def dear(*args, **kwargs):
         time.sleep(0.05)
         return together(*args, **kwargs)
 
-    monkeypatch.setattr(DSparkDrafter, "propose_together", staticmethod(dear))
-    decoder, done = decode_all(target, random_dspark(target), skip=BatchDraftSkip())
+    monkeypatch.setattr(DSparkDrafter, name, staticmethod(dear))
+    tree = TreePolicy(4, max_drafts=6, lookup=NgramMatch()) if rounds == "tree" else None
+    decoder, done = decode_all(target, random_dspark(target), skip=BatchDraftSkip(), tree=tree)
     for request, want in zip(done, reference):
         assert request.token_ids == want
     assert decoder.skipped_rounds > decoder.rounds / 2
-    assert {s for r in done for s in r.stats.sources} == {"dspark", "skipped"}
+    assert {s for r in done for s in r.stats.sources} == {"dspark" if rounds == "chain" else "tree", "skipped"}
     assert sum(r.stats.skipped_rounds for r in done) == sum(r.stats.sources.count("skipped") for r in done)
-
 
 
 def test_batch_draft_skip_with_a_hybrid_drafter_keeps_parity(target: Target, reference: list[list[int]],

@@ -76,11 +76,11 @@ class ForcedDraws(TreeBuilder):
         super().__init__(*args, **kwargs)
         self.at, self.token, self.drawn = at, token, 0
 
-    def _draw(self, tree: DraftTree, parent: int, survival: float) -> int:
-        node = super()._draw(tree, parent, survival)
+    def _draw(self, parent: int, survival: float) -> int:
+        node = super()._draw(parent, survival)
         self.drawn += 1
         if self.drawn == self.at:
-            tree.tokens[node] = self.token
+            self.tree.tokens[node] = self.token
         return node
 
 

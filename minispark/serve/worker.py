@@ -29,6 +29,7 @@ from minispark.serving.batched import BatchDecoder, BatchRequest
 from minispark.serving.builder import ServingSetup
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.draft_skip import BatchDraftSkip
+from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.generate import stop_on_strings
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.target.loading import Target
@@ -74,11 +75,12 @@ class Worker:
         self.decoder: BatchDecoder | None = None
         self.session = None
         if slots > 1:
-            # several requests in flight verify scheduled chains together (Algorithm 1 across them), in tree mode too
+            # several requests in flight verify together: Algorithm 1 across them, over chains or trees' nodes
             schedule = setup.sps_table if setup.mode in ("schedule", "tree") else None
-            skip = BatchDraftSkip() if setup.skip is not None else None  # draft-skip per round of R requests
+            skip = BatchDraftSkip() if setup.batch_skip else None  # draft-skip per round of R requests
+            tree = setup.policy if isinstance(setup.policy, TreePolicy) else None
             self.decoder = BatchDecoder(target, setup.drafter, slots, setup.gamma, schedule, setup.calibration,
-                                        skip=skip)
+                                        skip=skip, tree=tree)
         else:
             self.session = target.session(setup.drafter.feature_layers)
         self.thread = threading.Thread(target=self._loop, name="minispark-decode", daemon=True)

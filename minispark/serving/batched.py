@@ -42,13 +42,14 @@ from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.errors import MinisparkError
-from minispark.serving.engine import (DecodeState, GenerationStats, accept, commit, prefill, propose, settle,
-                                      truncate)
+from minispark.serving.draft_tree import DraftTree, TreePolicy
+from minispark.serving.engine import (DecodeState, GenerationStats, accept, accept_tree, commit, commit_tree, prefill,
+                                      propose, settle, truncate)
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
 from minispark.target.kv_cache import GrowingLayer
 from minispark.target.loading import Target
-from minispark.target.session import PromptInputs, StepOutput, TargetSession
+from minispark.target.session import PromptInputs, StepOutput, TargetSession, tree_ancestors
 
 
 def fork_drafter(drafter: Drafter) -> Drafter:
@@ -103,13 +104,19 @@ def _batchable(sessions: list[TargetSession]) -> bool:
 
 
 @torch.no_grad()
-def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor]) -> list[StepOutput]:
+def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor],
+                 parents: list[list[int]] | None = None) -> list[StepOutput]:
     """``session.step(block)`` for every request, as one target forward; same outputs, same caches after.
 
-    ``blocks[r]`` (q_r,) long are request r's [anchor, drafts]. Sessions must share one target; a cache
-    of another layer type (sliding window) falls back to one forward per request."""
+    ``blocks[r]`` (q_r,) long are request r's [anchor, drafts], a chain; with ``parents`` (``parents[r][i]``:
+    node i's parent, −1 for the anchor) request r's block is a draft tree and the outputs are
+    ``session.step_tree``'s. Sessions must share one target; a cache of another layer type (sliding window)
+    falls back to one forward per request."""
+    trees = parents or [list(range(-1, int(b.numel()) - 1)) for b in blocks]  # a chain: each node's parent precedes it
     if not _batchable(sessions):
-        return [session.step(block) for session, block in zip(sessions, blocks)]
+        return [session.step(block) if parent == list(range(-1, len(parent) - 1))
+                else session.step_tree(block, torch.tensor(parent)) for session, block, parent in
+                zip(sessions, blocks, trees)]
     target = sessions[0].target
     device, dtype = target.device, target.dtype
     num = len(sessions)
@@ -118,15 +125,20 @@ def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor]) -> l
     longest, width = max(lengths), max(sizes)
     tokens = torch.zeros(num, width, dtype=torch.long, device=device)  # (R, Q), right-padded
     positions = torch.zeros(num, width, dtype=torch.long, device=device)  # (R, Q)
-    # (R, 1, Q, L_max + Q) additive mask: row r sees its L_r cached keys and its own block causally.
-    mask = torch.full((num, 1, width, longest + width), torch.finfo(dtype).min, dtype=dtype, device=device)
-    causal = torch.ones(width, width, dtype=torch.bool, device=device).tril()
-    for r, (session, block) in enumerate(zip(sessions, blocks)):
+    # (R, 1, Q, L_max + Q) additive mask: row r sees its L_r cached keys and, in its block, each node its
+    # ancestors and itself (a chain: causally); a padding query sees the cache and itself.
+    visible = torch.zeros(num, 1, width, longest + width, dtype=torch.bool)
+    for r, (session, block, parent) in enumerate(zip(sessions, blocks, trees)):
+        ancestors, depth = tree_ancestors(parent, sizes[r])  # (q_r, q_r) bool, (q_r,) long
         tokens[r, : sizes[r]] = block.to(device)
         tokens[r, sizes[r]:] = block[-1]  # padding queries: outputs ignored
-        positions[r] = torch.arange(lengths[r], lengths[r] + width, device=device) + session.rope_delta
-        mask[r, 0, :, : lengths[r]] = 0
-        mask[r, 0, :, longest:] = mask[r, 0, :, longest:].masked_fill(causal, 0)
+        positions[r, : sizes[r]] = depth.to(device) + lengths[r] + session.rope_delta
+        positions[r, sizes[r]:] = lengths[r] + session.rope_delta  # padding: any position, its rows are dropped
+        visible[r, 0, :, : lengths[r]] = True
+        visible[r, 0, :, longest:] = torch.eye(width, dtype=torch.bool)
+        visible[r, 0, : sizes[r], longest: longest + sizes[r]] = ancestors
+    mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible.to(device),
+                                                                               torch.finfo(dtype).min)
     layers = []
     for index in range(len(sessions[0].cache.layers)):
         first = sessions[0].cache.layers[index].keys  # (1, H, L_0, D)
@@ -153,6 +165,11 @@ def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor]) -> l
             features = torch.cat([session._captured.pop(i)[r, : sizes[r]] for i in session.capture_layers], dim=-1)
         results.append(StepOutput(logits=out.logits[r, : sizes[r]].float(), features=features))
     return results
+
+
+def _flat(_width: int) -> float:
+    """No SPS table: a verify costs the same at any width, so every node up to the budget pays."""
+    return 1.0
 
 
 @dataclass
@@ -182,11 +199,13 @@ class BatchDecoder:
     so a later request whose prompt starts with the same tokens (the next turn of a conversation) is
     placed there and only prefills the rest. ``sps_table`` (with a confidence-head drafter) turns on
     Algorithm 1 admission; without one each request verifies min(γ, its block). ``skip`` leaves the drafter
-    out of rounds predicted not to pay (:class:`~minispark.serving.draft_skip.BatchDraftSkip`)."""
+    out of rounds predicted not to pay (:class:`~minispark.serving.draft_skip.BatchDraftSkip`). ``tree`` (a
+    tree-drafting drafter) makes every round a draft tree per request, the trees grown together against the
+    padded verify's cost on the ``sps_table``'s batched grid (:meth:`TreePolicy.grow_across`)."""
 
     def __init__(self, target: Target, drafter: Drafter, slots: int, gamma: int,
                  sps_table: SPSTable | None = None, calibration=None, envelope: bool = True,
-                 skip: BatchDraftSkip | None = None) -> None:
+                 skip: BatchDraftSkip | None = None, tree: TreePolicy | None = None) -> None:
         self.target = target
         self.gamma = 0 if isinstance(drafter, NoDrafter) else gamma
         self.drafters = [drafter] + [fork_drafter(drafter) for _ in range(slots - 1)]
@@ -195,6 +214,7 @@ class BatchDecoder:
         self.scheduled = drafter.has_confidence and sps_table is not None and self.gamma > 0
         self.sps_table, self.calibration, self.envelope = sps_table, calibration, envelope
         self.skip = skip if self.gamma > 0 else None
+        self.tree = tree if self.gamma > 0 and drafter.drafts_trees else None
         self.rounds = 0
         self.skipped_rounds = 0
         self.verify_tokens = 0  # Σ over rounds of B (anchors + admitted drafts)
@@ -270,39 +290,20 @@ class BatchDecoder:
         t_start = time.perf_counter()
         sessions = [self.sessions[r.slot] for r in active]
         drafters = [self.drafters[r.slot] for r in active]
-        # Unlike one request's engine, no round is exempt (a hybrid's lookup rounds cost no drafter forward,
-        # but their blocks widen every padded row, which the hybrid's own rule does not price).
-        drafting = self.gamma > 0 and (self.skip is None or self.skip.should_draft(len(active)))
-        if drafting:
-            blocks = propose_all(drafters, active, sessions)
-            proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
-            sources = [b.source or d.name for b, d in zip(blocks, drafters)]
+        if self.tree is not None:
+            sources, drafted, outcomes, times = self._tree_round(active, sessions, drafters)
         else:
-            proposals = [Proposal.empty() for _ in active]
-            sources = ["skipped" if self.gamma else "plain"] * len(active)
-        t_proposed = time.perf_counter()
-        verified = batched_step(sessions, [torch.cat([r.state.anchor, p.tokens.cpu()])  # (1+ℓ_r,) each
-                                           for r, p in zip(active, proposals)])
-        t_verified = time.perf_counter()
+            sources, drafted, outcomes, times = self._chain_round(active, sessions, drafters)
+        t_proposed, t_verified, t_committed = times
         self.rounds += 1
-        self.skipped_rounds += self.gamma > 0 and not drafting
         self.request_rounds += len(active)
-        self.verify_tokens += sum(len(p) + 1 for p in proposals)
-        outcomes = []
-        for request, session, drafter, proposal, out in zip(active, sessions, drafters, proposals, verified):
-            accepted, next_token = accept(proposal, out, request.sampling, request.generator)
-            commit(session, drafter, request.state, proposal, accepted, next_token, out)
-            outcomes.append(accepted)
-        t_committed = time.perf_counter()
-        if self.skip is not None:
-            self.skip.observe(len(active), drafting, sum(len(p) for p in proposals), sum(outcomes),
-                              t_proposed - t_start, t_committed - t_proposed)
+        self.verify_tokens += sum(drafted) + len(active)
         finished = []
-        for request, source, proposal, accepted in zip(active, sources, proposals, outcomes):
+        for request, source, drafts, accepted in zip(active, sources, drafted, outcomes):
             stats = request.stats
             stats.rounds += 1
-            stats.skipped_rounds += self.gamma > 0 and not drafting
-            stats.proposed_lengths.append(len(proposal))
+            stats.skipped_rounds += source == "skipped"
+            stats.proposed_lengths.append(drafts)
             stats.sources.append(source)
             stats.accepted_lengths.append(accepted)
             stats.propose_s += t_proposed - t_start
@@ -318,6 +319,86 @@ class BatchDecoder:
                 self._finish(request, reason)
                 finished.append(request)
         return finished
+
+    def _chain_round(self, active: list[BatchRequest], sessions: list[TargetSession],
+                     drafters: list[Drafter]) -> tuple[list[str], list[int], list[int], tuple[float, float, float]]:
+        """Propose → schedule → verify → accept → commit of scheduled chains: each request's source, drafts
+        verified and drafts accepted, and when proposing, verifying and committing ended."""
+        t_start = time.perf_counter()
+        # Unlike one request's engine, no round is exempt (a hybrid's lookup rounds cost no drafter forward,
+        # but their blocks widen every padded row, which the hybrid's own rule does not price).
+        drafting = self.gamma > 0 and (self.skip is None or self.skip.should_draft(len(active)))
+        if drafting:
+            blocks = propose_all(drafters, active, sessions)
+            proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
+            sources = [b.source or d.name for b, d in zip(blocks, drafters)]
+        else:
+            proposals = [Proposal.empty() for _ in active]
+            sources = ["skipped" if self.gamma else "plain"] * len(active)
+        t_proposed = time.perf_counter()
+        verified = batched_step(sessions, [torch.cat([r.state.anchor, p.tokens.cpu()])  # (1+ℓ_r,) each
+                                           for r, p in zip(active, proposals)])
+        t_verified = time.perf_counter()
+        self.skipped_rounds += self.gamma > 0 and not drafting
+        outcomes = []
+        for request, session, drafter, proposal, out in zip(active, sessions, drafters, proposals, verified):
+            accepted, next_token = accept(proposal, out, request.sampling, request.generator)
+            commit(session, drafter, request.state, proposal, accepted, next_token, out)
+            outcomes.append(accepted)
+        t_committed = time.perf_counter()
+        if self.skip is not None:
+            self.skip.observe(len(active), drafting, sum(len(p) for p in proposals), sum(outcomes),
+                              t_proposed - t_start, t_committed - t_proposed)
+        return sources, [len(p) for p in proposals], outcomes, (t_proposed, t_verified, t_committed)
+
+    def _tree_round(self, active: list[BatchRequest], sessions: list[TargetSession],
+                    drafters: list[Drafter]) -> tuple[list[str], list[int], list[int], tuple[float, float, float]]:
+        """A round of draft trees: one backbone forward for every request, the trees grown together against the
+        padded verify (widest row priced on the batched grid), one tree-masked forward, each request's tree
+        accepted and committed alone (its own sampling and generator: lossless per request)."""
+        t_start = time.perf_counter()
+        trees, drafting = self._grow(active, sessions, drafters)
+        t_proposed = time.perf_counter()
+        verified = batched_step(sessions, [tree.tensors()[0] for tree in trees], [tree.parents for tree in trees])
+        t_verified = time.perf_counter()
+        outcomes = []
+        for request, session, drafter, tree, out in zip(active, sessions, drafters, trees, verified):
+            path, next_token = accept_tree(tree, out, request.sampling, request.generator)
+            commit_tree(session, drafter, request.state, tree, path, next_token, out)
+            outcomes.append(len(path))
+        t_committed = time.perf_counter()
+        self.skipped_rounds += not drafting
+        if self.skip is not None:
+            self.skip.observe(len(active), drafting, sum(tree.drafts for tree in trees), sum(outcomes),
+                              t_proposed - t_start, t_committed - t_proposed)
+        sources = ["tree" if drafting else "skipped"] * len(active)
+        return sources, [tree.drafts for tree in trees], outcomes, (t_proposed, t_verified, t_committed)
+
+    def _grow(self, active: list[BatchRequest], sessions: list[TargetSession],
+              drafters: list[Drafter]) -> tuple[list[DraftTree], bool]:
+        """Steps 1-2 of a tree round for every request in flight, and whether it drafted. A round that does not
+        is the anchors alone (a plain R-row target step): when not even a sure first node would pay for widening
+        every row to 2 tokens (nothing could be admitted), or when draft-skip leaves it out (it prices the
+        drafter's forward and the lookup branches' width together, from earlier rounds' outcomes)."""
+        ids = [r.state.ids for r in active]
+        num = len(active)
+        widest = self.tree.max_drafts + 1
+        rate = _flat
+        if (table := self.sps_table) is not None:
+            widest = min(widest, table.batched["widths"][-1] if table.batched else table.max_tokens)
+            context = sum(i.numel() for i in ids) // num
+            rate = batch_sps(table, num, widest, context, self.envelope)
+        if (num + 1) * rate(2) <= num * rate(1) or not (self.skip is None or self.skip.should_draft(num)):
+            return [DraftTree(tokens=[int(i[-1])]) for i in ids], False
+        positions = [int(s.text_positions(s.cache_length, 1)[0]) for s in sessions]
+        samplings = [r.sampling for r in active]
+        if _one_model(drafters):
+            drafts = DSparkDrafter.propose_trees_together(drafters, ids, positions, samplings)
+        else:
+            drafts = [d.propose_tree(i, p, r.sampling, r.generator) for d, i, p, r in zip(drafters, ids, positions, active)]
+        chain = not all(s.supports_trees for s in sessions)
+        return self.tree.grow_across(drafts, ids, samplings, [r.generator for r in active], rate, widest - 1,
+                                     chain), True
 
     def run(self, requests: list[BatchRequest]) -> list[BatchRequest]:
         """Decode ``requests`` to the end, admitting each as a slot frees (what tests and benchmarks call)."""

@@ -15,7 +15,9 @@ command shares (the constants are in :mod:`minispark.defaults`):
   ``minispark profile``); ``fixed`` without a confidence head;
 * calibration: the drafter's ``calibration.json``, checked against the target and ``sampling``.
 * draft-skip (``draft_skip.py``): on in schedule mode, off in the others (there γ or a threshold
-  is what was asked for), never without a drafter.
+  is what was asked for), never without a drafter. Across requests (``serve`` with several slots) it is on in
+  tree mode too: there one round's drafter forward serves every request, and the trees' admission prices
+  only the verify.
 * the compiled runtime (``--runtime compiled``) compiles the step widths 1..γ+1 here, with a notice
   of what it cost.
 * the hybrid drafter (``--drafter hybrid``) prices its two sources on the SPS table in schedule
@@ -80,6 +82,7 @@ class ServingSetup:
     threshold: float = DEFAULT_THRESHOLD
     hints: list[str] = field(default_factory=list)
     skip: DraftSkip | None = None  # None: the drafter runs every round
+    batch_skip: bool = False  # draft-skip for rounds of several requests in flight (serve's batched decoder)
 
     @property
     def schedule_table(self) -> SPSTable:
@@ -203,10 +206,12 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
             hints.append(SHORT_CALIBRATION_HINT.format(path=Path(directory) / CALIBRATION_FILE, gamma=gamma,
                                                        fitted=calibration.gamma, directory=shlex.quote(str(directory))))
             calibration = None
-    if draft_skip is None:  # in tree mode it lost: rounds that verify the lookup branch alone accept too little
-        draft_skip = mode == "schedule"
-    skip = DraftSkip() if draft_skip and not isinstance(draft, NoDrafter) else None
-    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip)
+    drafting = not isinstance(draft, NoDrafter)
+    # one request's tree rounds lost with it: rounds that verify the lookup branch alone accept too little
+    skip = DraftSkip() if drafting and (mode == "schedule" if draft_skip is None else draft_skip) else None
+    batch_skip = drafting and (mode in ("schedule", "tree") if draft_skip is None else draft_skip)
+    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip,
+                         batch_skip)
     if mode in ("schedule", "tree"):
         setup.sps_table = setup.schedule_table  # served (and estimated) on the curve it schedules with
     setup.policy = setup.policy_for(mode)

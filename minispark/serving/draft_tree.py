@@ -150,8 +150,21 @@ class _Slot:
 
     neg_survival: float
     order: int
+    owner: int = field(compare=False)  # which tree of the round (one per request in flight)
     parent: int = field(compare=False)
     lookup_index: int = field(compare=False, default=-1)  # ≥ 0: the lookup branch's token at this index
+
+
+class _Frontier:
+    """Every tree's candidate slots in one heap, so several requests' trees compete for one verify."""
+
+    def __init__(self) -> None:
+        self.heap: list[_Slot] = []
+        self.pushed = 0
+
+    def push(self, survival: float, owner: int, parent: int, lookup_index: int = -1) -> None:
+        self.pushed += 1
+        heapq.heappush(self.heap, _Slot(-survival, self.pushed, owner, parent, lookup_index))
 
 
 @dataclass
@@ -171,7 +184,8 @@ class TreeBudget:
 
 
 class TreeBuilder:
-    """Builds one round's :class:`DraftTree`: best-first slots, admitted by the Θ rule, drawn only once admitted.
+    """Builds one request's :class:`DraftTree`: best-first slots, admitted by the Θ rule, drawn only once
+    admitted. :func:`grow_trees` runs several builders (the requests in flight) against one verify.
 
     ``scale(depth, c)`` maps a raw confidence to a calibrated one (identity without a calibration);
     ``lookup`` is the lookup branch (tokens after the anchor) with ``lookup_survival[k]``, the chance its
@@ -183,108 +197,144 @@ class TreeBuilder:
         self.scale = scale or (lambda _depth, c: c)
 
     def build(self, anchor: int, lookup: Sequence[int] = (), lookup_survival: Sequence[float] = ()) -> DraftTree:
-        tree = DraftTree(tokens=[int(anchor)])
-        heap: list[_Slot] = []
-        self._pushed = 0
+        """The tree of one request verified alone (priced on the budget's curve)."""
+        return grow_trees([self], [(anchor, lookup, lookup_survival)], self.budget.rate)[0]
+
+    def begin(self, frontier: _Frontier, owner: int, anchor: int, lookup: Sequence[int] = (),
+              lookup_survival: Sequence[float] = ()) -> None:
+        """Start a tree at ``anchor``: its first slots go into ``frontier`` under the index ``owner``."""
+        self.frontier, self.owner = frontier, owner
+        self.tree = DraftTree(tokens=[int(anchor)])
+        self.lookup, self.lookup_survival = lookup, lookup_survival
         self._confidences: dict[int, float | None] = {}
         self._distributions: dict[int, tuple[torch.Tensor, float]] = {}  # node -> (probs (V,), best)
-        self._push_child(tree, heap, 0)
+        self._push_child(0)
         if lookup:
-            self._push_lookup(heap, 0, 0, 1.0, lookup_survival, lookup)
-        expected, theta = 1.0, self.budget.rate(1)
-        while heap and tree.drafts < self.budget.max_drafts:
-            slot = heapq.heappop(heap)
-            survival = -slot.neg_survival
-            if slot.lookup_index >= 0:
-                token = int(lookup[slot.lookup_index])
-                existing = tree.child_with(slot.parent, token)
-                if existing is None and self.budget.chain and tree.children(slot.parent):
-                    continue  # the drafted chain took this place
-                if existing is not None:  # the branch shares this node: no verify width, go on below it
-                    tree.survival[existing] = max(tree.survival[existing], survival)
-                    self._push_lookup(heap, existing, slot.lookup_index + 1, survival, lookup_survival, lookup)
-                    continue
-            grown = expected + survival
-            grown_theta = grown * self.budget.rate(tree.drafts + 2)
-            if survival <= 0.0 or grown_theta <= theta:
-                break  # the losslessness rule: never look past the first drop
-            expected, theta = grown, grown_theta
-            if slot.lookup_index >= 0:
-                node = tree.add(slot.parent, token, None, survival, "lookup")
-                self._push_lookup(heap, node, slot.lookup_index + 1, survival, lookup_survival, lookup)
-            else:
-                node = self._draw(tree, slot.parent, survival)
-                self._push_child(tree, heap, slot.parent)  # the parent's next child, ranked from what exists now
-            self._push_child(tree, heap, node)
-        return tree
+            self._push_lookup(0, 0, 1.0)
+
+    @property
+    def full(self) -> bool:
+        return self.tree.drafts >= self.budget.max_drafts
+
+    def shared(self, slot: _Slot) -> int | None:
+        """A lookup slot whose token needs no new node: the drafted child that already holds it (the branch
+        goes on below it, its survival raised) or −1 where a chain's one child took the place; else None."""
+        if slot.lookup_index < 0:
+            return None
+        tree = self.tree
+        existing = tree.child_with(slot.parent, int(self.lookup[slot.lookup_index]))
+        if existing is None:
+            return -1 if self.budget.chain and tree.children(slot.parent) else None
+        tree.survival[existing] = max(tree.survival[existing], -slot.neg_survival)
+        self._push_lookup(existing, slot.lookup_index + 1, -slot.neg_survival)
+        return existing
+
+    def admit(self, slot: _Slot) -> None:
+        """Add the admitted slot's node (drawn now) and push the slots it opens."""
+        survival = -slot.neg_survival
+        if slot.lookup_index >= 0:
+            node = self.tree.add(slot.parent, int(self.lookup[slot.lookup_index]), None, survival, "lookup")
+            self._push_lookup(node, slot.lookup_index + 1, survival)
+        else:
+            node = self._draw(slot.parent, survival)
+            self._push_child(slot.parent)  # the parent's next child, ranked from what exists now
+        self._push_child(node)
 
     # ---- slots ---------------------------------------------------------------------------------------
 
-    def _path(self, tree: DraftTree, node: int) -> list[int]:
-        return [tree.tokens[0]] + [tree.tokens[i] for i in tree.path(node)]
+    def _path(self, node: int) -> list[int]:
+        return [self.tree.tokens[0]] + [self.tree.tokens[i] for i in self.tree.path(node)]
 
-    def _confidence(self, tree: DraftTree, node: int) -> float | None:
+    def _confidence(self, node: int) -> float | None:
         """The calibrated chance the node's best child survives, from the node's path alone (None without a
         confidence head: the draft probability stands in for it)."""
         if node not in self._confidences:
-            raw = self.drafts.confidence(self._path(tree, node))
-            self._confidences[node] = None if raw is None else self.scale(tree.depths[node] + 1, raw)
+            raw = self.drafts.confidence(self._path(node))
+            self._confidences[node] = None if raw is None else self.scale(self.tree.depths[node] + 1, raw)
         return self._confidences[node]
 
-    def _distribution(self, tree: DraftTree, node: int) -> tuple[torch.Tensor, float]:
+    def _distribution(self, node: int) -> tuple[torch.Tensor, float]:
         """The node's children's distribution (V,) and its best probability (computed once per node)."""
         if node not in self._distributions:
-            probs = self.drafts.distribution(self._path(tree, node))  # (V,)
+            probs = self.drafts.distribution(self._path(node))  # (V,)
             self._distributions[node] = (probs, float(probs.max()))
         return self._distributions[node]
 
-    def _remaining(self, tree: DraftTree, node: int) -> torch.Tensor:
+    def _remaining(self, node: int) -> torch.Tensor:
         """(V,) the node's distribution without the tokens of its existing children (unnormalised)."""
-        probs = self._distribution(tree, node)[0]
-        taken = [tree.tokens[i] for i in tree.children(node)]
+        probs = self._distribution(node)[0]
+        taken = [self.tree.tokens[i] for i in self.tree.children(node)]
         if not taken:
             return probs
         rest = probs.clone()
         rest[taken] = 0.0
         return rest
 
-    def _push_child(self, tree: DraftTree, heap: list[_Slot], node: int) -> None:
+    def _push_child(self, node: int) -> None:
         """Push ``node``'s next drafted child slot, if it can have one: its estimate is the node's survival ×
         c × the best remaining probability relative to the best (c for the first child, less for later ones).
         A first child's estimate needs only c: the node's distribution is computed once a child is drawn."""
+        tree = self.tree
         if tree.depths[node] >= self.drafts.depth_limit or (self.budget.chain and tree.children(node)):
             return
-        c = self._confidence(tree, node)
+        c = self._confidence(node)
         if c is not None and not tree.children(node):
             share = c
         else:
-            best = self._distribution(tree, node)[1]
-            left = float(self._remaining(tree, node).max())
+            best = self._distribution(node)[1]
+            left = float(self._remaining(node).max())
             if left <= 0.0:
                 return
             share = (best if c is None else c) * left / max(best, 1e-30)
-        self._pushed += 1
-        heapq.heappush(heap, _Slot(-tree.survival[node] * share, self._pushed, node))
+        self.frontier.push(tree.survival[node] * share, self.owner, node)
 
-    def _push_lookup(self, heap: list[_Slot], parent: int, index: int, survival: float,
-                     lookup_survival: Sequence[float], lookup: Sequence[int]) -> None:
-        if index >= min(len(lookup_survival), len(lookup)):  # the policy already cut the branch at γ
+    def _push_lookup(self, parent: int, index: int, survival: float) -> None:
+        if index >= min(len(self.lookup_survival), len(self.lookup)):  # the policy already cut the branch at γ
             return
-        self._pushed += 1
-        heapq.heappush(heap, _Slot(-survival * float(lookup_survival[index]), self._pushed, parent, index))
+        self.frontier.push(survival * float(self.lookup_survival[index]), self.owner, parent, index)
 
     # ---- drawing --------------------------------------------------------------------------------------
 
-    def _draw(self, tree: DraftTree, parent: int, survival: float) -> int:
+    def _draw(self, parent: int, survival: float) -> int:
         """Draw the admitted slot's token: the best token not yet a child at T 0, else a sample from the
         distribution without the existing children, renormalised (that is its ``q``)."""
-        rest = self._remaining(tree, parent)
+        rest = self._remaining(parent)
         if self.sampling.greedy:
             token, q = int(rest.argmax()), None
         else:
             q = rest / rest.sum()
             token = int(torch.multinomial(q, 1, generator=self.generator))
-        return tree.add(parent, token, q, survival, "draft")
+        return self.tree.add(parent, token, q, survival, "draft")
+
+
+Root = tuple[int, Sequence[int], Sequence[float]]  # (anchor, lookup branch, its tokens' survival)
+
+
+def grow_trees(builders: Sequence[TreeBuilder], roots: Sequence[Root], rate: Callable[[int], float]) -> list[DraftTree]:
+    """The trees of the requests verified in one forward (``builders[r]`` grows request r's from ``roots[r]``),
+    best slot first across all of them (Algorithm 1 over nodes): Θ = (R + Σ a) · rate(W), where W is the
+    widest tree's node count (the verify's padded row; one tree: its size) and ``rate(W)`` its steps/s. A slot
+    inside the current width adds expected tokens for free, one past it widens every row. Stops at the first
+    slot that does not raise Θ; a tree at its budget's ``max_drafts`` takes no more nodes."""
+    frontier = _Frontier()
+    for owner, (builder, (anchor, lookup, survival)) in enumerate(zip(builders, roots)):
+        builder.begin(frontier, owner, anchor, lookup, survival)
+    expected = float(len(builders))  # each anchor yields one token
+    width = 1
+    theta = expected * rate(width)
+    while frontier.heap:
+        slot = heapq.heappop(frontier.heap)
+        builder = builders[slot.owner]
+        if builder.full or builder.shared(slot) is not None:
+            continue
+        survival = -slot.neg_survival
+        grown, grown_width = expected + survival, max(width, len(builder.tree) + 1)
+        grown_theta = grown * rate(grown_width)
+        if survival <= 0.0 or grown_theta <= theta:
+            break  # the losslessness rule: never look past the first drop
+        expected, theta, width = grown, grown_theta, grown_width
+        builder.admit(slot)
+    return [builder.tree for builder in builders]
 
 
 class LookupMatch(Protocol):
@@ -334,3 +384,13 @@ class TreePolicy:
     def builder(self, drafts: TreeDrafts, sampling: SamplingConfig, generator: torch.Generator | None,
                 context_length: int, chain: bool = False) -> TreeBuilder:
         return TreeBuilder(drafts, sampling, generator, self.budget(context_length, chain), self.scale)
+
+    def grow_across(self, drafts: Sequence[TreeDrafts], ids: Sequence[torch.Tensor], samplings: Sequence[SamplingConfig],
+                    generators: Sequence[torch.Generator | None], rate: Callable[[int], float], max_drafts: int,
+                    chain: bool = False) -> list[DraftTree]:
+        """The trees of R requests verified together (request r: its drafter's ``drafts[r]``, committed ``ids[r]``
+        with the anchor last), each at most ``max_drafts`` nodes, priced by ``rate(W)``: steps/s of the padded
+        verify whose widest row is W tokens."""
+        builders = [TreeBuilder(d, s, g, TreeBudget(min(self.max_drafts, max_drafts), chain=chain), self.scale)
+                    for d, s, g in zip(drafts, samplings, generators)]
+        return grow_trees(builders, [(int(i[-1]), *self.lookup_branch(i)) for i in ids], rate)

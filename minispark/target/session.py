@@ -245,7 +245,7 @@ class TargetSession:
             raise MinisparkError(reason)
         n = tokens.numel()
         parent = [int(p) for p in parents.reshape(-1).tolist()]
-        ancestors, depth = _tree_ancestors(parent, n)  # (n, n) bool, (n,) long, on the CPU
+        ancestors, depth = tree_ancestors(parent, n)  # (n, n) bool, (n,) long, on the CPU
         start = self.cache_length
         device = tokens.device
         positions = depth.to(device) + start + self.rope_delta  # (n,)
@@ -312,7 +312,7 @@ class TargetSession:
             self.ids = self.ids[:length]
 
 
-def _tree_ancestors(parent: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
+def tree_ancestors(parent: list[int], n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(n, n) bool, row i True at node i's ancestors and itself, and the (n,) depths, on the CPU: a tree
     is a few dozen nodes at most, and its shape is checked here before any forward reads it."""
     if len(parent) != n or not n or parent[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parent) if i):

@@ -93,11 +93,17 @@ class DSparkDrafter(Drafter):
                          samplings: list[SamplingConfig], generators: list[torch.Generator]) -> list[DraftBlock]:
         """:meth:`propose` of several requests' drafters that share one model, with one backbone forward
         for all of them (``DraftModel.forward_blocks``); each block then draws with its own sampling."""
-        model = drafters[0].model
-        anchors = torch.stack([request_ids[-1] for request_ids in ids])  # (R,)
-        hidden = model.forward_blocks([d.context for d in drafters], anchors, anchor_positions)  # (R, γ, d)
-        return [SequentialBlock(model, hidden[r], anchors[r], samplings[r], generators[r])
+        anchors, hidden = _forward_together(drafters, ids, anchor_positions)
+        return [SequentialBlock(drafters[0].model, hidden[r], anchors[r], samplings[r], generators[r])
                 for r in range(len(drafters))]
+
+    @staticmethod
+    @torch.no_grad()
+    def propose_trees_together(drafters: list["DSparkDrafter"], ids: list[torch.Tensor], anchor_positions: list[int],
+                               samplings: list[SamplingConfig]) -> list[TreeDrafts]:
+        """:meth:`propose_tree` of several requests' drafters that share one model, with one backbone forward."""
+        _, hidden = _forward_together(drafters, ids, anchor_positions)
+        return [BackboneTreeDrafts(drafters[0].model, hidden[r], samplings[r]) for r in range(len(drafters))]
 
     @torch.no_grad()
     def commit(
@@ -143,6 +149,14 @@ class DSparkDrafter(Drafter):
         self._pending.clear()
         layer_kv = self.model.context_kv(features[None], positions[None])  # (1, Hkv, n, D) each
         self._context.append(layer_kv, positions)
+
+
+def _forward_together(drafters: list[DSparkDrafter], ids: list[torch.Tensor],
+                      anchor_positions: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The anchors (R,) and one backbone forward's hidden states (R, γ, d) of drafters sharing one model."""
+    anchors = torch.stack([request_ids[-1] for request_ids in ids])  # (R,)
+    hidden = drafters[0].model.forward_blocks([d.context for d in drafters], anchors, anchor_positions)
+    return anchors, hidden
 
 
 def load_drafter(

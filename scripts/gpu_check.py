@@ -12,7 +12,10 @@ vocab 151,936, its vision tower), loaded 4-bit through bitsandbytes on CUDA; the
 (c) a small SPS table (``minispark profile``'s measurement) and one generation's propose / verify time split;
 (d) the decoding runtimes side by side: eager vs ``--runtime compiled`` (static KV cache, CUDA graphs) on CUDA —
     the one-time compile, step times at widths 1, 4 and 8, and whether their greedy outputs are identical
-    (on a CPU: eager vs packed, which is what ``auto`` runs there).
+    (on a CPU: eager vs packed, which is what ``auto`` runs there);
+(e) a draft tree verified in one forward (SDPA with a boolean tree mask on CUDA): every node's logits against a
+    plain forward of its root-to-node path (largest difference, argmax agreement), and the step time of a
+    16-node tree beside a one-token step (on a GPU the tree's width should cost about one step).
 
 It writes ``gpu_check.json`` and ``gpu_check.txt`` (a short table) under ``--out`` and exits 1 when a CUDA
 peak exceeds 5.5 GB. On a CPU it runs the same steps at tiny scale (``tests/test_gpu_check.py`` runs it in the
@@ -239,6 +242,50 @@ def runtime_steps(target_dir: Path, device: torch.device) -> dict[str, Any]:
     return report
 
 
+def tree_verify(target_dir: Path, device: torch.device) -> dict[str, Any]:
+    """(e): a branching tree's logits against per-path forwards, and a 16-node tree's step time."""
+    import statistics
+
+    from minispark.target.loading import load_target
+
+    target = load_target(str(target_dir), device=str(device), load_in_4bit=device.type == "cuda", runtime="eager")
+    prompt = target.encode(prompt="Name three rivers and the seas they reach. " * 4)
+    parents = [-1, 0, 0, 1, 1, 2, 3, 5]
+    tokens = prompt.input_ids[0, 1: 1 + len(parents)].to(target.device)  # any real token ids
+    worst, agree = 0.0, 0
+    with target.session() as session:
+        session.prefill(prompt)
+        start = session.cache_length
+        tree = session.step_tree(tokens, torch.tensor(parents)).logits  # (n, V)
+        session.crop(start)
+        for node in range(len(parents)):
+            path, i = [], node
+            while i >= 0:
+                path.append(i)
+                i = parents[i]
+            alone = session.step(tokens[path[::-1]]).logits[-1]  # (V,)
+            session.crop(start)
+            worst = max(worst, float((alone - tree[node]).abs().max()))
+            agree += int(alone.argmax() == tree[node].argmax())
+        wide = [-1] + list(range(15))  # 16 nodes, a chain's shape through the tree mask
+        times: dict[str, list[float]] = {"one token": [], "16-node tree": []}
+        for _ in range(5):
+            for name in times:
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                begin = time.perf_counter()
+                if name == "one token":
+                    session.step(tokens[:1])
+                else:
+                    session.step_tree(prompt.input_ids[0, :16].to(target.device), torch.tensor(wide))
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                times[name].append(time.perf_counter() - begin)
+                session.crop(start)
+    return {"nodes": len(parents), "max_abs_logit_diff": worst, "argmax_agree": agree,
+            "step_ms": {name: statistics.median(t) * 1e3 for name, t in times.items()}}
+
+
 def over_limit(report: dict[str, Any], limit_gb: float = LIMIT_GB) -> list[str]:
     """The CUDA peaks above ``limit_gb`` (none on a CPU, whose RSS figures are not the card's)."""
     if report["device"] != "cuda":
@@ -267,6 +314,10 @@ def render(report: dict[str, Any]) -> str:
             rows.append((f"runtime {name}: step ms at 1 / 4 / 8", steps + compiled))
     if runtimes:
         rows.append(("runtimes decode identically (greedy)", str(runtimes["identical_greedy"])))
+    if (tree := report.get("tree")) is not None:
+        rows.append(("tree verify vs per-path forwards", f"max |Δlogit| {tree['max_abs_logit_diff']:.2e}, argmax "
+                                                         f"{tree['argmax_agree']}/{tree['nodes']}"))
+        rows.append(("step ms: one token / 16-node tree", " / ".join(f"{ms:.1f}" for ms in tree["step_ms"].values())))
     head = f"gpu_check {report['scale']} on {report['device_name']} ({report['date']}, torch {report['torch']})"
     return "\n".join([head] + [f"  {k:<38} {v}" for k, v in rows] + [f"  {'over the limit':<38} "
                                                                       f"{', '.join(report['over_limit']) or 'none'}"])
@@ -290,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__, "training": training_peak(args.scale, device),
             "training_host": training_host_peak(target_dir, args.scale, device),
             "serving": serving_peak(target_dir, args.scale, device, work, args.out / "sps"),
-            "runtimes": runtime_steps(target_dir, device)}
+            "runtimes": runtime_steps(target_dir, device), "tree": tree_verify(target_dir, device)}
     report["seconds"] = time.perf_counter() - started
     report["over_limit"] = over_limit(report)
     (args.out / "gpu_check.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -36,6 +36,8 @@ def test_runs_at_tiny_scale_on_a_cpu(gpu_check, tmp_path, monkeypatch):
     assert set(runtimes) == {"eager", "packed", "identical_greedy"} and runtimes["identical_greedy"] is True
     assert all(ms > 0 for ms in runtimes["packed"]["step_ms"].values())
     assert "runtime packed: step ms" in (tmp_path / "gpu_check.txt").read_text()
+    tree = report["tree"]  # fp32 on a CPU: the tree mask's logits are the per-path forwards'
+    assert tree["argmax_agree"] == tree["nodes"] and tree["max_abs_logit_diff"] < 1e-3
 
 
 def test_a_cuda_peak_over_the_limit_fails(gpu_check):

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 
 from minispark.defaults import DEFAULT_TREE_DRAFTS, HYBRID_LOOKUP_PRIOR
-from minispark.target.sampling import SamplingConfig
+from minispark.target.sampling import SamplingConfig, sample
 
 if TYPE_CHECKING:
     from minispark.model.calibration import Calibration
@@ -303,7 +303,7 @@ class TreeBuilder:
             token, q = int(rest.argmax()), None
         else:
             q = rest / rest.sum()
-            token = int(torch.multinomial(q, 1, generator=self.generator))
+            token = int(sample(q, self.generator))
         return self.tree.add(parent, token, q, survival, "draft")
 
 

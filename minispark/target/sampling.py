@@ -80,9 +80,15 @@ def probabilities(logits: torch.Tensor, config: SamplingConfig) -> torch.Tensor:
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
-    """Draw one token per row of ``probs`` (..., V) → (...,) long."""
+    """Draw one token per row of ``probs`` (..., V) (unnormalised is fine) → (...,) long.
+
+    By inverse CDF: one uniform per row against the row's cumulative sum, in float64 so a zero-probability
+    token adds exactly nothing and is never drawn (the first index whose cdf exceeds u has mass). A tenth of
+    ``multinomial``'s time over a 49k vocabulary on a CPU, which a tree round at T > 0 pays per drafted node."""
     flat = probs.reshape(-1, probs.shape[-1])  # (N, V)
-    drawn = torch.multinomial(flat, 1, generator=generator).squeeze(-1)  # (N,)
+    cdf = flat.double().cumsum(dim=-1)  # (N, V)
+    u = torch.rand(flat.shape[0], 1, generator=generator, device=flat.device, dtype=torch.float64) * cdf[:, -1:]
+    drawn = torch.searchsorted(cdf, u, right=True).squeeze(-1).clamp_(max=flat.shape[-1] - 1)  # (N,)
     return drawn.reshape(probs.shape[:-1])
 
 

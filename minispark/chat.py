@@ -13,6 +13,7 @@ on CUDA, the turn's peak device memory (what a 6 GB card has to hold).
 from __future__ import annotations
 
 import json
+import shlex
 import signal
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +100,7 @@ class ChatREPL:
         self.read_line = read_line or (lambda: console.input("[bold cyan]you ›[/] "))
         self.show_stats = show_stats
         self.pending: list[str] = []
+        self.saved: set[Path] = set()  # the files this session's /save wrote: the only ones it replaces
 
     def run(self, images: Sequence[str | Path] = ()) -> None:
         target = self.conversation.target
@@ -163,6 +165,16 @@ class ChatREPL:
             self.error(f"unknown command {command} (try /help)")
         elif takes_path and not argument:
             self.error(f"{command} needs a path")
+        elif takes_path and argument[0] in "'\"":  # /image "my photo.png": the quotes were part of the name
+            try:
+                words = shlex.split(argument)
+            except ValueError as exc:
+                self.error(f"{command} {argument}: {exc}")
+                return True
+            if len(words) != 1:
+                self.error(f"{command} takes one path (got {len(words)}: quote a name with spaces whole)")
+            else:
+                actions[command](words[0])
         else:
             actions[command](argument) if takes_path else actions[command]()
         return True
@@ -241,7 +253,8 @@ class ChatREPL:
         data = {**self.conversation.to_json(), "drafter_spec": self.setup.drafter_spec, "mode": self.setup.mode}
         try:
             inputs = {"--target": self.conversation.target.name, "--drafter": self.setup.drafter_spec}
-            written = write_json_atomic(_save_path(path, inputs), data)
+            written = write_json_atomic(_save_path(path, inputs, self.saved), data)
+            self.saved.add(written.resolve())
         except MinisparkError as exc:
             self.error(str(exc))
             return
@@ -261,10 +274,11 @@ class ChatREPL:
         self.console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
 
 
-def _save_path(path: str, inputs: dict[str, Any] | None = None) -> Path:
-    """Where ``/save path`` writes: a new file, or one an earlier ``/save`` wrote (replaced); never a
-    directory, a path under a file, someone's other file, a name with a control character, or a file among
-    ``inputs`` (the target's and the drafter's directories) or what minispark ships."""
+def _save_path(path: str, inputs: dict[str, Any] | None = None, mine: set[Path] = frozenset()) -> Path:
+    """Where ``/save path`` writes: a new file, or one this session's ``/save`` wrote (``mine``: replaced);
+    never another session's saved conversation, a directory, a path under a file, someone's other file, a
+    name with a control character, or a file among ``inputs`` (the target's and the drafter's directories) or
+    what minispark ships."""
     from minispark.validate import not_shipped, output_file, typed_path
 
     file = output_file(expand_user(typed_path(path, "/save", names_file=True), "/save"), "/save", inputs)
@@ -277,6 +291,9 @@ def _save_path(path: str, inputs: dict[str, Any] | None = None) -> Path:
             ours = False
         if not ours:
             raise MinisparkError(f"/save {path}: exists and is not a saved conversation; choose another name")
+        if file.resolve() not in mine:  # another session's conversation was replaced without a word
+            raise MinisparkError(f"/save {path}: holds a conversation saved earlier (not by this session); choose "
+                                 "another name, or delete it first")
     return file
 
 

@@ -62,6 +62,8 @@ MIN_LR = 1e-10
 MAX_LR = 1.0
 #: Monte Carlo draws of `minispark simulate --appendix-a` (the peeking-scheduler counterexample) by default.
 APPENDIX_A_DRAWS = 100_000
+APPENDIX_A_MAX_DRAWS = 10_000_000  # ~0.5 GB of vectorised rounds; 2**31 - 1 asked for 16 GiB
+BENCH_MAX_REPEATS = 100  # `bench --repeats`: passes over every prompt and mode (a day's run is a handful)
 #: How answers are regenerated unless told otherwise (``cache`` and ``answers`` alike): the Qwen-style
 #: sampling a chat model is served with, so the drafter learns the distribution it will be verified on.
 REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.8, 20
@@ -198,7 +200,10 @@ def make_console(stderr: bool = False) -> "Console":
     ``a[start:end:step]`` into ``a[start🔚step]`` on screen."""
     from rich.console import Console
 
-    return Console(stderr=stderr, width=console_width(sys.stderr if stderr else sys.stdout), emoji=False)
+    stream = sys.stderr if stderr else sys.stdout
+    if stream is None:  # closed (`minispark ... >&-`): Python sets it to None, and every command failed at import
+        return Console(file=open(os.devnull, "w"), width=PIPED_WIDTH, emoji=False)
+    return Console(stderr=stderr, width=console_width(stream), emoji=False)
 
 
 def console_width(stream: TextIO) -> int | None:

@@ -248,6 +248,17 @@ def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Pa
     return path
 
 
+HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*\.?", re.I)
+
+
+def host_name(name: str, flag: str) -> str:
+    """A DNS host name (labels of letters, digits and inner hyphens), as a Host header would carry it."""
+    if len(name) > 253 or not HOST_NAME.fullmatch(name):
+        raise MinisparkError(f"{flag} {name!r}: not a host name (letters, digits, hyphens and dots, e.g. "
+                             "myhost.lan; no port, no scheme)")
+    return name
+
+
 def input_dir(path: Path | None, flag: str) -> Path | None:
     if path is None:
         return None

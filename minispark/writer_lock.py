@@ -35,7 +35,7 @@ _HELD: set[Path] = set()
 
 def lock_file(path: str | Path) -> Path:
     """The lock file of the output directory ``path`` (resolved through symlinks)."""
-    key = hashlib.sha256(str(Path(path).resolve()).encode()).hexdigest()[:32]
+    key = hashlib.sha256(os.fsencode(Path(path).resolve())).hexdigest()[:32]  # a name's bytes, UTF-8 or not
     return user_dir() / LOCK_DIR / f"{key}.lock"
 
 

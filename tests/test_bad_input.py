@@ -65,6 +65,12 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     shutil.copytree(tiny_dir("llama"), d / "badtemplate", copy_function=os.link)
     (d / "badtemplate" / "chat_template.jinja").unlink()  # a hard link: the tiny target's own stays whole
     (d / "badtemplate" / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }")
+    shutil.copytree(tiny_dir("llama"), d / "notemplate", copy_function=os.link)  # a base model: no chat template
+    (d / "notemplate" / "chat_template.jinja").unlink()
+    config = json.loads((d / "notemplate" / "tokenizer_config.json").read_text())
+    (d / "notemplate" / "tokenizer_config.json").unlink()
+    (d / "notemplate" / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
+                                                                         if k != "chat_template"}))
     (d / "longimage.jsonl").write_text(json.dumps({"prompt": "a", "images": ["y" * 300 + ".png"]}) + "\n")
     (d / "userdir").mkdir()
     (d / "userdir" / "notes.txt").write_text("my notes\n")
@@ -75,6 +81,9 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "bomb.jsonl").write_text(json.dumps({"prompt": "Describe it.", "images": ["bomb.png"]}) + "\n")
     (d / "corrupt.json").write_text("{")
     (d / "ok.jsonl").write_text(json.dumps({"prompt": "Hi there"}) + "\n")
+    (d / "answers.json").write_text(json.dumps({"complete": True, "format": "answers", "num_samples": 4,
+                                                "shards": []}))  # an answer set's manifest
+    (d / "array.jsonl").write_text(json.dumps([{"prompt": "Hi"}, {"prompt": "there"}], indent=1) + "\n")
     (d / "corrupt.jsonl").write_text("{bad json\n")
     (d / "notutf8.jsonl").write_bytes(b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n')  # Latin-1, line 2
     from minispark.defaults import SHIPPED_DRAFTERS, SHIPPED_TABLES
@@ -336,9 +345,13 @@ CASES = [
     ("sim-sps-inline-zero", ["simulate", "--conf", "0.9", "--sps-inline", "0,0"], "--sps-inline"),
     ("sim-sps-inline-text", ["simulate", "--conf", "0.9", "--sps-inline", "fast"], "--sps-inline"),
     ("sim-sps-missing", ["simulate", "--conf", "0.9", "--sps", "{missing}"], "--sps"),
+    ("sim-sps-a-manifest", ["simulate", "--conf", "0.9", "--sps", "{answers.json}"],  # "field 'complete': unknown"
+     "answers.json: not an SPS table (a JSON object with complete, format, num_samples, shards)"),
     ("sim-sps-corrupt", ["simulate", "--conf", "0.9", "--sps", "{corrupt.json}"], "corrupt.json"),
     ("sim-no-sps", ["simulate", "--conf", "0.9"], "--sps"),
     ("sim-draws-zero", ["simulate", "--appendix-a", "--draws", "0"], "--draws"),
+    ("bench-repeats-huge", ["bench", "--repeats", "1000000"], "--repeats must be at most 100"),
+    ("sim-draws-huge", ["simulate", "--appendix-a", "--draws", "2147483647"], "--draws must be at most 10000000"),
     ("gen-empty-stop", ["generate", "--stop", ""], "--stop"),
     ("chat-empty-stop", ["chat", "--stop", "x", "--stop", ""], "--stop"),
     # answers / train --answers
@@ -682,6 +695,8 @@ CASES = [
     ("export-out-name-too-long", ["export", "{fakedrafter}", "--out", "{dir}/" + "x" * 300],
      "a name of 300 bytes in the path; a file system allows at most 255"),  # OSError ENAMETOOLONG traceback
     ("bench-prompts-path-too-long", ["bench", "--prompts", "/a" * 2100], "a path of 4200 bytes"),
+    ("bench-prompts-json-array", ["bench", "--prompts", "{array.jsonl}"],  # "malformed JSON: Expecting value"
+     "array.jsonl:1: a JSON array, not JSON Lines"),
     ("bench-prompts-a-pipe", ["bench", "--prompts", "{fifo}"], "fifo: not a file but a pipe or a device (as <(...) "
      "gives); minispark reads it more than once: save it to a file first"),  # "not a file"
     ("train-recipe-a-pipe", ["train", "--recipe", "{fifo}"], "fifo: not a file but a pipe"),  # "no such file"
@@ -692,6 +707,10 @@ CASES = [
      "cannot build the model (Padding_idx must be within num_embeddings)"),  # torch's AssertionError traceback
     ("target-chat-template-damaged", ["generate", "--target", "{badtemplate}", "--prompt", "hi", "--drafter", "none"],
      "its chat template fails on this conversation (unexpected '}')"),  # jinja2's TemplateSyntaxError traceback
+    # transformers' ValueError traceback; serve started and answered every request with an error
+    *((f"target-no-chat-template-{argv[0]}", [*argv, "--target", "{notemplate}"], "has no chat template") for argv in
+      (["generate", "--prompt", "hi", "--drafter", "none"], ["answers", "--prompts", "{ok.jsonl}", "--out", "{out}"],
+       ["serve", "--drafter", "none", "--port", "0"])),
 ]
 
 
@@ -739,6 +758,18 @@ def test_every_option_has_help() -> None:
         for param in command.params:
             if param.param_type_name == "option":
                 assert param.help, f"minispark {name} {param.opts[0]}: no help text"
+
+
+def test_help_texts_close_their_parentheses() -> None:
+    """`generate --help` had an unbalanced parenthesis (intervals such as (0, 1] are not parentheses)."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    for name, command in group.commands.items():
+        for who, text in [(name, command.help or "")] + [(f"{name} {p.opts[0]}", getattr(p, "help", None) or "")
+                                                         for p in command.params]:
+            text = re.sub(r"[(\[][\d.]+, [\d.]+[)\]]", "", text)
+            assert text.count("(") == text.count(")") and text.count("[") == text.count("]"), (who, text)
 
 
 def test_help_texts_survive_rich_markup() -> None:
@@ -829,6 +860,8 @@ def test_a_prompt_that_fills_the_context_is_refused_everywhere(tiny_dir, tmp_pat
         conversation.say(long)
     assert conversation.messages == [] or len(conversation.messages) <= 1  # nothing was added
     assert len(conversation.say("Hi there.").token_ids) > 0
+    with pytest.raises(MinisparkError, match="your message: .* shorten it"):  # was blamed on the conversation
+        conversation.say(long)
 
 
 def test_calibrate_never_rewrites_a_shipped_drafter() -> None:
@@ -1403,6 +1436,9 @@ def test_a_damaged_draft_config_names_its_key() -> None:
             DraftConfig.from_dict({**good, key: value})
     with pytest.raises(ValueError, match=r"lacks the keys \['target'\]"):
         DraftConfig.from_dict({k: v for k, v in good.items() if k != "target"})
+    # keys with defaults too: a config that lost rope_theta and window loaded with the defaults and drafted worse
+    with pytest.raises(ValueError, match=r"lacks the keys \['rope_theta', 'window'\]"):
+        DraftConfig.from_dict({k: v for k, v in good.items() if k not in ("rope_theta", "window")})
     # a target's config.json (export TARGET_DIR): its dozens of keys were listed (issue 22, tenth probe)
     with pytest.raises(ValueError, match=r"^a transformers model's config \(model_type 'llama'\), not a drafter's"):
         DraftConfig.from_dict({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64})
@@ -1496,7 +1532,7 @@ def test_import_and_export_replace_only_their_own_output(tiny_trained_drafter, t
     assert snapshot(mine, tmp_path / "ds", drafter.parent) == before
 
 
-def test_chat_save_never_replaces_another_file(tiny_dir, tmp_path) -> None:
+def test_chat_save_never_replaces_another_file(tiny_dir, tmp_path, monkeypatch) -> None:
     from tests.helpers import snapshot
 
     (tmp_path / "notes.txt").write_text("my notes\n")
@@ -1513,6 +1549,16 @@ def test_chat_save_never_replaces_another_file(tiny_dir, tmp_path) -> None:
     assert "adir: is a directory" in result.output and "afile: is a file, not a directory" in result.output
     assert "File exists" not in result.output and result.output.count("saved 0 turns") == 2  # its own: replaced
     assert snapshot(tmp_path / "notes.txt", tmp_path / "afile") == before and json.loads(saved.read_text())["turns"] == []
+    # another session: the conversation saved above is not its own to replace; a quoted name is the name
+    from minispark.chat import ChatREPL
+
+    attached = []
+    monkeypatch.setattr(ChatREPL, "attach", lambda _self, path: attached.append(path))
+    result = CliRunner().invoke(app, ["chat", "--target", str(tiny_dir("llama")), "--drafter", "none"],
+                                input=f"/save {saved}\n/image \"{tmp_path / 'my photo.png'}\"\n/image 'a' 'b'\n/quit\n")
+    assert f"/save {saved}: holds a conversation saved earlier (not by this session)" in result.output
+    assert attached == [str(tmp_path / "my photo.png")]
+    assert "/image takes one path (got 2" in result.output and "Traceback" not in result.output
 
 
 def test_serve_refuses_a_port_in_use_before_loading(monkeypatch) -> None:
@@ -2627,3 +2673,50 @@ def test_a_run_a_cache_or_a_drafter_in_the_wrong_place_says_what_it_is(tiny_trai
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(run / "drafter"),
                                                     "--out", str(run.parent / "elsewhere")]))
     assert error.endswith("holds a drafter or checkpoint minispark wrote, not a minispark-cache")
+
+
+def test_an_out_name_that_is_not_utf8_is_written(files: dict[str, str], tmp_path: Path) -> None:
+    """`--out $'u/tr-\\xe9'`: the writer lock hashed the name as UTF-8 text and failed with UnicodeEncodeError."""
+    out = tmp_path / os.fsdecode(b"tr-\xe9")  # the byte 0xe9 alone: a latin-1 name, not UTF-8
+    result = CliRunner().invoke(app, ["answers", "--target", files["tiny"], "--prompts", files["ok.jsonl"],
+                                      "--out", str(out), "--max-new-tokens", "2"])
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert os.path.isdir(os.fsencode(out)) and "Traceback" not in result.output
+
+
+def test_a_read_only_cache_is_refused_before_the_conversion(tmp_path: Path, monkeypatch) -> None:
+    """$MINISPARK_CACHE on a read-only filesystem: the GGUF was converted for 20 s, then OSError's traceback."""
+    import errno
+    import tempfile
+
+    from minispark.errors import MinisparkError
+    from minispark.target import embedded
+
+    def read_only(*_args, **_kwargs):
+        raise OSError(errno.EROFS, "Read-only file system")
+
+    monkeypatch.setattr(tempfile, "TemporaryDirectory", read_only)
+    with pytest.raises(MinisparkError, match=r"cannot write its one-time conversion under .*\(Read-only file "
+                                             r"system\); point \$MINISPARK_CACHE at a writable directory"):
+        embedded._convert(tmp_path / "never-read.gguf", tmp_path / "models" / "SmolLM2")
+
+
+def test_a_closed_stdout_still_runs_the_command(files: dict[str, str], tmp_path: Path) -> None:
+    """`minispark generate ... >&-`: every command failed at import ('NoneType' object has no attribute 'isatty')."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "minispark.cli", "answers", "--target", files["tiny"], "--prompts",
+                          files["ok.jsonl"], "--out", str(tmp_path / "out"), "--max-new-tokens", "2"],
+                         stdout=None, stderr=subprocess.PIPE, text=True, preexec_fn=lambda: os.close(1), timeout=300)
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr
+    assert (tmp_path / "out").is_dir()
+
+
+def test_a_fresh_seed_is_one_seed_takes() -> None:
+    """The seed `generate --json` and chat's /save report (torch's fresh 64-bit seed) was refused by --seed."""
+    from minispark import validate
+    from minispark.target.sampling import make_generator
+
+    for _ in range(20):
+        assert validate.seed(make_generator(None).initial_seed()) is not None

@@ -156,11 +156,14 @@ def test_image_parts(vlm: Target, test_image: Path, tmp_path: Path) -> None:
                     max_new_tokens=8).text
     with server(vlm, slots=1, image_dir=tmp_path) as url:
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
-        for image_url in (data, "cat.png", f"file://{tmp_path / 'cat.png'}"):
+        (tmp_path / "my photo.png").write_bytes(test_image.read_bytes())
+        for image_url in (data, "cat.png", f"file://{tmp_path / 'cat.png'}", (tmp_path / "my photo.png").as_uri(),
+                          f"file://localhost{tmp_path / 'cat.png'}"):
             reply = client.chat.completions.create(model=served_model_id(vlm), temperature=0, max_tokens=8,
                                                    messages=[{"role": "user", "content": content(image_url)}])
             assert reply.choices[0].message.content == want
-        for refused in ("http://example.com/cat.png", str(test_image), "../etc/passwd"):
+        for refused in ("http://example.com/cat.png", str(test_image), "../etc/passwd",
+                        f"file://otherhost{tmp_path / 'cat.png'}"):
             with pytest.raises(openai.BadRequestError):
                 client.chat.completions.create(model=served_model_id(vlm), max_tokens=4,
                                                messages=[{"role": "user", "content": content(refused)}])
@@ -203,8 +206,6 @@ def test_every_limit_answers_its_status(llama: Target, vlm: Target, test_image: 
         expect(httpx.get(f"{url}/v1/nowhere", **key), 404)
         image = [{"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]
         expect(post(url, {**ok, "messages": [{"role": "user", "content": image}]}, **key), 400)  # text-only target
-    with server(llama, slots=1, limits=ServeLimits(queue=0)) as url:
-        assert expect(post(url, ok), 429)["code"] == "queue_full"
     with server(vlm, slots=1, limits=ServeLimits(max_image_pixels=100)) as url:
         data = "data:image/png;base64," + base64.b64encode(test_image.read_bytes()).decode()
         body = {"model": served_model_id(vlm), "messages": [{"role": "user", "content": [
@@ -486,3 +487,100 @@ def test_a_killed_servers_temporary_directory_goes_when_the_next_starts(tmp_path
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_rebinding_host_and_a_text_plain_body_are_refused(llama: Target) -> None:
+    """What a web page can send to a server on loopback: its own name as Host (DNS rebinding), a body as
+    text/plain (no CORS preflight). Both were answered 200."""
+    ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2}
+    with server(llama, slots=1, allowed_hosts=("myhost.lan",)) as url:
+        port = url.rsplit(":", 1)[1]
+        assert expect(post(url, ok, headers={"host": f"attacker.example:{port}"}), 403)["code"] == "host_not_allowed"
+        assert httpx.get(f"{url}/health", headers={"host": "attacker.example"}).status_code == 403
+        assert expect(post(url, ok, headers={"content-type": "text/plain"}), 415)["code"] == "unsupported_media_type"
+        assert expect(post(url, ok, headers={"content-type": "application/x-www-form-urlencoded"}), 415)
+        assert post(url, ok, headers={"host": f"myhost.lan:{port}"}).status_code == 200
+        assert post(url, ok, headers={"host": f"localhost:{port}"}).status_code == 200
+        assert "access-control-allow-origin" not in httpx.options(f"{url}/v1/chat/completions").headers
+
+
+def test_a_lower_case_bearer_is_a_key(llama: Target) -> None:
+    with server(llama, slots=1, api_key="sekret") as url:
+        ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2}
+        assert post(url, ok, headers={"authorization": "bearer sekret"}).status_code == 200
+        assert expect(post(url, ok, headers={"authorization": "bearer wrong"}), 401)["code"] == "invalid_api_key"
+
+
+def test_request_images_leave_no_file_accepted_or_refused(vlm: Target, test_image: Path) -> None:
+    """Every data: URL image stayed in the server's temporary directory for its lifetime, refused ones too (40
+    refused 2 MB requests left 77 MB)."""
+    data = "data:image/png;base64," + base64.b64encode(test_image.read_bytes()).decode()
+    body = {"model": served_model_id(vlm), "max_tokens": 2, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": data}}, {"type": "text", "text": "hi"}]}]}
+    local = server(vlm, slots=1)
+    with local as url:
+        scratch = local.server.config.app.state.scratch
+        assert post(url, body).status_code == 200
+        expect(post(url, {**body, "model": "gpt-4"}), 404)  # refused after its image was decoded
+        expect(post(url, {**body, "temperature": "hot"}), 400)
+        assert [p for p in scratch.rglob("*") if p.is_file()] == []
+
+
+def test_a_non_streaming_client_that_times_out_frees_its_slot(llama: Target) -> None:
+    """A non-streaming client that hung up was never cancelled: the auth middleware hid the disconnect, and the
+    job decoded to max_tokens holding its slot."""
+    body = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2000, "temperature": 1.0, "seed": 1}
+    local = server(llama, slots=1, api_key="sekret")
+    with local as url:
+        with pytest.raises(httpx.TimeoutException):
+            post(url, body, headers={"authorization": "Bearer sekret"}, timeout=1.0)
+        gone = time.monotonic()
+        while (health := httpx.get(f"{url}/health").json())["in_flight"] and time.monotonic() < gone + 1.0:
+            time.sleep(0.05)
+        assert health["in_flight"] == 0 and health["cancelled"] == 1
+
+
+def test_queue_0_serves_a_free_slot_and_refuses_waiting(llama: Target) -> None:
+    """--queue 0 answered every request 429, on an idle server too: 0 is no waiting room, not no service."""
+    ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 3}
+    local = server(llama, slots=1, limits=ServeLimits(queue=0))
+    with local as url:
+        assert post(url, ok).status_code == 200
+        worker = local.server.config.app.state.worker
+        with worker.cond:  # the slot is taken: the next request would wait, and there is no room to
+            worker.running[0] = object()
+        try:
+            assert expect(post(url, ok), 429)["code"] == "queue_full"
+        finally:
+            with worker.cond:
+                del worker.running[0]
+
+
+@pytest.mark.parametrize("field, says", [("temprature", "did you mean 'temperature'?"),
+                                         ("max_new_tokens", "did you mean 'max_tokens'?"),
+                                         ("bogus", "this server reads model, messages")])
+def test_an_unknown_field_is_a_400_naming_it(field: str, says: str, tmp_path: Path) -> None:
+    """A misspelt field was ignored: 'temprature': 0 sampled at T 1, 'max_new_tokens': 3 returned 256 tokens."""
+    from minispark.serve.protocol import IGNORED_FIELDS, APIError, parse_chat_request
+
+    body = {"model": "m", "messages": HELLO, field: 0}
+    with pytest.raises(APIError) as caught:
+        parse_chat_request(body, ServeLimits(), None, tmp_path, vision=False)
+    assert caught.value.status == 400 and caught.value.param == field and says in caught.value.message
+    ignored = {name: "x" for name in IGNORED_FIELDS}  # OpenAI's fields that change nothing generated here
+    assert parse_chat_request({"model": "m", "messages": HELLO, **ignored}, ServeLimits(), None, tmp_path, False)
+
+
+def test_a_model_is_retrieved_and_a_cut_max_tokens_is_said(llama: Target, monkeypatch: pytest.MonkeyPatch) -> None:
+    """GET /v1/models/ID was a 404 (the openai client's models.retrieve failed), and a max_tokens cut to the room
+    the context left was cut silently."""
+    model = served_model_id(llama)
+    with server(llama, slots=1) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        assert client.models.retrieve(model).id == model
+        with pytest.raises(openai.NotFoundError):
+            client.models.retrieve("gpt-4")
+        prompt = llama.encode(HELLO).length
+        monkeypatch.setattr(type(llama), "context_limit", property(lambda _self: prompt + 3))
+        reply = post(url, {"model": model, "messages": HELLO, "max_tokens": 50, "temperature": 1.0, "seed": 3}).json()
+        assert reply["minispark"]["max_tokens_cut_to"] == 3 and reply["usage"]["completion_tokens"] <= 3

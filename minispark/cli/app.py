@@ -421,6 +421,10 @@ def run(argv: list[str] | None = None) -> None:
     except ImportError:
         from click.exceptions import ClickException
 
+    # A closed stdout or stderr (`>&-`) is None: what a command would write there is discarded, as a shell does
+    # for output to a closed descriptor, and the files a command writes are written.
+    sys.stdout = sys.stdout or open(os.devnull, "w")
+    sys.stderr = sys.stderr or open(os.devnull, "w")
     try:
         code = app(args=argv, prog_name="minispark", standalone_mode=False)
     except ClickException as exc:

@@ -92,7 +92,7 @@ def generate(
     top_k: int = TopKOpt,
     seed: Optional[int] = typer.Option(None, "--seed", help="Random seed (default: a fresh one, reported)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help=MaxNewTokensHelp + "; a prompt that "
-                                       "alone fills the context is refused)."),
+                                       "alone fills the context is refused."),
     stop: list[str] = typer.Option([], "--stop", help="Stop string (repeat --stop for more)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
@@ -191,7 +191,8 @@ def serve(
     drafter: Optional[str] = DrafterOpt,
     mode: Optional[str] = typer.Option(None, "--mode", help="fixed | threshold | schedule | tree (default: tree with "
                                        "a trained drafter, else schedule with an SPS table; with several requests "
-                                       "in flight, schedule and tree verify chains, Algorithm 1 across them)."),
+                                       "in flight, Algorithm 1 runs across them: over chains in schedule mode, over "
+                                       "every request's tree nodes in tree mode, priced on the batched grid)."),
     gamma: Optional[int] = GammaOpt,
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
     host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
@@ -201,10 +202,14 @@ def serve(
                                           help="Require 'Authorization: Bearer KEY' on /v1 routes."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="Requests decoded together, "
                                                  "verified in one forward (default: 8 on CUDA, 4 on a CPU)."),
-    queue: int = typer.Option(defaults.SERVE_QUEUE, "--queue", help="Requests waiting for a slot before 429."),
+    queue: int = typer.Option(defaults.SERVE_QUEUE, "--queue", help="Requests waiting for a slot before 429 (0: "
+                              "none wait; a request is served only when a slot is free)."),
     max_tokens: int = typer.Option(defaults.SERVE_MAX_TOKENS, "--max-tokens", help="Largest max_tokens a request may ask."),
     image_dir: Optional[Path] = typer.Option(None, "--image-dir", help="Directory image_url file paths may name "
                                              "(default: none; data: URLs only, never a network fetch)."),
+    allow_host: Optional[list[str]] = typer.Option(None, "--allow-host", help="A host name requests may address "
+                                                   "the server by, besides IP addresses and localhost (repeatable; "
+                                                   "others get 403: DNS rebinding)."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
@@ -235,7 +240,9 @@ def serve(
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)
     validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
+    allowed = tuple(validate.host_name(name, "--allow-host") for name in allow_host or ())
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
+    loaded.require_chat_template()  # it started, then answered every request with an error
     setup = build_serving(loaded, drafter, mode, gamma, sps=sps)
     validate.schedule_mode(sps, False, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:
@@ -243,7 +250,8 @@ def serve(
     slots = max_concurrent or defaults.serve_slots(loaded.device.type)
     limits = ServeLimits(max_tokens=max_tokens, default_max_tokens=min(defaults.SERVE_DEFAULT_MAX_TOKENS, max_tokens),
                          queue=queue)
-    config = ServeConfig(served_model_id(loaded), api_key=api_key, limits=limits, image_dir=image_dir, slots=slots)
+    config = ServeConfig(served_model_id(loaded), api_key=api_key, limits=limits, image_dir=image_dir,
+                         allowed_hosts=(*allowed, host), slots=slots)
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         err_console.print(f"notice: --host {host} is reachable from the network and no --api-key is set",
                           highlight=False, markup=False)

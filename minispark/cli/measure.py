@@ -90,8 +90,9 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     checked_drafter(drafter)
     samples = _check_prompts(prompts)
     validate.integer(num_prompts, "--num-prompts", 1)
-    for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma"), (repeats, "--repeats")):
+    for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma")):
         validate.integer(value, flag, 1)
+    validate.integer(repeats, "--repeats", 1, defaults.BENCH_MAX_REPEATS)
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
     if category is not None and not category.strip():  # it said "--category : no line of --prompts ... is of it"
@@ -391,7 +392,8 @@ def simulate(
     appendix_a: bool = typer.Option(False, "--appendix-a", help="Run the peeking-scheduler counterexample "
                                     "(Appendix A) by Monte Carlo."),
     draws: Optional[int] = typer.Option(None, "--draws", show_default=False,
-                                        help=f"Monte Carlo draws (--appendix-a; default: {defaults.APPENDIX_A_DRAWS:,})."),
+                                        help=f"Monte Carlo draws (--appendix-a; default: {defaults.APPENDIX_A_DRAWS:,}; at "
+                                        f"most {defaults.APPENDIX_A_MAX_DRAWS:,})."),
     seed: Optional[int] = typer.Option(None, "--seed", show_default=False,
                                        help="Random seed (--appendix-a; default: 0)."),
     as_json: bool = JsonOpt,
@@ -405,7 +407,7 @@ def simulate(
         given = [flag for flag, value in (("--conf", conf), ("--sps", sps), ("--sps-inline", sps_inline)) if value is not None]
         if given:  # the counterexample has its own confidences and costs: these would be ignored
             raise MinisparkError(f"--appendix-a runs a fixed counterexample; {', '.join(given)} cannot be used with it")
-        validate.integer(draws, "--draws", 1)
+        validate.integer(draws, "--draws", 1, defaults.APPENDIX_A_MAX_DRAWS)
         result = run_appendix_a(**{key: value for key, value in (("draws", draws), ("seed", seed)) if value is not None})
         _print_json(result) if as_json else console.print(render_appendix_a(result))
         return

@@ -86,8 +86,13 @@ def load_prompts(path: Path | str, *, check_images: bool = True) -> list[PromptS
     """Parse and validate the whole prompt file; raise :class:`PromptFileError` on the first problem."""
     path = Path(path)
     samples = []
+    text = _read_text(path)
+    if text.lstrip("\ufeff \t\r\n").startswith("["):  # "expected a JSON object, got list" or "malformed JSON"
+        first = next(n for n, line in enumerate(text.split("\n"), start=1) if line.strip())
+        raise PromptFileError(path, first, "a JSON array, not JSON Lines: write one object per line "
+                                           "({\"prompt\": ...}), e.g. `jq -c '.[]' FILE`")
     # Lines end at "\n" only, as editors count them (str.splitlines would also split at U+2028 inside a string).
-    for number, raw in enumerate(_read_text(path).split("\n"), start=1):
+    for number, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
         samples.append(_parse_line(path, number, raw, check_images))

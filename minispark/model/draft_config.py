@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import MISSING, asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,8 +123,10 @@ class DraftConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "DraftConfig":
-        """A config as read from JSON: no unknown key, every required one present, each value of its
-        field's kind (a damaged or hand-edited ``config.json`` is a ValueError naming the key)."""
+        """A config as read from JSON: no unknown key, every key present, each value of its field's kind (a
+        damaged or hand-edited ``config.json`` is a ValueError naming the key). A key that has a default is
+        required too: a drafter trained with ``rope_theta`` 1e6 whose config lost the key drafted, worse, with
+        the default (every config minispark writes has every key of its version)."""
         known = {f.name: f for f in fields(cls)}
         unknown = set(data) - set(known)
         if "model_type" in unknown:  # a target's directory given as a drafter: its dozens of keys listed, no advice
@@ -132,9 +134,10 @@ class DraftConfig:
                              "give a drafter directory (train writes one)")
         if unknown:
             raise ValueError(f"unknown draft config keys: {sorted(unknown)}")
-        missing = [name for name, f in known.items() if name not in data and f.default is MISSING]
+        missing = [name for name in known if name not in data]
         if missing:
-            raise ValueError(f"draft config lacks the keys {missing}")
+            raise ValueError(f"draft config lacks the keys {missing}; a drafter's config.json gives every key "
+                             "(the values it was trained with): restore them from the training run's config.json")
         for name, value in data.items():
             kind = _JSON_KINDS.get(str(known[name].type), "text")
             if not is_kind(value, kind):

@@ -1,9 +1,11 @@
 """``minispark serve``: an OpenAI-compatible HTTP server (FastAPI + uvicorn, server-sent events via sse-starlette).
 
 Routes: ``POST /v1/chat/completions`` (streamed or not; the response's extra ``minispark`` field carries the
-request's speculative figures: τ, drafted/accepted tokens, rounds), ``GET /v1/models``, ``GET /health``.
-Safe by default: it binds loopback unless given another ``host``; with an ``api_key`` every ``/v1`` route
-wants ``Authorization: Bearer <key>``; every limit (:class:`~minispark.serve.protocol.ServeLimits`) and every
+request's speculative figures: τ, drafted/accepted tokens, rounds), ``GET /v1/models`` (and ``/v1/models/ID``),
+``GET /health``.
+Safe by default: it binds loopback unless given another ``host``; a request must name the server by an IP
+address, ``localhost`` or an allowed name and post JSON as JSON, and with an ``api_key`` every ``/v1`` route
+wants ``Authorization: Bearer <key>`` (:mod:`minispark.serve.guard`); every limit (:class:`~minispark.serve.protocol.ServeLimits`) and every
 failure is an OpenAI-style JSON error with its status (400/401/404/413/429/500/503), never a traceback. A
 client that disconnects frees its slot; Ctrl-C (uvicorn's graceful shutdown) lets in-flight requests
 finish, then the worker drains and the process exits. :class:`LocalServer` runs one in a thread on
@@ -15,7 +17,6 @@ finish, then the worker drains and the process exits. :class:`LocalServer` runs 
 from __future__ import annotations
 
 import asyncio
-import hmac
 import json
 import os
 import shutil
@@ -40,6 +41,7 @@ from starlette.requests import ClientDisconnect
 from minispark import defaults
 from minispark.atomic import abandoned, hold_lock
 from minispark.errors import DuplicateKey, MinisparkError, json_reason, unique_keys
+from minispark.serve.guard import Guard
 from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request
 from minispark.serve.worker import Job, Worker
 from minispark.serving.batched import fork_drafter
@@ -55,6 +57,7 @@ class ServeConfig:
     api_key: str | None = None
     limits: ServeLimits = field(default_factory=ServeLimits)
     image_dir: Path | None = None
+    allowed_hosts: tuple[str, ...] = ()  # Host names served besides IP addresses and localhost (guard.py)
     slots: int = 1
     drain_s: float = defaults.SERVE_DRAIN_S
 
@@ -161,6 +164,7 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
             os.close(held)
 
     app = FastAPI(title="minispark", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.scratch = Path(scratch.name)
 
     @app.exception_handler(APIError)
     async def api_error(_request: Request, exc: APIError) -> JSONResponse:
@@ -174,14 +178,7 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
     async def any_error(_request: Request, exc: Exception) -> JSONResponse:
         return JSONResponse(APIError(500, f"internal error: {type(exc).__name__}").body(), status_code=500)
 
-    @app.middleware("http")
-    async def authorize(request: Request, call_next):
-        if config.api_key and request.url.path.startswith("/v1"):
-            given = request.headers.get("authorization", "")
-            if not hmac.compare_digest(given.encode(), f"Bearer {config.api_key}".encode()):
-                return JSONResponse(APIError(401, "missing or wrong API key (Authorization: Bearer ...)",
-                                             code="invalid_api_key").body(), status_code=401)
-        return await call_next(request)
+    app.add_middleware(Guard, api_key=config.api_key, allowed_hosts=config.allowed_hosts)
 
     @app.get("/health")
     async def health() -> dict:
@@ -189,23 +186,35 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
         load = worker.load()
         return {"status": "ok" if load["accepting"] else "draining", "model": config.model_id, **load}
 
+    served = {"id": config.model_id, "object": "model", "created": 0, "owned_by": "minispark"}
+
     @app.get("/v1/models")
     async def models() -> dict:
-        return {"object": "list", "data": [{"id": config.model_id, "object": "model", "created": 0,
-                                            "owned_by": "minispark"}]}
+        return {"object": "list", "data": [served]}
+
+    @app.get("/v1/models/{model:path}")  # a path: a local target's id may hold a slash
+    async def model(model: str) -> dict:
+        if model != config.model_id:
+            raise APIError(404, f"model {model!r} is not served here; GET /v1/models lists {config.model_id!r}",
+                           "model", "model_not_found")
+        return served
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         worker: Worker = app.state.worker
         body = await read_body(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
-        chat = parse_chat_request(body, config.limits, config.image_dir, Path(scratch.name), target.is_vlm)
-        if chat.model != config.model_id:
-            raise APIError(404, f"model {chat.model!r} is not served here; GET /v1/models lists "
-                                f"{config.model_id!r}", "model", "model_not_found")
+        # the request's decoded images live only until it is encoded (or refused): the disk never fills with them
+        images = Path(tempfile.mkdtemp(dir=scratch.name))
         try:
+            chat = parse_chat_request(body, config.limits, config.image_dir, images, target.is_vlm)
+            if chat.model != config.model_id:
+                raise APIError(404, f"model {chat.model!r} is not served here; GET /v1/models lists "
+                                    f"{config.model_id!r}", "model", "model_not_found")
             inputs = await run_in_threadpool(target.encode, chat.messages)
         except MinisparkError as exc:
             raise APIError(400, str(exc), "messages") from None
+        finally:
+            shutil.rmtree(images, ignore_errors=True)
         context = target.context_limit
         if context is not None and inputs.length >= context:
             raise APIError(400, f"the prompt is {inputs.length} tokens; the model's context is {context}",

@@ -5,9 +5,10 @@ What is taken from the request: ``model``, ``messages`` (roles system/developer,
 string or a list of ``text`` and ``image_url`` parts), ``temperature``, ``top_p``, ``max_tokens`` /
 ``max_completion_tokens``, ``stop``, ``seed``, ``stream`` (+ ``stream_options.include_usage``) and
 ``n`` (1 only). Fields that would shape the answer in a way this server does not (``logit_bias``, penalties,
-``logprobs``, ``tools`` and ``functions``, audio output …) are refused unless they ask for nothing; others
-(``user``, ``metadata`` …) are ignored, as OpenAI-compatible servers do. Images: ``data:`` URLs are decoded into the server's temporary
-directory; a ``file://`` URL or a plain path is read only from under the directory the operator named
+``logprobs``, ``tools`` and ``functions``, audio output …) are refused unless they ask for nothing; OpenAI's
+fields that change nothing generated (``user``, ``metadata`` …: ``IGNORED_FIELDS``) are ignored; any other
+field is refused, naming it (a misspelling must not pass for a default). Images: ``data:`` URLs are decoded into the
+request's own temporary directory (removed once the request is encoded, or refused); a ``file://`` URL or a plain path is read only from under the directory the operator named
 (``--image-dir``), after resolving symlinks; ``http(s)`` URLs are refused — this server never fetches from
 the network.
 
@@ -18,12 +19,14 @@ from __future__ import annotations
 
 import base64
 import binascii
+import difflib
 import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 from minispark import defaults, validate, validate_models
 from minispark.errors import MinisparkError
@@ -32,8 +35,9 @@ from minispark.errors import MinisparkError
 class APIError(Exception):
     """An error the client gets as ``{"error": {...}}`` with HTTP ``status``."""
 
-    TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "invalid_request_error",
-             413: "invalid_request_error", 429: "rate_limit_error", 500: "server_error", 503: "server_error"}
+    TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+             404: "invalid_request_error", 413: "invalid_request_error", 415: "invalid_request_error",
+             429: "rate_limit_error", 500: "server_error", 503: "server_error"}
 
     def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -84,6 +88,26 @@ _NOT_APPLIED = {"frequency_penalty": (0,), "presence_penalty": (0,), "repetition
                 "web_search_options": (None,)}
 
 
+#: The fields this server reads.
+_READ = ("model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "stream",
+         "stream_options", "n")
+#: OpenAI's fields that change nothing generated: accepted and ignored (the README lists them).
+IGNORED_FIELDS = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key",
+                  "safety_identifier")
+
+
+def _known_fields(body: dict) -> None:
+    """Refuse a field this server neither reads, refuses by value nor ignores: a misspelt ``temprature`` sampled at
+    T 1 and ``max_new_tokens`` returned 256 tokens, without a word."""
+    known = (*_READ, *_NOT_APPLIED, *IGNORED_FIELDS)
+    unknown = next((name for name in body if name not in known), None)
+    if unknown is not None:
+        close = difflib.get_close_matches(unknown, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise APIError(400, f"unknown field {unknown!r}: {hint}this server reads {', '.join(_READ)} (and ignores "
+                            f"{', '.join(IGNORED_FIELDS)})", unknown)
+
+
 def _spelled(value: Any) -> str:
     """A request's value as the client wrote it, in JSON (null, true, "2"), not as Python prints it (None, True,
     '2')."""
@@ -111,6 +135,7 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     """Check ``body`` (parsed JSON) against ``limits``; images are written/validated under ``scratch``."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
+    _known_fields(body)
     model = body.get("model")
     if model is None or model == "":
         raise APIError(400, "'model' is required (GET /v1/models lists it)", "model")
@@ -240,7 +265,7 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
         if image_dir is None:
             raise APIError(400, f"{where}: local image files are off (the server was started without "
                                 "--image-dir); send the image as a data: URL", "messages")
-        path = Path(url[len("file://"):] if url.lower().startswith("file://") else url)
+        path = _local_path(url, where)
         try:
             path = (image_dir / path if not path.is_absolute() else path).resolve()
             usable = path.is_relative_to(image_dir.resolve()) and path.is_file()
@@ -250,6 +275,18 @@ def _image(url: Any, where: str, limits: ServeLimits, image_dir: Path | None, sc
             raise APIError(400, f"{where}: {url} is not a file under the server's --image-dir", "messages")
     _check_pixels(path, where, limits)
     return str(path)
+
+
+def _local_path(url: str, where: str) -> Path:
+    """A plain path, or a ``file://`` URI as ``Path.as_uri()`` writes it (percent-encoded; no host or
+    ``localhost``): ``file:///srv/my%20photo.png`` names ``/srv/my photo.png``."""
+    if not url.lower().startswith("file://"):
+        return Path(url)
+    parsed = urlsplit(url)
+    if parsed.netloc.lower() not in ("", "localhost"):
+        raise APIError(400, f"{where}: {url} names another machine ({parsed.netloc}); a file URI here is "
+                            "file:///path or file://localhost/path", "messages")
+    return Path(unquote(parsed.path))
 
 
 def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:

@@ -91,8 +91,10 @@ class Worker:
         with self.cond:
             if not self.accepting:
                 raise APIError(503, "the server is shutting down; not taking new requests", code="shutting_down")
-            if len(self.pending) >= self.queue_limit:
-                raise APIError(429, f"{len(self.pending)} requests are already waiting (queue limit "
+            # pending jobs the free slots will take at once are not waiting: --queue 0 still serves a free slot
+            waiting = len(self.pending) - max(0, self.slots - len(self.running))
+            if waiting >= self.queue_limit:
+                raise APIError(429, f"{max(waiting, 0)} requests are already waiting for a slot (queue limit "
                                     f"{self.queue_limit}); retry later", code="queue_full")
             self.pending.append(job)
             self.cond.notify()
@@ -208,9 +210,11 @@ class Worker:
             self.cancelled += gone
         if gone:
             return  # nobody is listening
+        room = self._room(job)
+        cut = {"max_tokens_cut_to": room} if room < job.request.max_tokens else {}  # the context left less room
         job.emit("done", {"text": text, "finish_reason": "length" if reason == "max_tokens" else "stop",
                           "prompt_tokens": job.inputs.length, "completion_tokens": len(token_ids),
-                          "metrics": metrics(stats, self.setup)})
+                          "metrics": metrics(stats, self.setup) | cut})
 
     def _fail_all(self, exc: Exception) -> None:
         jobs = list(self.running.values())

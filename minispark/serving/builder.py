@@ -120,17 +120,20 @@ def profile_command(target: Target, max_tokens: int | None = None) -> str:
 
 def matching_sps_table(target: Target, path: Path | None, strict: bool = False) -> tuple[SPSTable | None, str | None]:
     """``path`` if given (with a one-line warning when it was profiled for another device, target,
-    dtype, quantization or runtime; ``strict`` refuses it), else the profiled table for this run, else None."""
+    dtype, quantization or runtime; ``strict`` refuses it), else the profiled table for this run (a table file
+    that cannot be read is passed over, and named in the notice), else None."""
     device, dtype, quantization = device_name(target.device), dtype_name(target.dtype), target_quantization(target)
     if path is not None:
         table = SPSTable.load(path)
         return table, table_mismatch(table, path, device=device, target=target.name, dtype=dtype,
                                      quantization=quantization, runtime=target.runtime, strict=strict)
+    skipped: list[str] = []  # one unreadable file (a note saved as .json, a damaged table) hid every table
     try:
-        return find_table([user_tables_dir(), SHIPPED_TABLES], device, target.name, dtype=dtype,
-                          quantization=quantization, runtime=target.runtime, strict=True), None
+        table = find_table([user_tables_dir(), SHIPPED_TABLES], device, target.name, dtype=dtype,
+                           quantization=quantization, runtime=target.runtime, strict=True, skipped=skipped)
     except SPSTableError:
-        return None, None
+        table = None
+    return table, "; ".join(f"SPS table skipped: {reason}" for reason in skipped) or None
 
 
 def default_mode(drafter: Drafter, has_table: bool) -> str:

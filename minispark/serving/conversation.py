@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from minispark.errors import MinisparkError
 from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, default_policy
 from minispark.serving.engine import GenerationStats, speculative_generate
@@ -112,10 +113,20 @@ class Conversation:
         (missing image, text-only target)."""
         paths = [str(p) for p in images]
         content = [{"type": "image", "image": p} for p in paths] + [{"type": "text", "text": text}]
-        inputs = self.target.encode(self.messages + [{"role": "user", "content": content if paths else text}])
-        # a first message too long on its own: /reset would not help
-        what, fix = ("the conversation", "/reset to start a new one") if self.turns else ("your message", "shorten it")
-        max_new_tokens = fit_context(self.target, inputs.length, self.max_new_tokens, what=what, fix=fix)
+        message = {"role": "user", "content": content if paths else text}
+        inputs = self.target.encode(self.messages + [message])
+        try:
+            max_new_tokens = fit_context(self.target, inputs.length, self.max_new_tokens, what="your message",
+                                         fix="shorten it")
+        except MinisparkError:
+            if not self.turns:
+                raise
+            # blame the conversation only when the message alone fits: /reset would not help a message too long
+            system = [m for m in self.messages[:1] if m["role"] == "system"]
+            fit_context(self.target, self.target.encode(system + [message]).length, self.max_new_tokens,
+                        what="your message", fix="shorten it")
+            max_new_tokens = fit_context(self.target, inputs.length, self.max_new_tokens, what="the conversation",
+                                         fix="/reset to start a new one")
         cached = self.session.cache_length
         result = speculative_generate(
             self.session, inputs, self.drafter, sampling=self.sampling, policy=self.policy,

@@ -303,6 +303,7 @@ def find_table(
     quantization: str | None = None,
     runtime: str | None = None,
     strict: bool = False,
+    skipped: list[str] | None = None,
 ) -> SPSTable:
     """The profiled table for this device and target, or the generic fallback with a warning.
 
@@ -313,11 +314,12 @@ def find_table(
     (``"rtx-3050"`` matches ``"NVIDIA GeForce RTX 3050 Laptop GPU"``, ``"rtx-305"`` does not),
     longest device name first. ``dtype``/``quantization``/``runtime``, when given, must match too: a
     table for another precision or kernel path measures another workload. ``strict=True`` raises instead of falling back.
-    A malformed table is always an error, never skipped.
+    A malformed table is an error; with ``skipped`` (a list) it is passed over instead and its one-line reason
+    appended there, so one stray or damaged file does not hide every other table.
     """
     directories = [Path(directory)] if isinstance(directory, (str, Path)) else [Path(d) for d in directory]
     for where in directories:
-        table = _match_in(where, device_name, target_name, dtype, quantization, runtime)
+        table = _match_in(where, device_name, target_name, dtype, quantization, runtime, skipped)
         if table is not None:
             return table
 
@@ -344,9 +346,18 @@ def find_table(
 
 
 def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | None,
-              quantization: str | None, runtime: str | None) -> SPSTable | None:
+              quantization: str | None, runtime: str | None, skipped: list[str] | None) -> SPSTable | None:
     """The best table for the device and target in one directory (see :func:`find_table`), or None."""
     want_device, want_target = sanitize_name(device_name), sanitize_name(target_name)
+
+    def load(path: Path) -> SPSTable | None:
+        try:
+            return SPSTable.load(path)
+        except SPSTableError as error:
+            if skipped is None:
+                raise
+            skipped.append(str(error))
+            return None
 
     def fits(table: SPSTable) -> bool:
         return (dtype is None or table.dtype == dtype) and (
@@ -355,12 +366,14 @@ def _match_in(directory: Path, device_name: str, target_name: str, dtype: str | 
 
     exact = directory / table_filename(device_name, target_name)
     if exact.is_file():
-        table = SPSTable.load(exact)
-        if fits(table):
+        table = load(exact)
+        if table is not None and fits(table):
             return table
     candidates = []
     for path in list_tables(directory):
-        table = SPSTable.load(path)
+        table = None if path == exact else load(path)  # the exact file was tried above
+        if table is None:
+            continue
         device = sanitize_name(table.device)
         if sanitize_name(table.target) != want_target or not fits(table):
             continue

@@ -34,6 +34,10 @@ def validate_table(data: Any, source: str, known: frozenset[str]) -> None:
 
     if not isinstance(data, dict):
         raise SPSTableError(f"{source}: expected a JSON object, got {type(data).__name__}")
+    if not {"device", "target", "seconds"} & set(data):  # another artifact (a cache manifest): field by field misled
+        keys = ", ".join(sorted(data)[:4]) + (", ..." if len(data) > 4 else "")
+        raise SPSTableError(f"{source}: not an SPS table (a JSON object with {keys or 'no keys'}); give a table "
+                            "`minispark profile` wrote")
     for name in sorted(set(data) - known):
         fail(name, "unknown field (typo, or a newer minispark wrote this table?)")
     for name in sorted(known - set(data) - set(_OPTIONAL)):

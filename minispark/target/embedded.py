@@ -16,7 +16,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from minispark.defaults import user_dir
+from minispark.defaults import USER_DIR_ENV, user_dir
 from minispark.errors import MinisparkError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
@@ -50,6 +50,13 @@ def embedded_model_dir() -> Path:
 
 
 def _convert(gguf: Path, out: Path) -> None:
+    # Before 20 s of conversion, not after: a read-only or full cache directory ended in OSError's traceback.
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(prefix=f".{out.name}-", dir=out.parent).cleanup()
+    except OSError as error:
+        raise MinisparkError(f"embedded target: cannot write its one-time conversion under {out.parent} "
+                             f"({error.strerror}); point ${USER_DIR_ENV} at a writable directory") from None
     # Imported here: transformers is slow to import and only needed for the one-time conversion.
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

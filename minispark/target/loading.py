@@ -75,6 +75,15 @@ class Target:
         """The positions the target has for prompt and answer together: :func:`context_limit` of its config."""
         return context_limit(self.model.config)
 
+    def require_chat_template(self) -> None:
+        """Refuse a target whose tokenizer (a VLM's processor) has no chat template, in one line: prompts are
+        rendered as conversations (transformers' ValueError went up as a traceback)."""
+        templater = self.processor if self.is_vlm else self.tokenizer
+        if getattr(templater, "chat_template", None) is None:
+            raise MinisparkError(f"target {self.name} has no chat template (a base model?): minispark renders every "
+                                 "prompt as a conversation; use the target's instruct/chat variant, or add a "
+                                 "chat_template.jinja to its directory")
+
     def room(self, prompt_tokens: int, wanted: int) -> int:
         """``wanted`` new tokens capped to what the context leaves after a prompt, at least 1."""
         limit = self.context_limit
@@ -144,6 +153,7 @@ class Target:
         chat_template.jinja: jinja2's traceback) or refuses the conversation is one line naming the target."""
         from jinja2 import TemplateError
 
+        self.require_chat_template()
         try:
             return _utf8(templater.apply_chat_template(messages, tokenize=False,
                                                        add_generation_prompt=add_generation_prompt))

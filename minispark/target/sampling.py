@@ -10,6 +10,7 @@ temperature, top-k and top-p are applied identically.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 
 import torch
@@ -111,10 +112,8 @@ def draw_rows(logits: torch.Tensor, config: SamplingConfig, generators: list[tor
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
-    """A seeded generator; ``None`` draws a fresh seed (still reported so runs can be replayed)."""
+    """A seeded generator; ``None`` draws a fresh seed in the range ``--seed`` takes (reported, so a sampled run
+    can be replayed: torch's own fresh seeds are 64-bit, which ``--seed`` refused)."""
     generator = torch.Generator(device=device)
-    if seed is None:
-        generator.seed()
-    else:
-        generator.manual_seed(seed)
+    generator.manual_seed(secrets.randbelow(validate.MAX_SEED + 1) if seed is None else seed)
     return generator

@@ -1,8 +1,9 @@
 """``minispark serve`` end to end on tiny random models, through the real ``openai`` client and raw HTTP:
 the round trip (streamed and not) equals target-only greedy decoding, images as data URLs and files
 under --image-dir, stop strings, concurrent requests keep per-request parity, every limit answers its
-status with an OpenAI-style JSON error, a client that disconnects frees its slot, and the server binds
-127.0.0.1 only and stops by itself.
+status with an OpenAI-style JSON error, a client that disconnects frees its slot, the server binds
+127.0.0.1 only and stops by itself, and the real ``minispark serve`` process drains on Ctrl-C and, on a second
+one, answers every request still open with a JSON 503 and exits at once.
 
     .venv/bin/python -m pytest -q tests/test_serve.py
 """
@@ -171,7 +172,7 @@ def test_image_parts(vlm: Target, test_image: Path, tmp_path: Path) -> None:
 
 def post(url: str, body: object, **kwargs) -> httpx.Response:
     data = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return httpx.post(f"{url}/v1/chat/completions", content=data, timeout=60,
+    return httpx.post(f"{url}/v1/chat/completions", content=data, timeout=kwargs.pop("timeout", 60),
                       headers={"content-type": "application/json", **kwargs.pop("headers", {})}, **kwargs)
 
 
@@ -527,8 +528,9 @@ def test_request_images_leave_no_file_accepted_or_refused(vlm: Target, test_imag
 
 
 def test_a_non_streaming_client_that_times_out_frees_its_slot(llama: Target) -> None:
-    """A non-streaming client that hung up was never cancelled: the auth middleware hid the disconnect, and the
-    job decoded to max_tokens holding its slot."""
+    """A non-streaming client that hung up was never cancelled: the hang-up was looked for only after a quarter
+    second without text events, which a decoding job never leaves, and the job decoded to max_tokens holding its
+    slot."""
     body = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 2000, "temperature": 1.0, "seed": 1}
     local = server(llama, slots=1, api_key="sekret")
     with local as url:
@@ -584,3 +586,162 @@ def test_a_model_is_retrieved_and_a_cut_max_tokens_is_said(llama: Target, monkey
         monkeypatch.setattr(type(llama), "context_limit", property(lambda _self: prompt + 3))
         reply = post(url, {"model": model, "messages": HELLO, "max_tokens": 50, "temperature": 1.0, "seed": 3}).json()
         assert reply["minispark"]["max_tokens_cut_to"] == 3 and reply["usage"]["completion_tokens"] <= 3
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def serve_process(target_dir: Path, tmp_path: Path, *flags: str) -> tuple[subprocess.Popen, str]:
+    """The real ``minispark serve`` in a child process on a free port, its temporary directory under ``tmp_path``:
+    (process, url) once ``/health`` answers. Its stderr is a pipe the caller reads after it exits."""
+    import re
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path), "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-m", "minispark.cli", "serve", "--target", str(target_dir),
+                              "--drafter", "none", "--port", "0", *flags],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env)
+    said = ""
+    while (found := re.search(r"http://127\.0\.0\.1:\d+", said)) is None:
+        line = child.stderr.readline()
+        if not line:
+            child.wait(30)
+            pytest.fail(f"the server did not start: {said}")
+        said += line
+    url, deadline = found.group(0), time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=5).status_code == 200:
+                return child, url
+        except httpx.TransportError:
+            pass
+        if time.monotonic() > deadline or child.poll() is not None:
+            child.kill()
+            pytest.fail(f"the server did not answer /health: {said}{child.stderr.read()}")
+        time.sleep(0.1)
+
+
+def clients_in_flight(url: str, model: str, streams: list[bool],
+                      max_tokens: int) -> tuple[list[threading.Thread], dict[int, tuple]]:
+    """One thread per request, started: results[i] is ("stream", status, content type, [data payloads]) or
+    ("plain", status, content type, body text), or ("failed", repr) when the connection broke."""
+    results: dict[int, tuple] = {}
+
+    def ask(i: int, stream: bool) -> None:
+        body = {"model": model, "messages": HELLO, "max_tokens": max_tokens, "temperature": 1.0, "seed": i,
+                "stream": stream}
+        try:
+            if stream:
+                with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=60) as response:
+                    data = [line[len("data: "):] for line in response.iter_lines() if line.startswith("data: ")]
+                results[i] = ("stream", response.status_code, response.headers["content-type"], data)
+            else:
+                response = httpx.post(f"{url}/v1/chat/completions", json=body, timeout=60)
+                results[i] = ("plain", response.status_code, response.headers["content-type"], response.text)
+        except httpx.HTTPError as exc:
+            results[i] = ("failed", repr(exc))
+
+    threads = [threading.Thread(target=ask, args=(i, stream), daemon=True) for i, stream in enumerate(streams)]
+    for thread in threads:
+        thread.start()
+    return threads, results
+
+
+def wait_for_load(url: str, in_flight: int, queued: int = 0) -> None:
+    deadline = time.monotonic() + 60
+    while (load := httpx.get(f"{url}/health").json())["in_flight"] < in_flight or load["queued"] < queued:
+        assert time.monotonic() < deadline, load
+        time.sleep(0.05)
+
+
+def answer_kind(result: tuple) -> str:
+    """"error" (an OpenAI-style 503 shutting_down, as JSON or as the stream's last event) or "done" (complete);
+    anything else fails the test."""
+    kind, status, content_type, body = result
+    if kind == "plain":
+        assert content_type == "application/json", result
+        if status == 200:
+            return "done"
+        assert status == 503 and json.loads(body)["error"]["code"] == "shutting_down", result
+        return "error"
+    assert kind == "stream" and status == 200 and content_type.startswith("text/event-stream"), result
+    assert body[-1] == "[DONE]", result
+    last = json.loads(body[-2])
+    if "error" in last:
+        assert set(last["error"]) == {"message", "type", "param", "code"}, last
+        assert last["error"]["code"] == "shutting_down", last
+        return "error"
+    assert last["choices"][0]["finish_reason"] in ("length", "stop"), last
+    return "done"
+
+
+@pytest.mark.parametrize("second", ["SIGINT", "SIGTERM"])
+def test_a_second_ctrl_c_answers_every_request_503_and_exits_at_once(tiny_dir, tmp_path: Path, second: str) -> None:
+    """A second Ctrl-C with requests in flight printed a CancelledError traceback per request, answered text/plain
+    "Internal Server Error" (or cut the stream), and the worker decoded on for seconds before the process exited.
+    Now every request, in flight or queued, streaming or not, gets a JSON 503 and the server exits at once."""
+    import signal
+
+    child, url = serve_process(tiny_dir("llama"), tmp_path, "--max-concurrent", "2")
+    try:
+        model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+        threads, results = clients_in_flight(url, model, [True, False, True, False], max_tokens=2000)
+        wait_for_load(url, in_flight=2, queued=2)  # two decoding, two waiting for a slot
+        child.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        child.send_signal(getattr(signal, second))
+        stopped = time.monotonic()
+        try:
+            child.wait(30)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the server was still running 30 s after the second signal")
+        took = time.monotonic() - stopped
+        for thread in threads:
+            thread.join(10)
+    finally:
+        child.kill()
+    stderr = child.stderr.read()
+    assert took < 8, f"{took:.1f} s to exit after the second signal"
+    for noise in ("Traceback", "CancelledError", "Exception in ASGI", "ERROR"):
+        assert noise not in stderr, stderr
+    kinds = [answer_kind(results[i]) for i in range(4)]  # a KeyError: a client got nothing at all
+    assert "error" in kinds, kinds
+    assert not list(tmp_path.glob(f"{SCRATCH_PREFIX}*"))  # the app's shutdown ran
+
+
+def test_one_ctrl_c_lets_the_requests_in_flight_finish(tiny_dir, tmp_path: Path) -> None:
+    import signal
+
+    child, url = serve_process(tiny_dir("llama"), tmp_path, "--max-concurrent", "2")
+    try:
+        model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
+        threads, results = clients_in_flight(url, model, [True, False], max_tokens=300)
+        wait_for_load(url, in_flight=2)
+        child.send_signal(signal.SIGINT)
+        for thread in threads:
+            thread.join(60)
+        child.wait(60)
+    finally:
+        child.kill()
+    stderr = child.stderr.read()
+    assert "Traceback" not in stderr and "ERROR" not in stderr, stderr
+    assert [answer_kind(results[i]) for i in range(2)] == ["done", "done"], results
+    assert json.loads(results[1][3])["usage"]["completion_tokens"] > 0
+
+
+@pytest.mark.parametrize("slots", [1, 2])  # the single-request engine and the batched decoder
+def test_an_aborted_worker_answers_every_job_at_once_and_stops_decoding(llama: Target, slots: int) -> None:
+    from minispark.serve.protocol import APIError
+
+    local = server(llama, slots=slots)
+    with local as url:
+        worker = local.server.config.app.state.worker
+        threads, results = clients_in_flight(url, served_model_id(llama), [True, False] * slots, max_tokens=2000)
+        wait_for_load(url, in_flight=slots, queued=slots)
+        worker.abort(APIError(503, "stopping now", code="shutting_down"))
+        worker.thread.join(10)
+        assert not worker.thread.is_alive()  # it stopped between rounds, with 2000 tokens asked
+        for thread in threads:
+            thread.join(10)
+        assert [answer_kind(results[i]) for i in range(2 * slots)] == ["error"] * (2 * slots)
+        ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 3}
+        assert expect(post(url, ok), 503)["code"] == "shutting_down"

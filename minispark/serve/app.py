@@ -8,8 +8,10 @@ address, ``localhost`` or an allowed name and post JSON as JSON, and with an ``a
 wants ``Authorization: Bearer <key>`` (:mod:`minispark.serve.guard`); every limit (:class:`~minispark.serve.protocol.ServeLimits`) and every
 failure is an OpenAI-style JSON error with its status (400/401/404/413/429/500/503), never a traceback. A
 client that disconnects frees its slot; Ctrl-C (uvicorn's graceful shutdown) lets in-flight requests
-finish, then the worker drains and the process exits. :class:`LocalServer` runs one in a thread on
-127.0.0.1 with a free port and stops it by itself (tests, the load benchmark).
+finish, then the worker drains and the process exits; a second Ctrl-C, or the end of the drain, stops at
+once: every request still unanswered gets a 503 ``shutting_down`` (:func:`stopping_server`).
+:class:`LocalServer` runs one in a thread on 127.0.0.1 with a free port and stops it by itself (tests,
+the load benchmark).
 
     minispark serve --target /tmp/tiny-llama --port 8000   # then: curl localhost:8000/v1/models
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import shutil
 import socket
@@ -28,7 +31,8 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import AsyncIterator
+from types import FrameType
+from typing import TYPE_CHECKING, AsyncIterator, Awaitable, TypeVar
 
 import anyio
 from fastapi import FastAPI, Request
@@ -47,6 +51,11 @@ from minispark.serve.worker import Job, Worker
 from minispark.serving.batched import fork_drafter
 from minispark.serving.builder import ServingSetup
 from minispark.target.loading import Target
+
+if TYPE_CHECKING:
+    import uvicorn
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -130,6 +139,89 @@ def json_error_protocol() -> type:
     return JSONErrorH11Protocol
 
 
+#: After a second Ctrl-C, how long the handlers get to send their 503s before the connections still open are
+#: dropped (a client that does not read its answer), and as long again before uvicorn cancels what is left.
+STOP_GRACE_S = 1.0
+
+SHUTTING_DOWN = "the server is shutting down; the request was cancelled before it finished"
+
+
+def stop_requests(app: FastAPI) -> bool:
+    """Answer every request still open with a 503 ``shutting_down`` now: the worker's queued and in-flight jobs
+    (:meth:`~minispark.serve.worker.Worker.abort`) and the handlers still reading a body (:func:`until_stopped`).
+    False when there was nothing to stop: the lifespan never started, or this ran before. On the loop's thread."""
+    worker: Worker | None = getattr(app.state, "worker", None)
+    if worker is None or worker.aborted is not None:
+        return False
+    app.state.stopping.set()
+    worker.abort(APIError(503, SHUTTING_DOWN, code="shutting_down"))
+    return True
+
+
+async def until_stopped(work: Awaitable[T], stopping: asyncio.Event) -> T:
+    """``work``'s result, or a 503 once :func:`stop_requests` ran: a client still sending its body when the server
+    stops at once is answered, not cut off."""
+    task, stop = asyncio.ensure_future(work), asyncio.ensure_future(stopping.wait())
+    try:
+        done, _ = await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+    finally:  # cancelled itself (the server's end) or stopped: neither wait outlives the call
+        stop.cancel()
+        if not task.done():
+            task.cancel()
+    if task not in done:
+        raise APIError(503, SHUTTING_DOWN, code="shutting_down")
+    return task.result()
+
+
+def stopping_server(config: uvicorn.Config, drain_s: float) -> uvicorn.Server:
+    """uvicorn's Server, whose shutdown ends in answers, never in tracebacks. The first SIGINT/SIGTERM drains as
+    uvicorn does (requests in flight and queued finish); a second one, or ``drain_s`` after the first, aborts the
+    worker (:meth:`~minispark.serve.worker.Worker.abort`): every handler answers its client a JSON 503 within
+    milliseconds, the connections close and the app shuts down as after a drain. uvicorn's own second SIGINT
+    (``force_exit``) skipped the app's shutdown and cancelled the handlers: ``CancelledError`` tracebacks,
+    text/plain 500s, and the worker decoding on. Later signals change nothing (Ctrl-C pressed over and over):
+    what is left after :data:`STOP_GRACE_S` is dropped anyway."""
+    import uvicorn
+
+    class StoppingServer(uvicorn.Server):
+        stopping = False  # the worker is (being) aborted
+
+        async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+            self.loop = asyncio.get_running_loop()  # signal handlers hand their work to it
+            await super().serve(sockets)
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            # a signal handler interrupts the loop's thread anywhere (inside Worker.submit, say): it only schedules
+            if not self.should_exit:
+                super().handle_exit(sig, frame)
+                self.loop.call_soon_threadsafe(self.loop.call_later, drain_s, self.stop_now)
+            elif not self.stopping:
+                self.stopping = True
+                self.loop.call_soon_threadsafe(self.stop_now)
+
+        def stop_now(self) -> None:
+            self.stopping = True
+            if stop_requests(self.config.app):
+                self.loop.call_later(STOP_GRACE_S, self.drop_connections)
+
+        def drop_connections(self) -> None:
+            # to the handlers a dropped connection is a client gone (an ordinary end, no traceback), where uvicorn's
+            # force_exit cancels them (a traceback each); abort(), not close(): close() waits to flush to the client
+            for connection in list(self.server_state.connections):
+                if connection.transport is not None:
+                    connection.transport.abort()
+            self.loop.call_later(STOP_GRACE_S, setattr, self, "force_exit", True)
+
+        async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().shutdown(sockets)
+            # uvicorn skips the app's shutdown when forced, and its lifespan task dies with a traceback (a second
+            # call, had it run it, returns at once)
+            if self.force_exit:
+                await self.lifespan.shutdown()
+
+    return StoppingServer(config)
+
+
 #: The server's temporary directory (decoded ``data:`` URL images) is ``<tmp>/minispark-serve-*``.
 SCRATCH_PREFIX = "minispark-serve-"
 
@@ -156,6 +248,7 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.worker = Worker(target, setup, config.slots, config.limits.queue)
+        app.state.stopping = asyncio.Event()  # set by stop_requests
         try:
             yield
         finally:
@@ -202,7 +295,8 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         worker: Worker = app.state.worker
-        body = await read_body(request, config.limits.max_body_bytes, config.limits.body_timeout_s)
+        body = await until_stopped(read_body(request, config.limits.max_body_bytes, config.limits.body_timeout_s),
+                                   app.state.stopping)
         # the request's decoded images live only until it is encoded (or refused): the disk never fills with them
         images = Path(tempfile.mkdtemp(dir=scratch.name))
         try:
@@ -225,26 +319,36 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
         worker.submit(job)
         completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
         if chat.stream:
-            # On shutdown sse-starlette would cut every stream at once; the grace period lets it finish
-            # (Ctrl-C drains), inside uvicorn's own graceful-shutdown timeout.
+            # On shutdown sse-starlette would cut every stream at once; the grace period lets it finish (Ctrl-C
+            # drains) and outlasts the drain, so a stream still open then ends with the worker's 503, not a cut.
             return EventSourceResponse(_stream(job, chat, completion_id, config.model_id), ping=15,
                                        shutdown_event=anyio.Event(),
-                                       shutdown_grace_period=max(0.0, config.drain_s - 1.0))
+                                       shutdown_grace_period=config.drain_s + STOP_GRACE_S)
         return await _complete(job, request, completion_id, config.model_id)
 
     return app
 
 
+#: How often a non-streaming request looks for its client's hang-up, in seconds.
+DISCONNECT_CHECK_S = 0.25
+
+
 async def _complete(job: Job, request: Request, completion_id: str, model: str) -> JSONResponse:
-    """Wait for the whole answer; a client that hangs up meanwhile cancels the job (frees its slot)."""
+    """Wait for the whole answer; a client that hangs up meanwhile cancels the job (frees its slot). The hang-up
+    is looked for every quarter second by the clock: the job's text events arrive faster than that, and a check
+    made only when none came for a quarter second never ran."""
+    loop = asyncio.get_running_loop()
+    check = loop.time() + DISCONNECT_CHECK_S
     while True:
         try:
-            kind, value = await asyncio.wait_for(job.events.get(), timeout=0.25)
+            kind, value = await asyncio.wait_for(job.events.get(), timeout=max(0.0, check - loop.time()))
         except asyncio.TimeoutError:
+            kind, value = None, None
+        if loop.time() >= check:
             if await request.is_disconnected():
                 job.cancelled.set()
                 return JSONResponse({}, status_code=499)
-            continue
+            check = loop.time() + DISCONNECT_CHECK_S
         if kind == "error":
             raise value
         if kind == "done":
@@ -290,12 +394,15 @@ async def _stream(job: Job, chat: ChatRequest, completion_id: str, model: str) -
 
 def run_server(target: Target, setup: ServingSetup, config: ServeConfig, host: str = defaults.SERVE_HOST,
                port: int = defaults.SERVE_PORT) -> None:
-    """Serve until Ctrl-C (SIGINT/SIGTERM): then in-flight requests finish (up to ``config.drain_s``)."""
+    """Serve until Ctrl-C (SIGINT/SIGTERM): then in-flight requests finish (up to ``config.drain_s``); a second
+    Ctrl-C answers them 503 and exits at once (:func:`stopping_server`)."""
     import uvicorn
 
-    server = uvicorn.Server(uvicorn.Config(create_app(target, setup, config), host=host, port=port,
-                                           http=json_error_protocol(), log_level="warning",
-                                           timeout_graceful_shutdown=int(config.drain_s)))
+    # uvicorn's own timeout cancels the handlers (tracebacks): a backstop behind the drain's end and its answers
+    timeout = math.ceil(config.drain_s + STOP_GRACE_S) + 1
+    server = stopping_server(uvicorn.Config(create_app(target, setup, config), host=host, port=port,
+                                            http=json_error_protocol(), log_level="warning",
+                                            timeout_graceful_shutdown=timeout), config.drain_s)
     server.run()
 
 

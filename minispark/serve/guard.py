@@ -12,8 +12,8 @@ then treats the server as the page's own origin. :class:`Guard` closes both door
 * **Key.** With an API key, every ``/v1`` route wants ``Authorization: Bearer <key>`` (the scheme in any
   case, as RFC 9110 says); else 401.
 
-It is plain ASGI, not a ``BaseHTTPMiddleware``: that wrapper hides the client's disconnect from the route,
-and a non-streaming request whose client hung up then decoded to its end holding a slot.
+It is plain ASGI: a refusal is answered before any route runs, and an admitted request's receive channel
+(where the route sees its client hang up) passes through untouched.
 
     .venv/bin/python -m pytest -q tests/test_serve.py -k guard
 """

@@ -8,7 +8,8 @@ reused for a matching prefix). With R > 1 slots the jobs in flight are stepped t
 requests). Each job gets its text as it is committed (``delta`` events, stop strings held back so
 they never reach the client) and a ``done`` event with the result. A job whose client went away is
 cancelled between rounds and its slot freed; :meth:`Worker.drain` refuses new jobs (503) and lets
-the ones in flight and queued finish.
+the ones in flight and queued finish; :meth:`Worker.abort` (a second Ctrl-C) answers every one of them
+503 at once and stops decoding after the current round.
 
     .venv/bin/python -m pytest -q tests/test_serve.py -k disconnect
 """
@@ -51,7 +52,10 @@ class Job:
     ids: list[int] = field(default_factory=list)  # committed ids so far (the single-request path)
 
     def emit(self, kind: str, value: Any) -> None:
-        self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, (kind, value))
+        except RuntimeError:  # the handler's event loop is closed (the server stopped): nobody is listening
+            pass
 
 
 def cut_at_stop(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -70,8 +74,9 @@ class Worker:
         self.cond = threading.Condition()
         self.accepting = True
         self._stop = False
+        self.aborted: APIError | None = None  # set by abort(): what every job still unanswered gets
         self.completed = 0
-        self.cancelled = 0  # jobs stopped because their client went away
+        self.cancelled = 0  # jobs stopped unfinished: their client went away, or abort()
         self.decoder: BatchDecoder | None = None
         self.session = None
         if slots > 1:
@@ -113,6 +118,22 @@ class Worker:
         self.thread.join(timeout)
         return not self.thread.is_alive()
 
+    def abort(self, error: APIError) -> None:
+        """Stop at once: refuse new jobs, answer every queued and in-flight job with ``error`` and stop decoding
+        after the current round; :meth:`drain` then only joins the thread. Callable from any thread; a second
+        call does nothing."""
+        with self.cond:
+            if self.aborted is not None:
+                return
+            self.aborted, self.accepting, self._stop = error, False, True
+            jobs = [*self.pending, *self.running.values()]
+            self.cancelled += len(self.pending)
+            self.pending.clear()
+            self.cond.notify()
+        for job in jobs:
+            job.cancelled.set()
+            job.emit("error", error)  # now, not after the round in progress: the client need not wait for it
+
     # ------------------------------------------------------------------ the decoding thread
     def _loop(self) -> None:
         torch.set_grad_enabled(False)
@@ -149,34 +170,39 @@ class Worker:
         job = self._next_job()
         if job is None:
             return
-        self.running[0] = job  # a failure below leaves it there: _fail_all answers it with a 500
+        with self.cond:
+            self.running[0] = job  # a failure below leaves it there: _fail_all answers it with a 500
         request = job.request
         result = speculative_generate(
             self.session, job.inputs, self.setup.drafter, sampling=self._sampling(request),
             policy=self.setup.policy, max_new_tokens=self._room(job), eos_ids=self.target.eos_token_ids,
             stop=stop_on_strings(self.target, request.stop), on_tokens=lambda ids: self._stream(job, ids),
             generator=make_generator(request.seed, self.target.device), reuse=True,
-            interrupt=job.cancelled.is_set, skip=self.setup.skip)
-        self.running.pop(0, None)
+            interrupt=lambda: job.cancelled.is_set() or self.aborted is not None, skip=self.setup.skip)
+        with self.cond:
+            self.running.pop(0, None)
         self._done(job, result.token_ids, result.stop_reason, result.stats)
 
     def _run_round(self) -> None:
         decoder = self.decoder
         for batch in decoder.active:  # clients that went away: free their slots first
             job = self.running[id(batch)]
-            if job.cancelled.is_set():
+            if job.cancelled.is_set() or self.aborted is not None:
                 decoder.cancel(batch)
-                del self.running[id(batch)]
+                with self.cond:
+                    del self.running[id(batch)]
                 self._done(job, batch.token_ids, "cancelled", batch.stats)
         while decoder.free and (job := self._next_job()) is not None:
             request = job.request
             job.batch = BatchRequest(job.inputs, self._room(job), self._sampling(request),
                                      stop_on_strings(self.target, request.stop),
                                      on_tokens=lambda ids, job=job: self._stream(job, ids), seed=request.seed)
-            self.running[id(job.batch)] = job
+            with self.cond:
+                self.running[id(job.batch)] = job
             decoder.start(job.batch)
         for batch in decoder.step():
-            job = self.running.pop(id(batch))
+            with self.cond:
+                job = self.running.pop(id(batch))
             self._done(job, batch.token_ids, batch.stop_reason, batch.stats)
 
     def _room(self, job: Job) -> int:
@@ -209,7 +235,11 @@ class Worker:
             self.completed += 1
             self.cancelled += gone
         if gone:
-            return  # nobody is listening
+            # after abort() a job taken from the queue just as abort() looked is answered only here (the others a
+            # second time, which no handler reads: each stops at its first answer); otherwise nobody is listening
+            if self.aborted is not None:
+                job.emit("error", self.aborted)
+            return
         room = self._room(job)
         cut = {"max_tokens_cut_to": room} if room < job.request.max_tokens else {}  # the context left less room
         job.emit("done", {"text": text, "finish_reason": "length" if reason == "max_tokens" else "stop",
@@ -217,8 +247,9 @@ class Worker:
                           "metrics": metrics(stats, self.setup) | cut})
 
     def _fail_all(self, exc: Exception) -> None:
-        jobs = list(self.running.values())
-        self.running.clear()
+        with self.cond:
+            jobs = list(self.running.values())
+            self.running.clear()
         if self.decoder is not None:
             for i, session in enumerate(self.decoder.sessions):
                 self.decoder.requests[i] = None

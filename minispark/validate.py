@@ -307,7 +307,19 @@ def writable(path: Path, flag: str, named: Path | None = None) -> None:
     place = next((p for p in (path, *path.parents) if p.exists()), None)
     if place is not None and place.is_dir() and not os.access(place, os.W_OK | os.X_OK):
         where = "" if place == named else f"{place} "
+        if read_only_file_system(place):  # not a matter of this user's permissions: no one may write there
+            raise MinisparkError(f"{flag} {named}: {where}is on a read-only file system; write elsewhere")
         raise MinisparkError(f"{flag} {named}: {where}is not writable by this user (permission denied)")
+
+
+def read_only_file_system(path: str | Path) -> bool:
+    """Whether ``path`` (or, for one not made yet, the nearest existing directory above it) lies on a file system
+    mounted read-only."""
+    try:  # also where a directory on the path may not be searched: asked while wording that very error
+        place = next((p for p in (Path(path), *Path(path).parents) if p.exists()), None)
+        return place is not None and bool(os.statvfs(place).f_flag & os.ST_RDONLY)
+    except OSError:  # a file system that cannot say (or a path gone since): not known to be read-only
+        return False
 
 
 def file_name(text: str, flag: str) -> str:

@@ -124,7 +124,7 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     (d / "subnormal.json").write_text(json.dumps(table))  # 1 / 1e-320 steps per second: Θ was inf
     (d / "hugeint.jsonl").write_text('{"prompt": "a", "category": 1' + "0" * 5000 + "}\n")
     (d / "deep.json").write_text("[" * 100_000 + "]" * 100_000)  # past Python's recursion limit
-    (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (d / "deep.jsonl").write_text('{"prompt": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
     (d / "dupkey.jsonl").write_text('{"prompt": "a", "prompt": "b"}\n')
     (d / "cutline.jsonl").write_text('{"prompt": "a"}\n{"prompt": "b')  # an interrupted write
     shutil.copytree(d / "fakedrafter", d / "deepconfig")
@@ -350,8 +350,8 @@ CASES = [
     ("sim-sps-corrupt", ["simulate", "--conf", "0.9", "--sps", "{corrupt.json}"], "corrupt.json"),
     ("sim-no-sps", ["simulate", "--conf", "0.9"], "--sps"),
     ("sim-draws-zero", ["simulate", "--appendix-a", "--draws", "0"], "--draws"),
-    ("bench-repeats-huge", ["bench", "--repeats", "1000000"], "--repeats must be at most 100"),
-    ("sim-draws-huge", ["simulate", "--appendix-a", "--draws", "2147483647"], "--draws must be at most 10000000"),
+    ("bench-repeats-past-the-bound", ["bench", "--repeats", "1000000"], "--repeats must be at most 100"),
+    ("sim-draws-past-the-bound", ["simulate", "--appendix-a", "--draws", "2147483647"], "--draws must be at most 10000000"),
     ("gen-empty-stop", ["generate", "--stop", ""], "--stop"),
     ("chat-empty-stop", ["chat", "--stop", "x", "--stop", ""], "--stop"),
     # answers / train --answers
@@ -786,7 +786,7 @@ def test_help_texts_survive_rich_markup() -> None:
     shown = " ".join(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "3000"}).output.split())
     assert shown.count("(default: auto)") == 2 and "(default: 1,003,520, ~1 MP" in shown
     shown = " ".join(CliRunner().invoke(app, ["simulate", "--help"], env={"COLUMNS": "3000"}).output.split())
-    assert "(--appendix-a; default: 100,000)" in shown and "(--appendix-a; default: 0)" in shown
+    assert "(--appendix-a; default: 100,000; at most 10,000,000)" in shown and "(--appendix-a; default: 0)" in shown
 
 
 def test_no_design_note_sections_in_help() -> None:
@@ -2677,11 +2677,14 @@ def test_a_run_a_cache_or_a_drafter_in_the_wrong_place_says_what_it_is(tiny_trai
 
 def test_an_out_name_that_is_not_utf8_is_written(files: dict[str, str], tmp_path: Path) -> None:
     """`--out $'u/tr-\\xe9'`: the writer lock hashed the name as UTF-8 text and failed with UnicodeEncodeError."""
+    import subprocess
+    import sys
+
     out = tmp_path / os.fsdecode(b"tr-\xe9")  # the byte 0xe9 alone: a latin-1 name, not UTF-8
-    result = CliRunner().invoke(app, ["answers", "--target", files["tiny"], "--prompts", files["ok.jsonl"],
-                                      "--out", str(out), "--max-new-tokens", "2"])
-    assert result.exit_code == 0, (result.output, result.exception)
-    assert os.path.isdir(os.fsencode(out)) and "Traceback" not in result.output
+    run = subprocess.run([sys.executable, "-m", "minispark.cli", "answers", "--target", files["tiny"], "--prompts",
+                          files["ok.jsonl"], "--out", out, "--max-new-tokens", "2"], capture_output=True, timeout=300)
+    assert run.returncode == 0 and b"Traceback" not in run.stderr, run.stderr.decode(errors="replace")
+    assert os.path.isdir(out) and os.fsencode(out) in run.stdout + run.stderr  # printed as its own bytes
 
 
 def test_a_read_only_cache_is_refused_before_the_conversion(tmp_path: Path, monkeypatch) -> None:
@@ -2720,3 +2723,123 @@ def test_a_fresh_seed_is_one_seed_takes() -> None:
 
     for _ in range(20):
         assert validate.seed(make_generator(None).initial_seed()) is not None
+
+
+def test_a_bad_flag_is_refused_before_torch_is_imported() -> None:
+    """`generate --mode turbo` waited ~4 s for torch and transformers before its one-line error."""
+    import subprocess
+    import sys
+
+    script = ("import sys\nfrom minispark.cli import run\ntry:\n    run(sys.argv[1:])\nexcept SystemExit as exc:\n"
+              "    print(exc.code, sorted({'torch', 'transformers'} & set(sys.modules)))\n")
+    for args, error in ((["generate", "--mode", "turbo"], "--mode turbo: choose from"),
+                        (["generate", "--max-new-tokens", "-5"], "--max-new-tokens must be >= 1"),
+                        (["chat", "--temperature", "-1"], "--temperature"),
+                        (["serve", "--port", "-1"], "--port must be >= 0"),
+                        (["bench", "--repeats", "0"], "--repeats must be >= 1"),
+                        (["calibrate", "--drafter", "d", "--prompts", "p", "--min-rounds", "0"], "--min-rounds")):
+        run = subprocess.run([sys.executable, "-c", script, *args], capture_output=True, text=True, timeout=120)
+        assert run.stdout.split("\n")[0] == "2 []", (args, run.stdout, run.stderr)
+        assert run.stderr.startswith("error: ") and error in run.stderr, (args, run.stderr)
+
+
+def test_a_read_only_file_system_is_named_as_such(monkeypatch, tmp_path: Path) -> None:
+    """A read-only mount was "not writable by this user (permission denied)", and a write failing there with
+    EROFS was a traceback; root may write anywhere else, so the file system is what to name."""
+    import errno
+    from types import SimpleNamespace
+
+    from minispark import validate
+    from minispark.errors import MinisparkError
+    from minispark.measuring import simulate
+
+    real_statvfs = os.statvfs
+    monkeypatch.setattr(os, "access", lambda *a, **k: False)
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY))
+    with pytest.raises(MinisparkError, match=r"^--out .*/new: .* is on a read-only file system; write elsewhere$"):
+        validate.writable(tmp_path / "new", "--out")
+    monkeypatch.setattr(os, "statvfs", real_statvfs)  # a read-write one: the permissions, as before
+    with pytest.raises(MinisparkError, match=r"is not writable by this user \(permission denied\)$"):
+        validate.writable(tmp_path / "new", "--out")
+    monkeypatch.undo()
+
+    def fails(error: OSError):
+        def theta_table(*_args, **_kwargs):
+            raise error
+        return theta_table
+
+    command = ["simulate", "--conf", "0.9", "--sps-inline", "1.0,0.5"]
+    monkeypatch.setattr(simulate, "theta_table", fails(OSError(errno.EROFS, "Read-only file system",
+                                                               str(tmp_path / "t.json"))))
+    assert one_line_error(CliRunner().invoke(app, command)) == (f"error: {tmp_path / 't.json'}: read-only file "
+                                                                "system; write it elsewhere")
+    monkeypatch.setattr(simulate, "theta_table", fails(PermissionError(errno.EACCES, "Permission denied",
+                                                                       str(tmp_path / "t.json"))))
+    monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY))
+    assert one_line_error(CliRunner().invoke(app, command)).endswith("t.json: read-only file system; write it "
+                                                                     "elsewhere")
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (a device that is always full)")
+def test_a_full_standard_output_is_named() -> None:
+    """`minispark simulate ... > /dev/full` blamed "a file being written", which the user never named."""
+    import subprocess
+    import sys
+
+    for json_flag in ([], ["--json"]):  # rich's console, and the JSON written to sys.stdout
+        with open("/dev/full", "w") as full:
+            run = subprocess.run([sys.executable, "-m", "minispark.cli", "simulate", "--conf", "0.9,0.8",
+                                  "--sps-inline", "1.0,0.5,0.45", *json_flag], stdout=full, stderr=subprocess.PIPE,
+                                 text=True, timeout=120)
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert run.stderr.startswith("error: standard output: no space left on the device it is redirected to"), \
+            run.stderr
+
+
+def test_sigterm_of_a_resumable_command_says_how_to_resume(tiny_dir, monkeypatch, tmp_path: Path) -> None:
+    """`kill` of `minispark cache` ended it without a word, where Ctrl-C says the shards are kept and how to resume."""
+    import signal
+    import time
+
+    from minispark.data import cache
+
+    def killed(*_args, **_kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler runs before this returns
+        pytest.fail("SIGTERM did not stop the command")
+
+    caught: list[int] = []
+    monkeypatch.setattr(cache, "build_cache", killed)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: caught.append(signum))  # if not handled: not us
+    try:
+        prompts = tmp_path / "p.jsonl"
+        prompts.write_text('{"prompt": "hi"}\n')
+        result = CliRunner().invoke(app, ["cache", "--target", str(tiny_dir("llama")), "--prompts", str(prompts),
+                                          "--out", str(tmp_path / "c")])
+        restored = signal.getsignal(signal.SIGTERM)
+    finally:
+        ours = signal.signal(signal.SIGTERM, previous)
+    assert result.exit_code == 143 and caught == [], (result.exit_code, result.output, result.exception)
+    assert re.search(r"^terminated; finished shards are kept; run the same command again to resume: minispark ",
+                     result.stderr, re.M), result.stderr
+    assert restored is ours  # the command's handler is gone once it ended
+
+
+def test_a_full_disk_at_profile_plot_says_the_table_was_written(tiny_dir, monkeypatch, tmp_path: Path) -> None:
+    """`profile --plot` on a full disk: the error named the PNG only, as if the minutes of measuring were lost."""
+    from minispark.atomic import NoSpaceError
+    from minispark.measuring import profiler
+
+    def full(table, path):
+        raise NoSpaceError(path)
+
+    monkeypatch.setattr(profiler, "plot_sps", full)
+    result = CliRunner().invoke(app, ["profile", "--target", str(tiny_dir("llama")), "--contexts", "8", "--rounds",
+                                      "1", "--warmup", "0", "--allow-busy", "--out", str(tmp_path / "tables"),
+                                      "--plot", str(tmp_path / "sps.png")])
+    table = next((tmp_path / "tables").glob("*.json"))
+    error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+    assert result.exit_code == 2 and len(error) == 1, (result.output, result.exception)
+    assert error[0].startswith(f"error: the SPS table was written to {table}; only the plot failed: "
+                               f"{tmp_path / 'sps.png'}: no space left on the device")
+    assert f"wrote {table}" in result.stdout  # the figures are on the screen too

@@ -186,3 +186,62 @@ def test_cli_json_alone_on_stdout_and_plot(setup, tiny_trained_drafter, tmp_path
     assert "skipping fixed" in result.stderr and png.read_bytes()[:4] == b"\x89PNG"
     bad = CliRunner().invoke(app, ["bench", "--target", str(target_dir), "--modes", "target,turbo"])
     assert bad.exit_code == 2 and "--modes: unknown mode 'turbo'" in bad.stderr
+
+
+def interrupting(modes: list[Mode], at_call: int) -> list[Mode]:
+    """``modes`` with Ctrl-C pressed at the ``at_call``-th run of any mode (1-based)."""
+    calls = [0]
+
+    def wrap(mode: Mode) -> Mode:
+        def run(*args):
+            calls[0] += 1
+            if calls[0] == at_call:
+                raise KeyboardInterrupt
+            return mode.run(*args)
+
+        return Mode(mode.name, run, mode.drafting, mode.precision)
+
+    return [wrap(m) for m in modes]
+
+
+def test_ctrl_c_keeps_the_finished_repeats(target) -> None:
+    """`bench --repeats N` interrupted: every finished repeat was discarded with the one cut short."""
+    from minispark.measuring.bench import BenchInterrupted
+
+    config = BenchConfig(modes=["target", "lookup"], max_new_tokens=3, repeats=3, warmup=False)
+    modes, _ = build_modes(target, config)
+    prompts = builtin_prompts(target, 2)
+    per_repeat = len(modes) * len(prompts)
+    with pytest.raises(BenchInterrupted) as caught:  # in the second repeat's second run
+        run_bench(target, interrupting(modes, per_repeat + 2), prompts, config)
+    report = caught.value.report
+    assert report["interrupted"] == {"repeats_done": 1, "repeats_asked": 3}
+    assert {name: row["runs"] for name, row in report["summary"].items()} == {"target": 2, "lookup": 2}
+    assert all(len(row["modes"]["lookup"]["tokens"]) == 1 for row in report["prompts"])
+    assert report["summary"]["lookup"]["parity"] is True
+    from rich.console import Console
+
+    console = Console(width=400, record=True, file=open("/dev/null", "w"))
+    console.print(render_bench(report))
+    assert "× 1 of 3 (interrupted)" in console.export_text()
+    with pytest.raises(KeyboardInterrupt) as first:  # nothing finished: nothing to report
+        run_bench(target, interrupting(modes, 2), prompts, config)
+    assert not isinstance(first.value, BenchInterrupted)
+
+
+def test_cli_ctrl_c_prints_the_finished_repeats(tiny_dir, monkeypatch) -> None:
+    from minispark.measuring import bench
+
+    real = bench.build_modes
+
+    def cut_in_repeat_two(*args, **kwargs):
+        modes, notices = real(*args, **kwargs)
+        return interrupting(modes, 3 * len(modes) + 1), notices  # warm-up, 2 prompts: repeat 2's first run
+
+    monkeypatch.setattr(bench, "build_modes", cut_in_repeat_two)
+    result = CliRunner().invoke(app, ["bench", "--target", str(tiny_dir("llama")), "--modes", "target,lookup",
+                                      "--num-prompts", "2", "--max-new-tokens", "3", "--repeats", "3", "--json"])
+    assert result.exit_code == 130, (result.output, result.exception)
+    report = json.loads(result.stdout)
+    assert report["interrupted"] == {"repeats_done": 1, "repeats_asked": 3}
+    assert "interrupted; the report covers the 1 of 3 repeats that finished" in result.stderr

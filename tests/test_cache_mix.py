@@ -204,3 +204,22 @@ def test_cli_mix_and_train_on_it(caches, tmp_path) -> None:
     result = runner.invoke(app, ["cache-mix", "--out", str(tmp_path / "m2"), str(caches["answers"]),
                                  str(caches["heldout"])])
     assert result.exit_code == 2 and "held-out evaluation cache" in result.output
+
+
+def test_a_copy_of_the_same_cache_is_refused_by_content(caches, tmp_path) -> None:
+    """The same cache at another path (a byte-identical copy) was mixed twice without a word: the path check
+    compares paths, so the shards' hashes are compared."""
+    import shutil
+
+    from typer.testing import CliRunner
+
+    copy = tmp_path / "copy-of-answers"
+    shutil.copytree(caches["answers"], copy)
+    for parts in ([MixPart(caches["answers"]), MixPart(copy)], [MixPart(caches["answers"], 2), MixPart(copy, 4)]):
+        with pytest.raises(CacheError, match=rf"cache-mix: {copy} and {caches['answers']} hold the same samples "
+                                             r"\(shard shard-00000.safetensors of one is byte-identical"):
+            mix_caches(tmp_path / "mix", parts)
+    assert not (tmp_path / "mix" / "manifest.json").exists()
+    result = CliRunner().invoke(app, ["cache-mix", "--out", str(tmp_path / "cli"), str(caches["answers"]), str(copy)])
+    assert result.exit_code == 2 and result.stderr.startswith("error: cache-mix: ") and result.stderr.count("\n") == 1
+    assert f"{copy} and {caches['answers']} hold the same samples" in result.stderr, result.stderr

@@ -147,12 +147,16 @@ def test_embedded_second_turn_reuses_the_whole_first_turn(embedded_target: Targe
 
 
 def test_a_first_message_too_long_is_blamed_not_the_conversation(tiny_llama: Target) -> None:
-    """Alone past the context, a first message is the fault: "/reset" would not help (issue 22, sixth probe)."""
+    """Alone past the context, a message is the fault, first or not: "/reset" would not help; only a message that
+    fits alone but not after the turns before it is the conversation's fault."""
     from minispark.errors import MinisparkError
 
     with Conversation(tiny_llama, LookupDrafter(), policy=FixedLength(3), max_new_tokens=2) as conversation:
         with pytest.raises(MinisparkError, match="^your message: .*; shorten it$"):
             conversation.say("word " * 5000)
         conversation.say("Hello!")
-        with pytest.raises(MinisparkError, match="^the conversation: .*; /reset to start a new one$"):
+        with pytest.raises(MinisparkError, match="^your message: .*; shorten it$"):  # was "the conversation"
             conversation.say("word " * 5000)
+        conversation.say("word " * 2500)
+        with pytest.raises(MinisparkError, match="^the conversation: .*; /reset to start a new one$"):
+            conversation.say("word " * 2500)

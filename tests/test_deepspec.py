@@ -477,3 +477,28 @@ def test_export_import_round_trip_on_embedded_target(embedded_target, tmp_path) 
     imported = import_deepspec(out, embedded_target, tmp_path / "imported").out
     assert_same_proposals(embedded_target, make_drafter(str(original), embedded_target),
                           make_drafter(str(imported), embedded_target))
+
+
+def test_a_checkpoint_for_another_target_is_refused_unless_forced(target, tmp_path) -> None:
+    """A DeepSpec checkpoint trained for another target of the same sizes imported with two warnings: its stored
+    embed_tokens and lm_head (frozen copies of its own target's) are not this target's."""
+    from minispark.model.deepspec_convert import OtherTargetCheckpoint
+
+    ckpt = write_deepspec(tmp_path / "other", target)
+    weights = load_file(str(ckpt / "model.safetensors"))
+    gen = torch.Generator().manual_seed(1)
+    for key in ("embed_tokens.weight", "lm_head.weight"):  # another target's: same shapes, other values
+        weights[key] = torch.randn(weights[key].shape, generator=gen).to(weights[key].dtype)
+    save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
+    with pytest.raises(OtherTargetCheckpoint, match=r"its embed_tokens.weight and lm_head.weight differ from target "
+                                                    r".*add --force to import it anyway"):
+        import_deepspec(ckpt, target, tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    result = CliRunner().invoke(app, ["import", str(ckpt), "--out", str(tmp_path / "cli"), "--target",
+                                      str(target.model_dir)])
+    assert result.exit_code == 2 and "add --force to import it anyway" in result.stderr, result.output
+    assert not (tmp_path / "cli").exists()
+    result = CliRunner().invoke(app, ["import", str(ckpt), "--out", str(tmp_path / "forced"), "--target",
+                                      str(target.model_dir), "--force"])
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("imported with --force") == 2 and (tmp_path / "forced" / "config.json").exists()

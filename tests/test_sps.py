@@ -181,10 +181,25 @@ def test_find_table_fallback_and_strict(tmp_path):
         find_table(tmp_path / "absent", "cpu", "x")
 
 
-def test_find_table_never_skips_a_malformed_table(tmp_path):
+def test_find_table_never_skips_a_malformed_table_unasked(tmp_path):
     (tmp_path / "junk.json").write_text("[]")
     with pytest.raises(SPSTableError, match="junk.json"):
         find_table(tmp_path, "cpu", "x")
+
+
+def test_a_bad_table_file_is_skipped_and_named_when_asked(tmp_path):
+    """One note saved as .json in the user's table directory (or a damaged own table) hid every table, the
+    shipped one too, and schedule mode fell back to the generic curve without a word."""
+    user, shipped = tmp_path / "user", tmp_path / "shipped"
+    (user / "notes.json").parent.mkdir()
+    (user / "notes.json").write_text('{"my": "notes"}')
+    table = make_table()
+    (user / table.path_in(user).name).write_text("{ damaged")  # the exact file name, corrupt
+    table.save(table.path_in(shipped))
+    skipped: list[str] = []
+    assert find_table([user, shipped], table.device, table.target, strict=True, skipped=skipped) == table
+    assert len(skipped) == 2 and any("notes.json: not an SPS table" in s for s in skipped)
+    assert any(table.path_in(user).name in s and "not readable as JSON" in s for s in skipped)
 
 
 @pytest.mark.parametrize("path", list_tables(REPO_TABLES), ids=lambda p: p.name)

@@ -6,6 +6,7 @@
     data.py      cache, answers, cache-mix, train
     measure.py   bench, profile, calibrate, simulate
     convert.py   import, export
+    process.py   SIGTERM of a resumable command handled as Ctrl-C; standard output named when a write to it fails
 
 ``from minispark.cli import app`` is the whole CLI (every command registered). Note that the attribute
 ``minispark.cli.app`` is that typer app, not the module; the module is ``sys.modules["minispark.cli.app"]``

@@ -19,6 +19,7 @@ import json
 import math
 import os
 import shlex
+import signal
 import sys
 import warnings
 from pathlib import Path
@@ -33,6 +34,8 @@ from minispark import defaults, validate, validate_lists, validate_models
 from minispark.defaults import DEFAULT_GAMMA, make_console
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.errors import MinisparkError, out_of_memory
+
+from .process import STDOUT_NAME, Terminated, sigterm_interrupts, stdout_full, stdout_named
 
 
 class PlainHelp:
@@ -156,8 +159,8 @@ def main(
 
 def one_line_errors(command: Callable) -> Callable:
     """Turn user-facing errors (and a full disk) into a single ``error: ...`` line and exit status 2;
-    Python warnings into one ``notice:`` line each; Ctrl-C into how to resume. A failed command leaves
-    no empty ``--out`` directory it created behind."""
+    Python warnings into one ``notice:`` line each; Ctrl-C (and SIGTERM of a command in :data:`RESUME_HINTS`)
+    into how to resume. A failed command leaves no empty ``--out`` directory it created behind."""
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -165,7 +168,8 @@ def one_line_errors(command: Callable) -> Callable:
 
         try:
             _check_typed_paths(kwargs)
-            with removed_if_left_empty(kwargs.get("out")), warnings.catch_warnings():
+            with removed_if_left_empty(kwargs.get("out")), warnings.catch_warnings(), stdout_named(), \
+                    sigterm_interrupts(command.__name__ in RESUME_HINTS):
                 warnings.showwarning = _one_line_warning
                 return command(*args, **kwargs)
         except PermissionError as exc:  # a file, or a directory on its path (behind a symlink), this user may not use
@@ -175,8 +179,14 @@ def one_line_errors(command: Callable) -> Callable:
             if exc.errno == errno.ENAMETOOLONG:  # a name inside a file (a prompt's image): the flags are checked first
                 _print_error(f"{str(exc.filename)[:60]!r}...: name too long for this file system")
                 raise typer.Exit(2) from None
+            if exc.errno == errno.EROFS:
+                _print_error(f"{exc.filename or 'a file being written'}: read-only file system; write it elsewhere")
+                raise typer.Exit(2) from None
             if exc.errno not in (*NO_SPACE_ERRNOS, errno.EFBIG):
                 raise
+            if exc.filename == STDOUT_NAME:
+                _print_error(_with_resume(stdout_full(exc.errno in NO_SPACE_ERRNOS), command, kwargs))
+                raise typer.Exit(2) from None
             failed = NoSpaceError if exc.errno in NO_SPACE_ERRNOS else FileTooLargeError
             _print_error(_with_resume(str(failed(exc.filename or "a file being written")), command, kwargs))
             raise typer.Exit(2) from None
@@ -190,18 +200,20 @@ def one_line_errors(command: Callable) -> Callable:
                 raise
             _print_error(message)
             raise typer.Exit(2) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as exc:
+            terminated = isinstance(exc, Terminated)
             hint = RESUME_HINTS.get(command.__name__)
             if command.__name__ == "demo" and not kwargs.get("train"):
                 hint = None  # the plain demo keeps nothing: there is nothing to resume
             out = kwargs.get("out")
             if command.__name__ == "train" and out is not None and not Path(out).exists():
                 hint = "nothing was written yet; run the same command again"  # --resume refuses a missing --out
-            line = f"interrupted; {hint}: minispark {shlex.join(sys.argv[1:])}" if hint else "interrupted"
+            word = "terminated" if terminated else "interrupted"
+            line = f"{word}; {hint}: minispark {shlex.join(sys.argv[1:])}" if hint else word
             if hint == RESUME_HINTS["train"] and "--resume" not in sys.argv:
                 line += " --resume"
             err_console.print(line, highlight=False, soft_wrap=True, markup=False)
-            raise typer.Exit(130) from None
+            raise typer.Exit(128 + (signal.SIGTERM if terminated else signal.SIGINT)) from None
 
     return wrapper
 
@@ -255,6 +267,8 @@ def _permission_denied(exc: PermissionError) -> str:
     name = exc.filename or "a file"
     real = os.path.realpath(name) if exc.filename else name
     via = f" (it leads to {real})" if real != os.path.abspath(name) else ""
+    if exc.filename and validate.read_only_file_system(real):  # no user may write there: permissions are not why
+        return f"{name}{via}: read-only file system; write it elsewhere"
     return f"{name}{via}: permission denied; this user may not read or write it, or a directory on its path"
 
 
@@ -386,6 +400,16 @@ def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = No
     return spec
 
 
+def checked_sps(path: Optional[Path], flag: str = "--sps") -> Optional[Path]:
+    """``serving.sps.checked_table_file`` for a given --sps file, imported only then: the SPS module brings
+    torch (seconds), which a bad flag's one-line error must not wait for."""
+    if path is None:
+        return None
+    from minispark.serving.sps import checked_table_file
+
+    return checked_table_file(path, flag)
+
+
 def _check_prompts(prompts: Optional[Path]) -> list[Any]:
     """A --prompts file parsed whole (every line, every image) before the target loads: a bad line
     costs milliseconds, not the minutes a large target takes to load. Its samples (none without a file)."""
@@ -425,6 +449,9 @@ def run(argv: list[str] | None = None) -> None:
     # for output to a closed descriptor, and the files a command writes are written.
     sys.stdout = sys.stdout or open(os.devnull, "w")
     sys.stderr = sys.stderr or open(os.devnull, "w")
+    for stream in (sys.stdout, sys.stderr):  # a file name that is not UTF-8 is printed as its own bytes, as ls does
+        if hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="surrogateescape")
     try:
         code = app(args=argv, prog_name="minispark", standalone_mode=False)
     except ClickException as exc:

@@ -31,6 +31,8 @@ def import_(
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
     load_in_8bit: bool = EightBitOpt,
+    force: bool = typer.Option(False, "--force", help="Import even a checkpoint whose stored embedding or lm_head "
+                               "differ from the target's (one trained for another target), with a warning."),
 ) -> None:
     """Convert a DeepSpec DSpark/DFlash checkpoint into minispark's drafter layout."""
     from minispark.model.deepspec import deepspec_dir
@@ -43,7 +45,8 @@ def import_(
     # a directory minispark exported records its target (minispark_target): loaded when --target is not given
     target, dtype, load_in_4bit, load_in_8bit = _remembered(source, target, dtype, device, load_in_4bit, load_in_8bit,
                                                             "SOURCE")
-    report = import_deepspec(source, _load(target, dtype, device, load_in_4bit, load_in_8bit), out, window)
+    report = import_deepspec(source, _load(target, dtype, device, load_in_4bit, load_in_8bit), out, window,
+                             force=force)
     _print_conversion(report)
 
 

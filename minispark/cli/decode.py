@@ -17,11 +17,11 @@ from rich.markup import escape
 from minispark import defaults, validate, validate_models
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
-from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
                   TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
-                  _remembered, app, checked_drafter, console, err_console, one_line_errors, typed_on_command_line)
+                  _remembered, app, checked_drafter, checked_sps, console, err_console, one_line_errors,
+                  typed_on_command_line)
 
 
 MaxNewTokensHelp = "Tokens to generate at most (capped, with a notice, to what fits the target's context)"
@@ -56,7 +56,7 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
         validate.number(threshold, "--threshold", 0.0, 1.0)
     validate.threshold_mode(threshold, mode)
     validate.schedule_mode(sps, strict, mode)
-    checked_table_file(sps)
+    checked_sps(sps)
     validate.sampling(temperature, top_p, top_k)
     validate.seed(seed)
     validate.integer(max_new_tokens, "--max-new-tokens", 1)
@@ -101,12 +101,12 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
 ) -> None:
     """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
+    _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                   max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
     from minispark.serving.generate import DEFAULT_PROMPT, generate as run_generate
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
-    _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop, draft_skip, strict)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
@@ -164,14 +164,14 @@ def chat(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
+    _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                   max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
+    validate.system_message(system)
     from minispark.chat import ChatREPL
     from minispark.serving.conversation import Conversation
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
-    _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop, draft_skip, strict)
-    validate.system_message(system)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     if image and not loaded.is_vlm:
@@ -216,15 +216,11 @@ def serve(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/models, /health); Ctrl-C drains."""
-    from minispark.serve.app import ServeConfig, run_server, served_model_id, server_url
-    from minispark.serve.protocol import ServeLimits
-    from minispark.serving.builder import build_serving
-
     checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)
     validate.schedule_mode(sps, False, mode)
-    checked_table_file(sps)
+    checked_sps(sps)
     port = validate.listen_address(host, port)  # --port 0: the free port picked now, printed below
     # an empty variable (`export MINISPARK_API_KEY=$KEY` with KEY unset) reads as no key at all: serving open
     if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(defaults.API_KEY_ENV) == ""):
@@ -241,6 +237,10 @@ def serve(
     validate.integer(max_tokens, "--max-tokens", 1)
     validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
     allowed = tuple(validate.host_name(name, "--allow-host") for name in allow_host or ())
+    from minispark.serve.app import ServeConfig, run_server, served_model_id, server_url  # seconds: after the checks
+    from minispark.serve.protocol import ServeLimits
+    from minispark.serving.builder import build_serving
+
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded.require_chat_template()  # it started, then answered every request with an error
     setup = build_serving(loaded, drafter, mode, gamma, sps=sps)

@@ -18,11 +18,10 @@ from rich.markup import escape
 from minispark import defaults, validate, validate_lists, validate_models
 from minispark.defaults import DEFAULT_THRESHOLD
 from minispark.errors import MinisparkError
-from minispark.serving.sps import checked_table_file
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOpt, SeedOpt, StrictOpt, TargetOpt,
                   TopKOpt, TopPOpt, _auto_4bit, _check_prompts, _check_target_flags, _load,
-                  _print_json, _remembered, app, checked_drafter, console, err_console, one_line_errors)
+                  _print_json, _remembered, app, checked_drafter, checked_sps, console, err_console, one_line_errors)
 
 
 @app.command()
@@ -70,7 +69,17 @@ def bench(
     drafter = _bench_drafter(loaded, drafter)
     if not named and drafter:
         config = _with_drafter_modes(config, drafter)
-    report = _bench_run(loaded, config, drafter, prompts, num_prompts, category, sps, strict)
+    from minispark.measuring.bench import BenchInterrupted
+
+    try:
+        report = _bench_run(loaded, config, drafter, prompts, num_prompts, category, sps, strict)
+    except BenchInterrupted as interrupted:  # Ctrl-C: the finished repeats are shown (and plotted), then said so
+        report = interrupted.report
+        _bench_render(report, plot, as_json)
+        cut = report["interrupted"]
+        err_console.print(f"interrupted; the report covers the {cut['repeats_done']} of {cut['repeats_asked']} "
+                          "repeats that finished (the one cut short is left out)", highlight=False, markup=False)
+        raise typer.Exit(130) from None
     _bench_render(report, plot, as_json)
 
 
@@ -84,15 +93,14 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
                   plot: Optional[Path], strict: bool = False) -> tuple[Any, bool]:
     """bench, resolving its inputs: every flag checked and the ``BenchConfig`` built before the target loads;
     with whether --modes named the modes (if not, :func:`_with_drafter_modes` adds the drafter's)."""
-    from minispark.measuring.bench import BASELINE_MODES, DRAFTER_MODES, SCHEDULE_MODES, BenchConfig
-    from minispark.target.sampling import SamplingConfig
-
-    checked_drafter(drafter)
-    samples = _check_prompts(prompts)
-    validate.integer(num_prompts, "--num-prompts", 1)
+    validate.integer(num_prompts, "--num-prompts", 1)  # the numbers first: before any import that takes seconds
     for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma")):
         validate.integer(value, flag, 1)
     validate.integer(repeats, "--repeats", 1, defaults.BENCH_MAX_REPEATS)
+    validate.sampling(temperature, top_p, top_k)
+    validate.seed(seed)
+    checked_drafter(drafter)
+    samples = _check_prompts(prompts)
     if category is not None and prompts is None:
         raise MinisparkError("--category selects lines of --prompts FILE; give the file")
     if category is not None and not category.strip():  # it said "--category : no line of --prompts ... is of it"
@@ -110,6 +118,9 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     if gamma is not None and names is not None and set(names) <= UNDRAFTED_MODES:  # ignored, yet printed as γ=
         raise MinisparkError(f"--gamma {gamma}: --modes {modes} drafts nothing (the target alone, HF's plain "
                              "generate); drop --gamma or add a drafting mode to --modes")
+    from minispark.measuring.bench import BASELINE_MODES, DRAFTER_MODES, SCHEDULE_MODES, BenchConfig
+    from minispark.target.sampling import SamplingConfig
+
     trained = [name for name in names or () if name in DRAFTER_MODES]
     if drafter == "none" and trained:  # each was skipped, with a notice, only once the target had loaded
         one = len(trained) == 1
@@ -120,9 +131,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
         raise MinisparkError(f"{' and '.join(table_flags)}: only the schedule modes use an SPS table, and --modes "
                              f"{modes} leaves them out; drop {'it' if len(table_flags) == 1 else 'them'} or add "
                              "schedule to --modes")
-    validate.sampling(temperature, top_p, top_k)
-    validate.seed(seed)
-    checked_table_file(sps)
+    checked_sps(sps)
     validate.output_file(plot, "--plot")
     config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
                          threshold=DEFAULT_THRESHOLD if threshold is None else threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
@@ -220,9 +229,7 @@ def profile(
     as_json: bool = JsonOpt,
 ) -> None:
     """Measure this device's steps-per-second table for the target (throttle-aware, interleaved)."""
-    from dataclasses import asdict
-
-    from minispark.measuring.profiler import fitting_contexts, format_batched, format_table, run_profile
+    from minispark.measuring.profiler import PlotFailed, fitting_contexts, run_profile
     from minispark.target.embedded import EMBEDDED_NAME
     from minispark.target.remembered import context_limit_before_loading, read_record
 
@@ -241,9 +248,22 @@ def profile(
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
     # before the load (seconds here, minutes for a 3B target), from the config alone
     fitting_contexts(config, target or EMBEDDED_NAME, context_limit_before_loading(target))
-    table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
-                              load_in_8bit=load_in_8bit, threads=threads, out_dir=out, plot=plot,
-                              show_progress=not as_json)
+    try:
+        table, path = run_profile(config, target=target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
+                                  load_in_8bit=load_in_8bit, threads=threads, out_dir=out, plot=plot,
+                                  show_progress=not as_json)
+    except PlotFailed as failed:  # the table was written: shown as usual, then the plot's one-line error
+        _render_profile(failed.table, failed.path, max_tokens, as_json)
+        raise
+    _render_profile(table, path, max_tokens, as_json)
+
+
+def _render_profile(table: Any, path: Path, max_tokens: int, as_json: bool) -> None:
+    """profile's output: the JSON, or the table and where it was written."""
+    from dataclasses import asdict
+
+    from minispark.measuring.profiler import format_batched, format_table
+
     if as_json:
         _print_json({"path": str(path), **asdict(table)})
         return
@@ -311,13 +331,13 @@ def calibrate(
     as_json: bool = JsonOpt,
 ) -> None:
     """Roll out the loop, report ECE/AUC/Brier per position, fit and store Sequential Temperature Scaling."""
-    from minispark.measuring.profiler import rich_progress
+    _check_calibration(drafter, prompts, num_prompts, gamma, temperature, max_new_tokens, min_rounds, seed, plot)
+    from minispark.measuring.profiler import rich_progress  # seconds of imports: after the checks
     from minispark.data.prompts import load_prompt_inputs
     from minispark.measuring.rollouts import calibrate_drafter
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
-    _check_calibration(drafter, prompts, num_prompts, gamma, temperature, max_new_tokens, min_rounds, seed, plot)
     validate.figure_file(plot, "--plot", {"--prompts": prompts, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
@@ -336,7 +356,14 @@ def calibrate(
 
 def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Optional[int], temperature: float,
                        max_new_tokens: int, min_rounds: int, seed: int, plot: Optional[Path]) -> None:
-    """calibrate's flags, checked before the target loads."""
+    """calibrate's flags, checked before the target loads (the numbers before any import that takes seconds)."""
+    validate.integer(num_prompts, "--num-prompts", 1)
+    validate.integer(gamma, "--gamma", 1)
+    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+    validate.integer(min_rounds, "--min-rounds", 1)
+    validate.seed(seed)
+    temperature = validate.temperature(temperature)
+    from minispark.data.provenance import warn_if_trained_on
     from minispark.model.drafter_dir import calibration_name
     from minispark.target.sampling import SamplingConfig
 
@@ -349,14 +376,10 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     if (drafter / name).is_dir():  # the same, as a traceback
         raise MinisparkError(f"--drafter {drafter}: its {name} is a directory, where calibrate writes "
                              "the fit; move it away")
-    _check_prompts(prompts)
-    validate.integer(num_prompts, "--num-prompts", 1)
-    validate.integer(gamma, "--gamma", 1)
-    validate.integer(max_new_tokens, "--max-new-tokens", 1)
-    validate.integer(min_rounds, "--min-rounds", 1)
-    validate.seed(seed)
+    samples = _check_prompts(prompts)
+    warn_if_trained_on(drafter, prompts, samples, num_prompts)  # a notice now, not after the rollouts
     validate.output_file(plot, "--plot")
-    SamplingConfig(validate.temperature(temperature))  # the temperature alone, as a sampling setting
+    SamplingConfig(temperature)  # the temperature alone, as a sampling setting
 
 
 def _render_calibration(report: dict, plot: Optional[Path], as_json: bool) -> None:
@@ -421,7 +444,7 @@ def simulate(
     if sps is not None and sps_inline is not None:
         raise MinisparkError("--sps and --sps-inline are exclusive; give one")
     if sps is not None:
-        table = SPSTable.load(checked_table_file(sps))
+        table = SPSTable.load(checked_sps(sps))
     elif sps_inline is not None:
         table = SPSTable.from_inline(validate_lists.sps_values(sps_inline))
     else:

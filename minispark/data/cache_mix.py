@@ -148,7 +148,35 @@ def open_parts(parts: Sequence[MixPart]) -> tuple[list[CacheReader], list[MixPar
             raise CacheError(f"{where}: asked for {count} samples, the cache holds {reader.num_samples}")
         readers.append(reader)
         resolved.append(MixPart(part.directory, count))
+    _refuse_shared_shards(readers, resolved)
     return readers, resolved
+
+
+def _used_shards(reader: CacheReader, samples: int) -> dict[str, str]:
+    """sha256 → file name of the shards the first ``samples`` samples of ``reader``'s cache are read from."""
+    used, left = {}, samples
+    for entry in reader.manifest["shards"]:
+        if left <= 0:
+            break
+        used.setdefault(entry["sha256"], entry["file"])
+        left -= entry["samples"]
+    return used
+
+
+def _refuse_shared_shards(readers: Sequence[CacheReader], parts: Sequence[MixPart]) -> None:
+    """Refuse two parts that would read a byte-identical shard (their manifests' sha256, checked on opening): the
+    same cache at two paths (a copy, a link the path check missed), whose samples the mix would hold twice."""
+    seen: dict[str, tuple[Path, str]] = {}
+    for reader, part in zip(readers, parts):
+        used = _used_shards(reader, part.samples)
+        for digest, name in used.items():
+            if digest in seen:
+                first, first_name = seen[digest]
+                raise CacheError(f"cache-mix: {part.directory} and {first} hold the same samples (shard {name} of "
+                                 f"one is byte-identical to {first_name} of the other: copies of one cache); a "
+                                 "cache mixed with itself only repeats its samples")
+        for digest, name in used.items():
+            seen.setdefault(digest, (part.directory, name))
 
 
 def _source_runs(readers: Sequence[CacheReader], parts: Sequence[MixPart]) -> list[tuple[ShardFile, int, int]]:

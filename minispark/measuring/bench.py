@@ -135,6 +135,15 @@ class Run:
     stats: GenerationStats | None
 
 
+class BenchInterrupted(KeyboardInterrupt):
+    """Ctrl-C during ``run_bench`` once at least one repeat had finished: ``report`` covers the finished repeats
+    (its ``interrupted`` key says how many of how many), so the minutes they took are not lost."""
+
+    def __init__(self, report: dict) -> None:
+        super().__init__()
+        self.report = report
+
+
 # ---------------------------------------------------------------------- prompts and modes
 #: Prompts ``bench --prompts FILE`` takes from the file's tail when ``--num-prompts`` is not given.
 FILE_PROMPTS = 16
@@ -289,7 +298,9 @@ def run_bench(target: Target, modes: Sequence[Mode], prompts: Sequence[BenchProm
               notices: Sequence[str] = ()) -> dict:
     """Run every mode on every prompt ``config.repeats`` times, interleaved; the report as a dict.
 
-    ``modes[0]`` must be ``target``: speedups, parity and target-only ms per token refer to it.
+    ``modes[0]`` must be ``target``: speedups, parity and target-only ms per token refer to it. Ctrl-C after
+    a repeat has finished raises :class:`BenchInterrupted` carrying the report of the finished repeats (a
+    repeat cut short is left out: its modes ran on different prompts); before that, KeyboardInterrupt.
     """
     if not modes or modes[0].name != "target":
         raise ValueError("run_bench: the first mode must be 'target' (the reference)")
@@ -304,18 +315,32 @@ def run_bench(target: Target, modes: Sequence[Mode], prompts: Sequence[BenchProm
     budgets = context_budgets(target, [prompt.inputs.length for prompt in prompts], config.max_new_tokens)
     total, done = config.repeats * len(prompts) * len(modes), 0
     for repeat in range(config.repeats):
-        for index, prompt in enumerate(prompts):
-            turn = repeat * len(prompts) + index
-            seed = config.seed + turn  # the same seed for every mode on this prompt and repeat
-            for mode in list(modes[turn % len(modes):]) + list(modes[: turn % len(modes)]):
-                start = time.perf_counter()
-                ids, stats = mode.run(prompt.inputs, budgets[index], seed)
-                seconds = time.perf_counter() - start
-                runs[mode.name].append(Run(index, ids, seconds, stats))
-                done += 1
-                if progress is not None:
-                    progress(done, total, f"{mode.name} · prompt {index + 1}/{len(prompts)} · "
-                                          f"{len(ids) / seconds:.1f} tok/s")
+        try:
+            for index, prompt in enumerate(prompts):
+                turn = repeat * len(prompts) + index
+                seed = config.seed + turn  # the same seed for every mode on this prompt and repeat
+                for mode in list(modes[turn % len(modes):]) + list(modes[: turn % len(modes)]):
+                    start = time.perf_counter()
+                    ids, stats = mode.run(prompt.inputs, budgets[index], seed)
+                    seconds = time.perf_counter() - start
+                    runs[mode.name].append(Run(index, ids, seconds, stats))
+                    done += 1
+                    if progress is not None:
+                        progress(done, total, f"{mode.name} · prompt {index + 1}/{len(prompts)} · "
+                                              f"{len(ids) / seconds:.1f} tok/s")
+        except KeyboardInterrupt:
+            if repeat == 0:
+                raise
+            kept = {name: mode_runs[: repeat * len(prompts)] for name, mode_runs in runs.items()}
+            report = _report(target, modes, kept, prompts, config, drafter, notices, load_before)
+            report["interrupted"] = {"repeats_done": repeat, "repeats_asked": config.repeats}
+            raise BenchInterrupted(report) from None
+    return _report(target, modes, runs, prompts, config, drafter, notices, load_before)
+
+
+def _report(target: Target, modes: Sequence[Mode], runs: dict[str, list[Run]], prompts: Sequence[BenchPrompt],
+            config: BenchConfig, drafter: str | None, notices: Sequence[str], load_before: float | None) -> dict:
+    """The report of ``runs`` (whole repeats: every mode on every prompt)."""
     return {
         "summary": _summary(modes, runs, config),
         "prompts": _prompt_rows(modes, runs, prompts, config),

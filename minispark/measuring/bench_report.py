@@ -26,6 +26,13 @@ def _by_source(by_source: dict | None) -> str:
                      for source, row in by_source.items())
 
 
+def _repeats(report: dict) -> str:
+    """``3``, or ``2 of 3 (interrupted)`` for a bench cut short (``bench.BenchInterrupted``)."""
+    cut = report.get("interrupted")
+    return str(report["settings"]["repeats"]) if cut is None else \
+        f"{cut['repeats_done']} of {cut['repeats_asked']} (interrupted)"
+
+
 def render_bench(report: dict) -> Table:
     """The one rich table: a row per mode."""
     from rich.table import Table
@@ -36,7 +43,7 @@ def render_bench(report: dict) -> Table:
     first = next(iter(report["summary"].values()))
     # Text, not markup: a "[v2]" in the target's or drafter's path is shown as it is
     table = Table(title=Text(f"{report['target']} · drafter {report['drafter'] or '–'} · {settings['num_prompts']} prompts × "
-                             f"{settings['repeats']} · T={settings['temperature']:g} · γ={settings['gamma']} · "
+                             f"{_repeats(report)} · T={settings['temperature']:g} · γ={settings['gamma']} · "
                              f"{hardware['device']} · {hardware.get('runtime', 'eager')} runtime (hf modes: eager) · target-only {first['target_ms_per_token']:.1f} ms/token",
                              style="table.title"))
     columns = ("mode", "tok/s", "median", "× target", "worst ×", "τ", "drafts/round", "skipped",
@@ -89,7 +96,7 @@ def plot_bench(report: dict, path: str | Path) -> Path:
         ax.grid(alpha=0.3)
     settings = report["settings"]
     fig.suptitle(f"{report['target']} · T={settings['temperature']:g} · {settings['num_prompts']} prompts × "
-                 f"{settings['repeats']} · {report['hardware']['device']}", fontsize=9)
+                 f"{_repeats(report)} · {report['hardware']['device']}", fontsize=9)
     fig.tight_layout()
     save_figure(fig, path, dpi=110)
     return path

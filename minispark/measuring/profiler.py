@@ -321,13 +321,22 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
 
 
 # ---------------------------------------------------------------------- one call for the CLI
+class PlotFailed(MinisparkError):
+    """The SPS table was measured and written, and only its --plot could not be (a full disk, ulimit -f): the
+    error says so, and carries the ``table`` and its ``path`` for the caller to show."""
+
+    def __init__(self, table: SPSTable, path: Path, cause: MinisparkError) -> None:
+        super().__init__(f"the SPS table was written to {path}; only the plot failed: {cause}")
+        self.table, self.path = table, path
+
+
 def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str | None = None,
                 device: str | None = None, load_in_4bit: bool = False, load_in_8bit: bool = False,
                 threads: int | None = None, out_dir: str | Path | None = None, plot: str | Path | None = None,
                 show_progress: bool = True) -> tuple[SPSTable, Path]:
     """Load the target, profile it, write ``<out_dir>/<device>__<target>.json`` (and the plot);
     ``out_dir`` defaults to the user's table directory; the shipped ``sps_tables/`` are refused before the
-    target loads."""
+    target loads. A plot that cannot be written after the table was raises :class:`PlotFailed`."""
     if out_dir is not None:
         not_shipped(out_dir, "--out", "omit --out: measured tables go to the user table directory, which is "
                     "looked up before the shipped ones")
@@ -354,5 +363,8 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
         table = profile_target(loaded, config, progress)
     path = table.save(table.path_in(out_dir))
     if plot is not None:
-        plot_sps(table, plot)
+        try:
+            plot_sps(table, plot)
+        except MinisparkError as exc:  # minutes of measuring are kept: the error must not read as if lost
+            raise PlotFailed(table, path, exc) from None
     return table, path

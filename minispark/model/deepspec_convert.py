@@ -150,25 +150,41 @@ def export_warnings(config: DraftConfig) -> list[str]:
     return warnings
 
 
-def import_deepspec(source: str | Path, target: Target, out: str | Path, window: int | None = None) -> ConversionReport:
+class OtherTargetCheckpoint(MinisparkError):
+    """A DeepSpec checkpoint whose stored copies of the target's embedding or lm_head are not this target's: it was
+    trained for another target (DeepSpec checkpoints record no target identity, so these copies are the evidence)."""
+
+
+def import_deepspec(source: str | Path, target: Target, out: str | Path, window: int | None = None,
+                    force: bool = False) -> ConversionReport:
     """Convert a DeepSpec-layout directory into minispark's layout (config.json + trainable weights;
-    the embedding and lm_head come from the target at load time, as for every minispark drafter)."""
+    the embedding and lm_head come from the target at load time, as for every minispark drafter).
+
+    DeepSpec stores frozen copies of its target's ``embed_tokens``/``lm_head``; a checkpoint whose copies differ
+    from ``target``'s was trained for another target and is refused (:class:`OtherTargetCheckpoint`) unless
+    ``force``, which imports it with a warning."""
     source, out = Path(source), Path(out)
     replaceable_dir(out, "--out", source)
     found = read_drafter_dir(source)
     config = check_against_target(found, target, window)
     embed = target.model.get_input_embeddings().weight.detach().cpu()
     lm_head = target.lm_head.weight.detach().cpu()
+    stored = read_weights(source, "cpu", only=OPTIONAL_KEYS)
+    # Compared in the checkpoint's dtype: DeepSpec saves bf16 copies of a target that may run in fp32.
+    differing = [key for key, ours in zip(OPTIONAL_KEYS, (embed, lm_head))
+                 if key in stored and not torch.equal(stored[key], ours.to(stored[key].dtype))]
+    if differing and not force:
+        names = " and ".join(differing)
+        raise OtherTargetCheckpoint(
+            f"{source}: its {names} {'differ' if len(differing) > 1 else 'differs'} from target {target.name}'s "
+            "(DeepSpec stores frozen copies of the target it was trained for): a checkpoint for another target, "
+            "whose proposals this target would mostly reject; import it with its own target, or add --force to "
+            "import it anyway")
     model = load_deepspec_model(found, embed, lm_head, "cpu", target=config.target,
                                 num_target_layers=target.num_layers, window=window)
     report = ConversionReport(out=out, config=model.config)
-    stored = read_weights(source, "cpu", only=OPTIONAL_KEYS)
-    for key, ours in zip(OPTIONAL_KEYS, (embed, lm_head)):
-        theirs = stored.get(key)
-        # Compared in the checkpoint's dtype: DeepSpec saves bf16 copies of a target that may run in fp32.
-        if theirs is not None and not torch.equal(theirs, ours.to(theirs.dtype)):
-            report.warnings.append(f"the checkpoint's {key} differs from the target's; minispark's layout uses "
-                                   "the target's (DeepSpec trains them frozen at the target's values)")
+    report.warnings += [f"the checkpoint's {key} differs from the target's (imported with --force: it may have been "
+                        "trained for another target); minispark's layout uses the target's" for key in differing]
     save_drafter(model, out, by="import")
     return report
 

@@ -9,7 +9,10 @@ A drafter directory in minispark's layout holds:
 * ``calibration.json`` (optional) — Sequential Temperature Scaling from ``minispark calibrate``, with the
   target identity and the sampling settings it was fitted for;
 * ``target.json`` (written by ``minispark train``) — the target's source, dtype and quantization, so a
-  command given ``--drafter DIR`` loads that target the same way (``minispark.target.remembered``).
+  command given ``--drafter DIR`` loads that target the same way (``minispark.target.remembered``);
+* ``training_data.json`` (written by ``minispark train``) — the prompt files its training data came from, by
+  content hash, and which of their prompts it was trained on (``minispark.data.provenance``: ``calibrate``
+  says when its prompts are among them).
 
 A directory in DeepSpec's layout (``config.json`` names a ``*DSparkModel`` architecture; see
 :mod:`minispark.model.deepspec`) is a drafter too. :func:`read_drafter_dir` tells the two apart and
@@ -39,9 +42,11 @@ CALIBRATION_FILE = "calibration.json"
 #: A calibration fitted at a temperature T > 0 sits beside the greedy one as calibration-t{T}.json (serving picks
 #: the one fitted nearest the request's temperature: ``checkpoint.load_calibration``).
 CALIBRATION_AT = re.compile(r"calibration-t(\d+(?:\.\d+)?)\.json")
+#: What ``minispark train`` records of the prompts a drafter was trained on (``minispark.data.provenance``).
+TRAINING_DATA_FILE = "training_data.json"
 #: The files that make a drafter (a training checkpoint holds more: trainer state, held-out score);
 #: ``target.json`` records how its target was loaded (``minispark.target.remembered``).
-DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE)
+DRAFTER_FILES = (CONFIG_FILE, WEIGHTS_FILE, CALIBRATION_FILE, TARGET_FILE, TRAINING_DATA_FILE)
 #: The two layouts: minispark's own, and DeepSpec's (``Qwen3DSparkModel``, what vLLM and SGLang load).
 DSPARK, DEEPSPEC = "dspark", "deepspec"
 

@@ -18,7 +18,8 @@ Output directory::
     OUT/best/                              with a held-out cache: the checkpoint with the best held-out
                                            τ proxy (config.json, model.safetensors, heldout.json)
     OUT/drafter/                           the final drafter (config.json + model.safetensors): ``best/``
-                                           when a held-out cache was given, else the last checkpoint
+                                           when a held-out cache was given, else the last checkpoint; with
+                                           target.json and training_data.json (the prompts trained on)
 
 Each checkpoint is written to a temporary directory and renamed into place; ``resume=True``
 continues from ``latest`` with the identical next-step loss. A run stopped before its first checkpoint
@@ -45,6 +46,7 @@ import torch.utils.checkpoint
 from minispark.atomic import adopt_written, foreign_entry, open_append, write_text_atomic
 from minispark.data.answers import MANIFEST as ANSWERS_MANIFEST, AnswerSet
 from minispark.data.cache_format import CacheReader
+from minispark.data.provenance import sources_of_run, write_training_data
 from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import copy_drafter
 from minispark.errors import MinisparkError
@@ -120,7 +122,11 @@ def _train(config: TrainConfig, cache_dir: str | Path | None, out_dir: Path, res
     # With a held-out cache the drafter is the best checkpoint by held-out τ, not the last one.
     best = out / BEST_DIR if trainer.heldout is not None else out / (out / LATEST_FILE).read_text().strip()
     record = record_from_manifest(data.config)  # chat --drafter DIR loads this target the same way
-    copy_drafter(best, report.drafter, extra=lambda tmp: write_record(tmp, record))
+    # the prompts trained on, by content: calibrate says when its held-out prompts are among them
+    sources = sources_of_run(data.config, len(data) if isinstance(data, AnswerSet) else data.num_samples,
+                             config.first_sample, config.max_samples, config.init_from)
+    copy_drafter(best, report.drafter,
+                 extra=lambda tmp: (write_record(tmp, record), write_training_data(tmp, sources)))
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started
     return report
 

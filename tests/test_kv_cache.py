@@ -58,12 +58,47 @@ def test_growing_layer_reindexing_keeps_updating() -> None:
     assert layer.get_seq_length() == 4
 
 
-def test_growing_cache_keeps_special_layers(tiny_dir) -> None:
+def test_every_layer_keeps_its_whole_cache(tiny_dir) -> None:
+    """A sliding-window layer is full length too: transformers' own drops the keys a crop past the window needs."""
     config = load_target(str(tiny_dir("qwen3")), runtime="eager").model.config
     config.layer_types = ["sliding_attention"] + config.layer_types[1:]
     config.sliding_window = 4
-    cache = growing_cache(config)
-    assert type(cache.layers[0]) is not GrowingLayer and type(cache.layers[1]) is GrowingLayer
+    assert all(type(layer) is GrowingLayer for layer in growing_cache(config).layers)
+    assert all(type(layer) is DynamicLayer for layer in kv_cache.plain_cache(config).layers)
+
+
+@pytest.mark.parametrize("runtime", ["eager", "packed"])
+def test_drafting_past_a_sliding_window_keeps_greedy_parity(tmp_path, runtime: str) -> None:
+    """A tiny Qwen2 whose every layer attends a window of 8: drafts rejected past the window crashed the crop
+    ("the current layer does not track past states"). Full-length layers and the model's windowed mask give
+    transformers' own greedy generation (its windowed cache), drafted by lookup and DSpark, chains and batches."""
+    import json
+
+    from minispark.serving.batched import BatchDecoder, BatchRequest
+    from minispark.serving.generate import generate
+    from minispark.tiny_models import build_tiny
+    from tests.helpers import random_dspark
+
+    directory = build_tiny("qwen2", tmp_path / "windowed")
+    config = json.loads((directory / "config.json").read_text())
+    config |= {"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0,
+               "layer_types": ["sliding_attention"] * config["num_hidden_layers"]}
+    (directory / "config.json").write_text(json.dumps(config))
+    target = load_target(str(directory), runtime=runtime)
+    assert target.windowed
+    prompt = "Tell me a long story about the sea and the ships, " * 2
+    ids = target.encode(prompt=prompt).input_ids
+    want = target.model.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert generate(target, prompt, drafter="none", max_new_tokens=40).result.token_ids == want[:40]
+    for drafter in ("lookup", random_dspark(target)):
+        result = generate(target, prompt, drafter=drafter, max_new_tokens=40).result
+        assert result.token_ids == want and sum(result.stats.accepted_lengths) < sum(result.stats.proposed_lengths)
+    with target.session() as session:
+        assert not session.supports_trees  # a tree mask built here would not apply the window
+    decoder = BatchDecoder(target, random_dspark(target), slots=2, gamma=4)
+    requests = [BatchRequest(target.encode(prompt=prompt), 40), BatchRequest(target.encode(prompt=prompt), 40)]
+    assert [r.token_ids for r in decoder.run(requests)] == [want, want]
+    decoder.close()
 
 
 @pytest.mark.parametrize("family", ["llama", "qwen2_5_vl"])

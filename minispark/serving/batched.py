@@ -99,8 +99,10 @@ def _dspark_blocks(drafters: list[DSparkDrafter], requests: list["BatchRequest"]
 
 
 def _batchable(sessions: list[TargetSession]) -> bool:
-    return len(sessions) > 1 and all(type(layer) in (DynamicLayer, GrowingLayer) and layer.is_initialized
-                                     for s in sessions for layer in s.cache.layers)
+    """Whether one padded forward can verify these sessions: plain caches, and no sliding window (the padded
+    mask built here does not apply one)."""
+    return len(sessions) > 1 and not sessions[0].target.windowed and all(
+        type(layer) in (DynamicLayer, GrowingLayer) and layer.is_initialized for s in sessions for layer in s.cache.layers)
 
 
 @torch.no_grad()

@@ -78,11 +78,21 @@ class GrowingLayer(DynamicLayer):
 
 
 def growing_cache(config: object) -> DynamicCache:
-    """A ``DynamicCache`` for ``config``'s decoder whose full-attention layers grow in place.
+    """A ``DynamicCache`` for ``config``'s decoder whose layers all grow in place, sliding-window ones included.
 
-    Sliding-window (or other special) layers keep transformers' own class: only plain
-    ``DynamicLayer`` ones are swapped, so a model with a window keeps its windowed semantics.
+    transformers' sliding-window layer keeps only the last window of keys, so a rejected draft past the window
+    cannot be cropped away (it raises). A full-length layer can; the window itself is applied by the attention
+    mask, which the model builds from its config whatever the cache keeps (tested: equal to transformers' own
+    generation with its windowed layers), at the memory cost of the whole context.
     """
     cache = DynamicCache(config=config)
-    cache.layers = [GrowingLayer() if type(layer) is DynamicLayer else layer for layer in cache.layers]
+    cache.layers = [GrowingLayer() for _ in cache.layers]
+    return cache
+
+
+def plain_cache(config: object) -> DynamicCache:
+    """transformers' ``DynamicCache`` for ``config`` with every layer a plain, full-length ``DynamicLayer``
+    (the eager runtime's: rollback past a sliding window needs the keys the window dropped)."""
+    cache = DynamicCache(config=config)
+    cache.layers = [DynamicLayer() for _ in cache.layers]
     return cache

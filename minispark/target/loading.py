@@ -75,6 +75,16 @@ class Target:
         """The positions the target has for prompt and answer together: :func:`context_limit` of its config."""
         return context_limit(self.model.config)
 
+    @property
+    def windowed(self) -> bool:
+        """Whether some decoder layer attends a sliding window. The model's own masks apply it (the session keeps
+        every layer's keys whole, so rollback works past the window); a mask built here (a tree's, a padded
+        batch's) does not, so those verifies are not used for such a target."""
+        if not getattr(self.text_config, "sliding_window", None):
+            return False
+        types = getattr(self.text_config, "layer_types", None)
+        return "sliding_attention" in types if types is not None else True
+
     def require_chat_template(self) -> None:
         """Refuse a target whose tokenizer (a VLM's processor) has no chat template, in one line: prompts are
         rendered as conversations (transformers' ValueError went up as a traceback)."""

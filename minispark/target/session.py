@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicLayer
 from minispark.errors import MinisparkError
 from minispark.target.attention import GROUPED_SDPA
 from minispark.target.compiled import StaticSteps
-from minispark.target.kv_cache import GrowingLayer, growing_cache
+from minispark.target.kv_cache import GrowingLayer, growing_cache, plain_cache
 
 #: Attention implementations that read a 4D mask as given: transformers' ``masking_utils`` returns a
 #: 4D ``attention_mask`` untouched, and these apply it as a dense (boolean, or additive for eager) mask.
@@ -92,7 +92,7 @@ class TargetSession:
         if self.static is not None:
             self.cache = self.static.acquire()
         elif target.runtime == "eager":
-            self.cache = DynamicCache(config=target.model.config)
+            self.cache = plain_cache(target.model.config)
         else:
             self.cache = growing_cache(target.model.config)
         # (cache_length,) on the target device (no sync per step): the tokens the KV cache holds
@@ -215,10 +215,10 @@ class TargetSession:
         plain = "tree verification needs a plain KV cache"
         if self.static is not None:
             return f"{plain} (the compiled runtime's static cache is not one); verify chains instead"
-        # A sliding-window (or other special) layer keeps fewer columns than the mask spans, and
-        # compacting it would need the rows it already dropped.
         if any(type(layer) not in (DynamicLayer, GrowingLayer) for layer in self.cache.layers):
-            return f"{plain} (this target's cache has sliding-window or other special layers); verify chains instead"
+            return f"{plain} (this target's cache has special layers); verify chains instead"
+        if self.target.windowed:  # the tree mask built here would let a node see past its window
+            return "tree verification does not apply a sliding window (this target has one); verify chains instead"
         attention = self.target.decoder.config._attn_implementation
         if attention not in TREE_ATTENTION:
             return f"tree verification needs SDPA or eager attention, not {attention}; verify chains instead"

@@ -372,7 +372,7 @@ def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Op
     validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")
     validate.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
-    name = calibration_name(validate.temperature(temperature))
+    name = calibration_name(temperature)
     if (drafter / name).is_dir():  # the same, as a traceback
         raise MinisparkError(f"--drafter {drafter}: its {name} is a directory, where calibrate writes "
                              "the fit; move it away")

@@ -114,11 +114,11 @@ def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor],
     node i's parent, −1 for the anchor) request r's block is a draft tree and the outputs are
     ``session.step_tree``'s. Sessions must share one target; a cache of another layer type (sliding window)
     falls back to one forward per request."""
-    trees = parents or [list(range(-1, int(b.numel()) - 1)) for b in blocks]  # a chain: each node's parent precedes it
-    if not _batchable(sessions):
-        return [session.step(block) if parent == list(range(-1, len(parent) - 1))
-                else session.step_tree(block, torch.tensor(parent)) for session, block, parent in
-                zip(sessions, blocks, trees)]
+    if not _batchable(sessions):  # a chain is a plain step, which every runtime runs
+        return [session.step(block) if parents is None or DraftTree.chain_parents(len(parent)) == parent
+                else session.step_tree(block, torch.tensor(parent))
+                for session, block, parent in zip(sessions, blocks, parents or [None] * len(blocks))]
+    trees = parents or [DraftTree.chain_parents(int(b.numel())) for b in blocks]
     target = sessions[0].target
     device, dtype = target.device, target.dtype
     num = len(sessions)

@@ -114,9 +114,14 @@ class DraftTree:
             tree.add(k, int(token), None if q is None else q[k], 1.0, "draft")
         return tree
 
+    @staticmethod
+    def chain_parents(n: int) -> list[int]:
+        """The parents of a chain of ``n`` nodes: each node's parent is the one before it."""
+        return list(range(-1, n - 1))
+
     @property
     def is_chain(self) -> bool:
-        return all(p == i - 1 for i, p in enumerate(self.parents))
+        return self.parents == DraftTree.chain_parents(len(self.parents))
 
     def tensors(self, device: torch.device | str = "cpu") -> tuple[torch.Tensor, torch.Tensor]:
         """(tokens (n,), parents (n,)) long: what ``TargetSession.step_tree`` forwards."""

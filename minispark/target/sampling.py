@@ -96,9 +96,9 @@ def sample(probs: torch.Tensor, generator: torch.Generator | None = None) -> tor
 def draw_rows(logits: torch.Tensor, config: SamplingConfig, generators: list[torch.Generator]) -> torch.Tensor:
     """One token per row of ``logits`` (B, V) from :func:`probabilities`, row i drawn with ``generators[i]``.
 
-    The same law as :func:`sample`, by inverse CDF over the few tokens top-k/top-p keep: one uniform
-    per row instead of ``multinomial``'s pass over the whole vocabulary (a seventh of a batch-64
-    regeneration step on a 2-core CPU). Greedy configs return the argmax.
+    The same law as :func:`sample`, by inverse CDF over only the few tokens top-k/top-p keep (``multinomial``'s
+    pass over the whole vocabulary was a seventh of a batch-64 regeneration step on a 2-core CPU), one uniform
+    per row from that row's own generator. Greedy configs return the argmax.
     """
     if config.greedy:
         return logits.argmax(dim=-1)

@@ -74,8 +74,9 @@ def slice_anchors(answers: AnswerSet, start: int, end: int) -> int:
     return int(np.minimum(np.maximum(lengths - 1, 0), ANCHORS_PER_ANSWER).sum())
 
 
-def train(out: Path, start: int, end: int, steps: int, lr: float) -> None:
-    settings = SETTINGS | {"first_sample": start, "max_samples": end, "steps": steps, "lr": lr, "init_from": str(SHIPPED),
+def train(out: Path, start: int, end: int, steps: int, lr: float, replay: int) -> None:
+    settings = SETTINGS | {"first_sample": start, "max_samples": end, "replay_samples": replay, "steps": steps, "lr": lr,
+                           "init_from": str(SHIPPED),
                            "online_store": str(out.with_name(out.name + "-features"))}
     command = [sys.executable, "-m", "minispark.cli", "train", "--recipe", RECIPE, "--answers", str(ANSWERS),
                "--heldout-cache", str(HELDOUT), "--out", str(out), "--no-progress",
@@ -120,12 +121,13 @@ def reship(drafter: Path) -> None:
     subprocess.run([sys.executable, "scripts/ship_drafter.py", str(drafter), str(SHIPPED)], check=True)
 
 
-def run(size: int, passes: int, lr: float) -> None:
+def run(size: int, passes: int, lr: float, replay: int) -> None:
     answers = AnswerSet(ANSWERS)
     start, end = next_slice(curve(), size, len(answers))
+    replay = min(replay, start, SHIPPED_ANSWERS)
     out = OUT / f"{start}-{end}"
-    steps = -(-passes * slice_anchors(answers, start, end) // BATCH_ANCHORS)
-    train(out, start, end, steps, lr)
+    steps = -(-passes * (slice_anchors(answers, start, end) + slice_anchors(answers, 0, replay)) // BATCH_ANCHORS)
+    train(out, start, end, steps, lr, replay)
     record(out, passes)
 
 
@@ -144,8 +146,10 @@ def record(out: Path, passes: int) -> None:
     blocks = trained * BATCH_ANCHORS
     total = (rows[-1]["total_blocks"] if rows else SHIPPED_BLOCKS) + blocks
     mean_anchors = slice_anchors(answers, 0, len(answers)) / len(answers)
-    lr = json.loads((out / "train_config.json").read_text()).get("lr")
-    row = {"slice": [start, end], "lr": lr, "passes": round(blocks / slice_anchors(answers, start, end), 3),
+    config = json.loads((out / "train_config.json").read_text())
+    lr, replay = config.get("lr"), config.get("replay_samples", 0)
+    trained_anchors = slice_anchors(answers, start, end) + slice_anchors(answers, 0, replay)
+    row = {"slice": [start, end], "replay": replay, "lr": lr, "passes": round(blocks / trained_anchors, 3),
            "planned_passes": passes, "blocks": blocks, "total_blocks": total,
            "epochs_16k": round(total / (mean_anchors * len(answers)), 3),
            "walk_chat": after["chat"], "walk_code": after["code"],
@@ -175,13 +179,15 @@ def main() -> None:
     one.add_argument("--answers", type=int, default=2048, help="answers in the slice (default 2048)")
     one.add_argument("--passes", type=int, default=PASSES, help=f"passes over the slice (default {PASSES})")
     one.add_argument("--lr", type=float, default=WARM_LR, help=f"peak learning rate (default {WARM_LR})")
+    one.add_argument("--replay", type=int, default=0,
+                     help="answers of the shipped drafter's own data [0, N) trained beside the slice (default 0)")
     cut = sub.add_parser("record", help="record a run the session's end cut short (its best checkpoint so far)")
     cut.add_argument("out", type=Path, help="the run directory, runs/train-on/START-END")
     cut.add_argument("--passes", type=int, default=PASSES, help="the passes it was planned for")
     sub.add_parser("table", help="print the cumulative curve")
     args = parser.parse_args()
     if args.command == "run":
-        run(args.answers, args.passes, args.lr)
+        run(args.answers, args.passes, args.lr, args.replay)
     elif args.command == "record":
         record(args.out, args.passes)
     print(table())

@@ -112,6 +112,9 @@ def test_online_plan_covers_every_anchor_once_per_epoch_and_is_a_function_of_the
     sparse = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=4, stay=2, anchors_per_sample=3)
     picked = [(a.sample_index, a.position) for s in range(sparse.steps_per_epoch(0)) for a in sparse.anchors(s)]
     assert len(picked) == len(set(picked)) == sparse.total <= 3 * len(source.anchors_per_sample())
+    replayed = OnlinePlan(source, batch_anchors=7, seed=3, run=2, pool=4, stay=2, first_sample=3, replay_samples=1)
+    drawn = {a.sample_index for s in range(replayed.steps_per_epoch(0)) for a in replayed.anchors(s)}
+    assert drawn == {0} | set(range(3, len(source.anchors_per_sample())))  # [0, 1) replayed beside [3, N)
 
 
 def test_answer_use_names_answers_used_whole_and_untouched_as_the_steps_drew_them(llama, data):

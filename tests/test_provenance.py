@@ -17,8 +17,8 @@ from typer.testing import CliRunner
 
 from minispark.cli import app
 from minispark.data.prompts import load_prompts, prompt_file_hash
-from minispark.data.provenance import (PromptSource, read_training_data, sources_of_data, trained_ranges,
-                                       warn_if_trained_on, write_training_data)
+from minispark.data.provenance import (PromptSource, read_training_data, sources_of_data, sources_of_run,
+                                       trained_ranges, warn_if_trained_on, write_training_data)
 
 
 def prompt_file(path: Path, count: int, tag: str = "") -> Path:
@@ -48,6 +48,9 @@ def test_a_mix_records_each_part_for_the_samples_trained_on() -> None:
                                           PromptSource("b.jsonl", "sha256:b", 3, ((0, 1),))]
     assert sources_of_data({"prompts": {"file": "a.jsonl", "hash": "sha256:a", "count": 10}}, 0, 10)[0].trained \
         == ((0, 10),)
+    # a slice [6, 9) replaying the first 2 samples records both ranges
+    plain = {"prompts": {"file": "a.jsonl", "hash": "sha256:a", "count": 10}}
+    assert [s.trained for s in sources_of_run(plain, 10, 6, 9, replay_samples=2)] == [((0, 2),), ((6, 9),)]
 
 
 def test_calibrate_prompts_among_the_trained_ones_are_a_notice(tmp_path: Path) -> None:

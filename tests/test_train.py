@@ -67,6 +67,11 @@ def test_plan_subsets_samples_and_anchors(cache):
     vocab = int(reader.config["target_model"]["vocab_size"])
     counts = answer_token_counts(reader, vocab, max_samples=4)
     assert 0 < int(counts.sum()) < int(answer_token_counts(reader, vocab).sum())
+    # a slice [3, 6) with the first 2 samples replayed beside it; replaying more than precedes the slice is refused
+    sliced = AnchorPlan(reader, 8, 3, first_sample=3, max_samples=6, replay_samples=2)
+    assert {reader[i].sample_index for g in sliced.groups for i in g} == {0, 1, 3, 4, 5}
+    with pytest.raises(MinisparkError, match="replay_samples 4: .* at most 3"):
+        recipe("first_sample=3", "replay_samples=4")
 
 
 def test_feature_noise_trains_and_resumes_exactly(cache, target, tmp_path):

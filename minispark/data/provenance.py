@@ -121,9 +121,10 @@ def warn_if_trained_on(drafter_dir: str | Path, prompts: str | Path, samples: Se
 
 
 def sources_of_run(data_config: dict[str, Any], num_samples: int, first_sample: int, max_samples: int,
-                   init_from: str | Path | None = None) -> list[PromptSource]:
+                   init_from: str | Path | None = None, replay_samples: int = 0) -> list[PromptSource]:
     """What a training run records: its data's prompt files for the samples it reads ([first_sample,
-    max_samples or all)), and those its warm start's drafter was trained on."""
+    max_samples or all), and [0, replay_samples) beside them), and those its warm start's drafter was trained on."""
     stop = min(max_samples, num_samples) if max_samples > 0 else num_samples
     inherited = read_training_data(init_from) if init_from is not None else None
-    return sources_of_data(data_config, first_sample, stop) + list(inherited or ())
+    replayed = sources_of_data(data_config, 0, min(replay_samples, stop)) if replay_samples > 0 else []
+    return replayed + sources_of_data(data_config, first_sample, stop) + list(inherited or ())

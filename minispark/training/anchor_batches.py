@@ -56,14 +56,15 @@ class AnchorPlan:
     """
 
     def __init__(self, reader: CacheReader, batch_anchors: int, seed: int, run: int = 0, *,
-                 max_samples: int = 0, first_sample: int = 0, anchors_per_sample: int = 0,
-                 samples: Mapping[int, list[int]] | None = None) -> None:
+                 max_samples: int = 0, first_sample: int = 0, replay_samples: int = 0,
+                 anchors_per_sample: int = 0, samples: Mapping[int, list[int]] | None = None) -> None:
         whole_cache = samples is None
         if samples is None:
             samples = {}
             for index, sample in enumerate(reader.anchor_samples()[0].tolist()):
                 samples.setdefault(sample, []).append(index)
-        samples = {k: v for k, v in samples.items() if v and first_sample <= k and (max_samples <= 0 or k < max_samples)}
+        samples = {k: v for k, v in samples.items()
+                   if v and (k < replay_samples or first_sample <= k) and (max_samples <= 0 or k < max_samples)}
         if not samples:
             raise MinisparkError(f"{reader.directory}: the cache holds no anchors (answers too short?)")
         self.groups = [samples[k] for k in sorted(samples)]

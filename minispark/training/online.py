@@ -152,14 +152,14 @@ class OnlinePlan:
     """
 
     def __init__(self, source: OnlineSource, batch_anchors: int, seed: int, run: int = 0, *, pool: int = 32,
-                 max_samples: int = 0, first_sample: int = 0, anchors_per_sample: int = 0,
-                 stay: int = POOL_STAY) -> None:
+                 max_samples: int = 0, first_sample: int = 0, replay_samples: int = 0,
+                 anchors_per_sample: int = 0, stay: int = POOL_STAY) -> None:
         counts = source.anchors_per_sample()
         if max_samples > 0:
             counts = counts[:max_samples]
         if first_sample > 0:  # the skipped answers keep their indices and give no anchor (never prefilled)
             counts = counts.copy()
-            counts[:first_sample] = 0
+            counts[replay_samples:first_sample] = 0
         if not len(counts):  # a manifest listing no shard: "no anchors (answers too short?)" blamed the answers
             raise MinisparkError(f"{source.directory}: the answer set holds no answers (its manifest lists no shard)")
         if not counts.sum():

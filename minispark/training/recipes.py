@@ -59,7 +59,9 @@ class TrainConfig:
         layers (weights of equal name and shape; the q/k norms start at 1) instead of ``random``.
     train: optimisation, precision, logging. ``chunk_anchors`` anchors' γ×V logits at a time.
         Data ablations without rebuilding the cache: ``max_samples`` trains on the first N samples
-        only (``first_sample`` > 0 skips the samples before it: a slice [first_sample, max_samples)),
+        only (``first_sample`` > 0 skips the samples before it: a slice [first_sample, max_samples);
+        ``replay_samples`` N keeps the first N of the skipped ones beside the slice, [0, N) ∪ [first_sample,
+        max_samples): a warm start trained on a new slice while replaying answers its source learned),
         ``max_anchors_per_sample`` keeps a seeded random subset of each sample's anchors (a
         sparser cache at the same generation cost), ``max_answer_tokens`` (answer sets only) cuts every
         answer to its first N tokens, what a regeneration capped at N would have written (sampling is
@@ -112,6 +114,7 @@ class TrainConfig:
     anchor_run: int = 0
     max_samples: int = 0
     first_sample: int = 0
+    replay_samples: int = 0
     max_anchors_per_sample: int = 0
     max_answer_tokens: int = 0
     feature_noise: float = 0.0
@@ -164,7 +167,7 @@ class TrainConfig:
             if not 0 < getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
-                    "first_sample", "max_anchors_per_sample", "max_answer_tokens", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
+                    "first_sample", "replay_samples", "max_anchors_per_sample", "max_answer_tokens", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
             if not 0 <= getattr(self, key) < float("inf"):
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if self.lr < MIN_LR:
@@ -204,6 +207,9 @@ class TrainConfig:
         if self.max_samples and self.first_sample >= self.max_samples:
             raise MinisparkError(f"first_sample, max_samples: the slice [{self.first_sample}, {self.max_samples}) "
                                  "holds no sample")
+        if self.replay_samples > self.first_sample:
+            raise MinisparkError(f"replay_samples {self.replay_samples}: replays samples before first_sample "
+                                 f"({self.first_sample}), so at most {self.first_sample}")
         if self.cache_dir and self.answers_dir:
             raise MinisparkError("cache_dir and answers_dir: train on a feature cache or on an answer set, not both")
         if self.max_answer_tokens and self.cache_dir:
@@ -265,7 +271,7 @@ SECTIONS: dict[str, tuple[str, ...]] = {
     "cache": ("feature_layers", "window", "cache_dtype", "anchors_per_sample", "max_new_tokens", "max_prompt_tokens"),
     "draft": ("num_layers", "num_heads", "num_kv_heads", "head_dim", "intermediate_size", "head", "markov_rank",
               "markov_w1", "block_size", "confidence_head", "mask_token_id", "draft_vocab", "init_layers"),
-    "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "first_sample", "max_anchors_per_sample", "max_answer_tokens",
+    "train": ("steps", "batch_anchors", "anchor_run", "max_samples", "first_sample", "replay_samples", "max_anchors_per_sample", "max_answer_tokens",
               "feature_noise", "lr", "warmup_frac", "weight_decay", "grad_clip", "seed", "chunk_anchors",
               "grad_checkpointing", "compile", "device", "dtype", "optimizer", "log_every", "checkpoint_every",
               "keep_checkpoints", "cache_dir", "answers_dir", "online_pool", "online_prompts", "online_store",

@@ -124,7 +124,7 @@ def _train(config: TrainConfig, cache_dir: str | Path | None, out_dir: Path, res
     record = record_from_manifest(data.config)  # chat --drafter DIR loads this target the same way
     # the prompts trained on, by content: calibrate says when its held-out prompts are among them
     sources = sources_of_run(data.config, len(data) if isinstance(data, AnswerSet) else data.num_samples,
-                             config.first_sample, config.max_samples, config.init_from)
+                             config.first_sample, config.max_samples, config.init_from, config.replay_samples)
     copy_drafter(best, report.drafter,
                  extra=lambda tmp: (write_record(tmp, record), write_training_data(tmp, sources)))
     report.last_step, report.seconds = trainer.step, time.perf_counter() - started

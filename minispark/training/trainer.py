@@ -177,9 +177,12 @@ class Trainer:
         vocab_ids = None
         online = isinstance(reader, OnlineSource)
         if config.draft_vocab:  # the most frequent answer tokens of the training data, EOS always in
-            counts = (answer_set_token_counts(reader.answers, dims.vocab_size, config.max_samples,
-                                              config.max_answer_tokens, config.first_sample) if online
-                      else answer_token_counts(reader, dims.vocab_size, config.max_samples, config.first_sample))
+            def token_counts(first: int, stop: int) -> torch.Tensor:  # (V,) over the samples [first, stop)
+                return (answer_set_token_counts(reader.answers, dims.vocab_size, stop, config.max_answer_tokens, first)
+                        if online else answer_token_counts(reader, dims.vocab_size, stop, first))
+            counts = token_counts(config.first_sample, config.max_samples)
+            if config.replay_samples:
+                counts += token_counts(0, config.replay_samples)
             # a warm start keeps its source's vocabulary: the rows it learned are the rows it drafts
             vocab_ids = (drafter_vocab(config.init_from, config.draft_vocab) if config.init_from
                          else top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids)))
@@ -206,10 +209,11 @@ class Trainer:
             self.plan: AnchorPlan | OnlinePlan = OnlinePlan(
                 reader, config.batch_anchors, config.seed, config.anchor_run, pool=config.online_pool,
                 max_samples=config.max_samples, first_sample=config.first_sample,
-                anchors_per_sample=config.max_anchors_per_sample)
+                replay_samples=config.replay_samples, anchors_per_sample=config.max_anchors_per_sample)
         else:
             self.plan = AnchorPlan(reader, config.batch_anchors, config.seed, config.anchor_run,
                                    max_samples=config.max_samples, first_sample=config.first_sample,
+                                   replay_samples=config.replay_samples,
                                    anchors_per_sample=config.max_anchors_per_sample,
                                    samples=self.replay.starts if self.replay else None)
         self.cache_hash = config_hash(reader.config)

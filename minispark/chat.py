@@ -209,7 +209,8 @@ class ChatREPL:
             f"τ {stats.tau:.2f} · {drafts:.1f} drafts/round · {stats.skipped_rounds}/{stats.rounds} rounds "
             f"draft-skipped · {estimate} · ")
         return (f"{stats.new_tokens} tokens · {stats.tokens_per_s:.1f} tok/s · {drafting}prompt {stats.prefill_tokens} prefilled, "
-                f"{stats.reused_tokens} reused" + (f" · peak {peak_bytes / 2**30:.2f} GiB" if peak_bytes else ""))
+                f"{stats.reused_tokens} reused" + (f" · peak {peak_bytes / 2**30:.2f} GiB" if peak_bytes else "")
+                + f" · {self.conversation.session.target.threads_line()}")
 
     def attach(self, path: str) -> None:
         try:

@@ -94,6 +94,9 @@ CALIBRATION_MIN_ROUNDS = 100
 DRAFT_PRECISIONS = ("auto", "float", "int8")
 #: Set by ``minispark --draft-precision`` (read where drafters are loaded, here and in subprocesses).
 DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
+#: Set by ``minispark --threads N``: a fixed count of torch CPU threads (``OMP_NUM_THREADS``, the user's own setting,
+#: fixes it too). Unset: the count follows the cores other processes leave free (``target/threads.py``).
+THREADS_ENV = "MINISPARK_THREADS"
 #: Where ``serve --api-key`` may come from instead.
 API_KEY_ENV = "MINISPARK_API_KEY"
 
@@ -173,6 +176,20 @@ def draft_precision() -> str:
         raise MinisparkError(f"--draft-precision / ${DRAFT_PRECISION_ENV}: {value!r} is not one of "
                              f"{', '.join(DRAFT_PRECISIONS)}")
     return value
+
+
+def fixed_threads() -> int | None:
+    """The torch CPU threads fixed by ``minispark --threads`` or ``$OMP_NUM_THREADS``; None: chosen as decoding
+    goes (``target/threads.py``)."""
+    from minispark.errors import MinisparkError
+
+    for name in (THREADS_ENV, "OMP_NUM_THREADS"):
+        value = os.environ.get(name, "").strip()
+        if value:
+            if not value.isdigit() or int(value) < 1:
+                raise MinisparkError(f"${name}: {value!r} is not a thread count (a whole number >= 1)")
+            return int(value)
+    return None
 
 
 #: `minispark profile` / ``ProfileConfig``: KV-cache lengths, tokens per step 1..N, shuffled rounds

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 
 from minispark.model.checkpoint import save_drafter
 from minispark.model.draft_model import DraftConfig, DraftModel, block_attention_mask
-from minispark.serving.drafters.dspark import DSparkDrafter, SequentialBlock, load_drafter
+from minispark.serving.drafters.dspark import BackboneTreeDrafts, DSparkDrafter, OutputSpace, SequentialBlock, load_drafter
 from minispark.serving.engine import DecodeState, schedule
 from minispark.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities
@@ -207,6 +207,100 @@ def test_draft_vocabulary_sampler_is_exact_and_never_leaves_it(head: str) -> Non
         prev = torch.cat([torch.tensor([anchor]), greedy.tokens[:-1]])
         best = ids[model.head_logits(hidden, prev).argmax(-1)]
         assert greedy.probs is None and torch.equal(greedy.tokens, best)
+
+
+@pytest.mark.parametrize("head", ["vanilla", "rnn"])
+def test_context_vocabulary_drafts_the_request_tokens_as_the_full_vocabulary_scores_them(head: str) -> None:
+    """With a draft vocabulary S, the request's tokens outside S are scored too: a position's logits over S and
+    them equal the full-vocabulary reference (the target's lm_head rows, the Markov bias on S alone), the sampler
+    draws exactly what it reports and nothing outside them, greedy takes the reference's argmax, and a tree's
+    node distribution is the same one."""
+    vocab, n = 9, 4
+    model = make_model(head, vocab=vocab, seed=3, draft_vocab=n)
+    full = target_weights(vocab, 3)[1]  # (V, d) the target's lm_head
+    static = subset(vocab, n).tolist()  # [2, 4, 6, 8]
+    space = OutputSpace.of_request(model, torch.tensor([0, 2, 8, 3, 0]), full)
+    assert space.extra.tolist() == [0, 3] and space.ids.tolist() == static + [0, 3]
+    hidden = 0.5 * torch.randn(GAMMA, D, generator=torch.Generator().manual_seed(4))
+    anchor = 3  # a request token outside S: as a previous token it reads the Markov head's "other" row
+
+    def reference(prev: torch.Tensor, sampling: SamplingConfig) -> torch.Tensor:
+        """(…, γ, V) the draft distribution from the full-vocabulary logits at S and the request's tokens."""
+        logits = torch.cat([model.head_logits(hidden.expand(*prev.shape, -1), prev),
+                            (hidden @ full[space.extra].T).expand(*prev.shape, -1)], dim=-1)
+        p = probabilities(logits, sampling)
+        return p.new_zeros(*p.shape[:-1], vocab).index_copy_(-1, space.ids, p)
+
+    with torch.no_grad():
+        torch.testing.assert_close(space.logits(hidden), (hidden @ full.T)[:, space.ids])
+        generator = make_generator(21)
+        proposals = [SequentialBlock(model, hidden, torch.tensor(anchor), SAMPLINGS[0], generator, space).proposal(GAMMA)
+                     for _ in range(DRAWS)]
+        tokens, probs = torch.stack([p.tokens for p in proposals]), torch.stack([p.probs for p in proposals])
+        assert set(tokens.unique().tolist()) <= set(static) | {0, 3} and {0, 3} & set(tokens.unique().tolist())
+        assert pair_chi_square(tokens, probs, anchor, vocab) > 1e-4
+        prev = torch.cat([torch.full((DRAWS, 1), anchor), tokens[:, :-1]], dim=1)
+        torch.testing.assert_close(probs, reference(prev, SAMPLINGS[0]))
+        greedy = SequentialBlock(model, hidden, torch.tensor(anchor), GREEDY, None, space).proposal(GAMMA)
+        prev = torch.cat([torch.tensor([anchor]), greedy.tokens[:-1]])
+        assert torch.equal(greedy.tokens, reference(prev, SamplingConfig(1.0)).argmax(-1))
+        tree = BackboneTreeDrafts(model, hidden, SAMPLINGS[0], space)
+        for depth in (1, 2):  # a node's children: the distribution after its path's tokens
+            path = prev[:depth].tolist()
+            torch.testing.assert_close(tree.distribution(path), reference(prev, SAMPLINGS[0])[depth - 1])
+
+
+def test_a_context_token_outside_the_static_set_is_drafted_and_accepted(target) -> None:
+    """On a tiny target: the greedy continuation's next token occurs earlier in the request but not in the static
+    draft vocabulary; a backbone pointing at its lm_head row drafts it, the target accepts it, and the output is
+    the target's own. Negative control: the static set alone cannot draft it, and the round accepts nothing."""
+    from minispark.serving.engine import speculative_generate
+    from minispark.serving.schedule import FixedLength
+    from tests.helpers import hf_greedy, random_dspark
+
+    from minispark.target.session import PromptInputs
+
+    ids = target.encode(prompt="the cat sat on the mat").input_ids[0].tolist()
+    token = hf_greedy(target, PromptInputs(torch.tensor([ids]), torch.arange(len(ids))), 1)[0]
+    for k in range(1, len(ids)):  # the token put into the prompt, where the next greedy token stays the same
+        held = ids[:k] + [token] + ids[k:]
+        prompt = PromptInputs(torch.tensor([held]), torch.arange(len(held)))
+        greedy = hf_greedy(target, prompt, 4)
+        if greedy[0] == token:
+            break
+    assert greedy[0] == token
+    static = torch.tensor([t for t in range(target.vocab_size) if t != token][:64])
+    lm_head = target.lm_head.weight.detach()
+    for context_vocab, accepted in ((True, 1), (False, 0)):
+        drafter = random_dspark(target, vocab_ids=static, context_vocab=context_vocab)
+        pointing = torch.zeros(drafter.max_gamma, target.hidden_size)
+        pointing[0] = 100 * lm_head[token] / lm_head[token].norm()
+        drafter.model.forward_block = lambda context, anchor, position: pointing  # (γ, d) the backbone's output
+        with target.session(drafter.feature_layers) as session:
+            result = speculative_generate(session, prompt, drafter, GREEDY, FixedLength(drafter.max_gamma),
+                                          max_new_tokens=4, eos_ids=target.eos_token_ids)
+        assert result.token_ids == greedy
+        assert min(result.stats.accepted_lengths[0], 1) == accepted
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_context_vocabulary_keeps_greedy_parity(target, tree: bool) -> None:
+    """A random drafter with a small static set and the request's tokens beside it (most of what it drafts):
+    chains and trees decode to the target's own greedy output."""
+    from minispark.serving.draft_tree import TreePolicy
+    from minispark.serving.engine import speculative_generate
+    from minispark.serving.ngram import NgramMatch
+    from minispark.serving.schedule import FixedLength
+    from tests.helpers import assert_parity, hf_greedy, random_dspark
+
+    drafter = random_dspark(target, vocab_ids=torch.arange(0, 2048, 64), context_vocab=True)
+    for text in ("the cat sat on the mat", "def f(x): return x + 1"):
+        inputs = target.encode(prompt=text)
+        policy = TreePolicy(drafter.max_gamma, 8, lookup=NgramMatch()) if tree else FixedLength(drafter.max_gamma)
+        with target.session(drafter.feature_layers) as session:
+            result = speculative_generate(session, inputs, drafter, GREEDY, policy, max_new_tokens=24,
+                                          eos_ids=target.eos_token_ids)
+        assert_parity(target, inputs, result.token_ids, hf_greedy(target, inputs, 24))
 
 
 def test_chi_square_catches_a_wrong_sampler() -> None:

@@ -133,6 +133,10 @@ def main(
         None, "--max-pixels", show_default=False, help="Pixel budget of one image for a vision-language target: "
         "a larger image is downscaled to it (aspect kept, with a notice). "
         f"(default: {defaults.IMAGE_MAX_PIXELS:,}, ~1 MP, sized for a 6 GB card)"),
+    threads: int | None = typer.Option(
+        None, "--threads", show_default=False, help="CPU threads torch runs a CPU target with, fixed. (default: "
+        "$OMP_NUM_THREADS if set, else the cores other processes leave free, re-read as decoding goes: "
+        "OpenMP's threads stall beside a busy process)"),
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
     if allow_pickle_weights:
@@ -155,6 +159,11 @@ def main(
             raise typer.BadParameter(f"{max_pixels} is above the largest budget, {validate.MAX_INT}",
                                      param_hint="--max-pixels")
         os.environ[defaults.IMAGE_MAX_PIXELS_ENV] = str(max_pixels)  # read where images are encoded
+    if threads is not None:
+        if not 1 <= threads <= validate.MAX_INT:
+            raise typer.BadParameter(f"{threads} is not a thread count (a whole number >= 1)", param_hint="--threads")
+        # before torch is imported (OpenMP sizes its pool from it), and read where a target is loaded
+        os.environ[defaults.THREADS_ENV] = os.environ["OMP_NUM_THREADS"] = str(threads)
 
 
 def one_line_errors(command: Callable) -> Callable:

@@ -130,8 +130,8 @@ def generate(
     stats = out.result.stats
     console.print()
     err_console.print(f"[dim]{stats.new_tokens} tokens in {stats.wall_s:.2f}s ({stats.tokens_per_s:.1f} tok/s), "
-                      f"{stats.rounds} rounds, tau={stats.tau:.2f}, drafter={draft.name}, stop={out.result.stop_reason}"
-                      "[/dim]")
+                      f"{stats.rounds} rounds, tau={stats.tau:.2f}, drafter={draft.name}, stop={out.result.stop_reason}, "
+                      f"{escape(loaded.threads_line())}[/dim]")
 
 
 @app.command()

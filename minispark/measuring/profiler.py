@@ -350,12 +350,13 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
         raise MinisparkError(f"{flag} {out_dir}: holds {artifact[0]}; write SPS tables into a directory of their own")
     if plot is not None:
         not_shipped(plot, "--plot", "write the plot elsewhere")
-    if threads is not None:
-        if threads < 1:
-            raise MinisparkError("--threads must be >= 1")
-        torch.set_num_threads(threads)
+    if threads is not None and threads < 1:
+        raise MinisparkError("--threads must be >= 1")
     loaded = load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                          load_in_8bit=load_in_8bit)
+    loaded.threads = None  # a table is timed at one thread count, the one it is keyed to: never changed under it
+    if threads is not None:
+        torch.set_num_threads(threads)
     # where the table will go, refused now if someone's file holds the name, not after minutes of measuring
     replaceable_table_path(table_path(out_dir, device_name(loaded.device), loaded.name,
                                       eager_cpu=loaded.runtime == "eager" and loaded.device.type == "cpu"))

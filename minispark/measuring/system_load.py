@@ -13,12 +13,12 @@ import os
 import time
 import warnings
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from minispark.errors import MinisparkError
+from minispark.target.threads import others_between, read_cpu_times
 
 
 #: Load (runnable processes) others may add beyond the cores torch leaves free before the machine
@@ -37,29 +37,6 @@ def read_load() -> tuple[float, int] | None:
 
 #: Seconds of CPU accounting before profiling (what other processes use right now).
 CPU_WINDOW_S = 1.0
-
-
-def read_cpu_times() -> tuple[float, float, float] | None:
-    """(CPU-seconds all cores spent busy, CPU-seconds of this process, monotonic seconds), or None
-    where ``/proc/stat`` is not readable. Two readings give what *other* processes used in between,
-    exactly, unlike the 1-minute load average, which still carries this process's own earlier work
-    (e.g. the demo's calibrate stage right before its profile stage)."""
-    try:
-        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
-        ticks = [int(x) for x in fields[1:9]]  # user nice system idle iowait irq softirq steal
-    except (OSError, ValueError, IndexError):
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
-    busy = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-    return busy, time.process_time(), time.monotonic()
-
-
-def others_between(first: tuple[float, float, float], last: tuple[float, float, float]) -> float:
-    """Cores other processes kept busy between two :func:`read_cpu_times` readings."""
-    elapsed = last[2] - first[2]
-    if elapsed <= 0:
-        return 0.0
-    return max(0.0, ((last[0] - first[0]) - (last[1] - first[1])) / elapsed)
 
 
 @dataclass

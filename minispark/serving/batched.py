@@ -55,7 +55,7 @@ from minispark.target.session import PromptInputs, StepOutput, TargetSession, tr
 def fork_drafter(drafter: Drafter) -> Drafter:
     """A drafter for another request: the same weights, its own per-sequence context."""
     if type(drafter) is DSparkDrafter:
-        return DSparkDrafter(drafter.model)
+        return DSparkDrafter(drafter.model, context_lm_head=drafter.context_lm_head)
     if type(drafter) in (NoDrafter, LookupDrafter):
         return copy.copy(drafter)  # no per-sequence state
     if type(drafter) is HybridDrafter:  # its own trained-drafter context and its own acceptance estimates

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
+
 from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, NoDrafter, default_policy
 from minispark.serving.drafters.lookup import LookupDrafter
@@ -45,6 +47,7 @@ class GenerateOutput:
             "target": target.name,
             "drafter": drafter.name,
             "seed": self.seed,
+            "threads": torch.get_num_threads(),
             **self.result.stats.as_dict(),
         }
 

@@ -20,10 +20,11 @@ from typing import Any, Sequence
 
 import torch
 
-from minispark.defaults import image_max_pixels
+from minispark.defaults import fixed_threads, image_max_pixels
 from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.session import PromptInputs, TargetSession
+from minispark.target.threads import ThreadGovernor
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.errors import MinisparkError, first_line, out_of_memory
 from minispark.identity import files_hash, torch_dtype, weights_hash
@@ -61,6 +62,15 @@ class Target:
         self.static_steps = StaticSteps(self.model, self.decoder, self.final_norm, self.device) \
             if runtime == "compiled" else None
         self.max_pixels: int | None = None  # pixel budget per image; None: ``defaults.image_max_pixels()``
+        # on a CPU, torch's threads follow the cores other processes leave free unless a count is fixed
+        fixed = fixed_threads()
+        if fixed is not None and self.device.type == "cpu":
+            torch.set_num_threads(fixed)
+        self.threads = ThreadGovernor() if fixed is None and self.device.type == "cpu" else None
+
+    def threads_line(self) -> str:
+        """The status line's word on threads: what the governor chose and why, or the fixed count."""
+        return self.threads.describe() if self.threads is not None else f"threads={torch.get_num_threads()}"
 
     @property
     def device(self) -> torch.device:

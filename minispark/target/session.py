@@ -136,6 +136,8 @@ class TargetSession:
     def _forward(self, step: bool, **inputs: Any) -> torch.Tensor:
         """The model on ``inputs`` through this session's cache (a decoding ``step``, else a prefill);
         its logits, with the captured states kept for :meth:`_collect`."""
+        if self.target.threads is not None:
+            self.target.threads.tick()  # between steps: the cores other processes leave free
         if self.static is None:
             return self.target.model(cache=self.cache, use_cache=True, **inputs).logits
         needed = self.cache_length + inputs["input_ids"].shape[1]

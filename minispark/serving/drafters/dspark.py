@@ -4,6 +4,15 @@ block's tokens from the backbone's output (:class:`SequentialBlock`), behind the
 :class:`~minispark.serving.drafters.base.Drafter` interface. The directory it loads from is
 :mod:`minispark.model.checkpoint`'s.
 
+A drafter with a draft vocabulary (N static frequent tokens) can also draft the request's own tokens
+(:class:`OutputSpace`, ``load_drafter(context_vocab=True)``): every token of the prompt and the output so far
+that the static set lacks is scored with its row of the target's lm_head, the row the drafter's own lm_head
+would hold for it (code's identifiers and chat's names come from the prompt). Their Markov bias is zero (the
+head's tables cover the static set; as a previous token such a token reads the head's shared "other" row).
+p_d stays an exact distribution over the N + E tokens, so verification stays lossless. It is off by default:
+a drafter trained on the static set alone ranks those rows far below its top (``benchmarks/context_vocab.py``),
+so it drafts them almost never and only pays for scoring them.
+
     .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
 """
 
@@ -24,6 +33,50 @@ from minispark.serving.draft_tree import TreeDrafts
 from minispark.serving.drafters.base import Drafter
 from minispark.target.sampling import SamplingConfig, probabilities, sample
 
+class OutputSpace:
+    """What a draft position scores: the N static draft-vocabulary tokens (the whole vocabulary without one) plus E
+    request tokens outside them, in that order. ``extra`` (E,) target ids, ``rows`` (E, d) their target lm_head
+    rows in the drafter's compute dtype."""
+
+    def __init__(self, model: DraftModel, extra: torch.Tensor, rows: torch.Tensor) -> None:
+        self.model, self.extra, self.rows = model, extra, rows
+        static = model.vocab_ids if model.config.draft_vocab else None
+        self.ids = torch.cat([static, extra]) if static is not None and extra.numel() else static  # (N+E,) or None
+
+    @classmethod
+    def of_request(cls, model: DraftModel, ids: torch.Tensor, lm_head: torch.Tensor | None) -> "OutputSpace":
+        """The space for a request whose committed tokens are ``ids`` (L,); ``lm_head`` (V, d) the target's
+        (None: the static set alone)."""
+        device, dtype = model.norm.weight.device, model.norm.weight.dtype
+        if lm_head is None or not model.config.draft_vocab:
+            return cls(model, torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, 0, device=device))
+        seen = ids.to(device).long().unique()  # ascending
+        extra = seen[model.vocab_index[seen] == model.config.draft_vocab]  # (E,) outside the static set
+        return cls(model, extra, lm_head[extra.to(lm_head.device)].to(device, dtype))
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Base logits (..., N+E) of hidden states (..., d): the static lm_head, then the request's rows."""
+        base = self.model.lm_head(hidden)
+        return torch.cat([base, hidden @ self.rows.T], dim=-1) if self.extra.numel() else base
+
+    def with_bias(self, logits: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        """``logits`` (..., N+E) plus the Markov head's ``bias`` (..., N) on the static part."""
+        if not self.extra.numel():
+            return logits + bias
+        return logits + torch.nn.functional.pad(bias, (0, self.extra.numel()))
+
+    def target_ids(self, index: torch.Tensor) -> torch.Tensor:
+        """Indices into the space → target token ids."""
+        return index if self.ids is None else self.ids[index]
+
+    def over_target_vocab(self, p: torch.Tensor) -> torch.Tensor:
+        """(V,) a draft distribution ``p`` (N+E,) over the whole target vocabulary: exactly zero outside the
+        space, which verification needs (the residual covers the mass the drafter cannot propose)."""
+        if self.ids is None:
+            return p
+        return p.new_zeros(self.model.config.vocab_size).index_copy_(0, self.ids, p)
+
+
 class DSparkDrafter(Drafter):
     """Drafts one block per round: one backbone forward over γ tokens, then the sequential head.
 
@@ -32,13 +85,17 @@ class DSparkDrafter(Drafter):
     queues the newly cached span, and the queue is projected in one batch when the context is next
     read (the next proposal). So rounds that draft-skip leaves the drafter out of cost it nothing,
     and the next proposal equals the one a drafter that was never skipped would make.
+
+    ``context_lm_head`` (V, d), the target's lm_head, lets a drafter with a draft vocabulary also draft the
+    request's tokens outside it (:class:`OutputSpace`); None drafts the static set alone.
     """
 
     name = "dspark"
     drafts_trees = True
 
-    def __init__(self, model: DraftModel, capacity: int = 256) -> None:
+    def __init__(self, model: DraftModel, capacity: int = 256, context_lm_head: torch.Tensor | None = None) -> None:
         self.model = model.eval()
+        self.context_lm_head = context_lm_head
         self.config = model.config
         self.feature_layers = tuple(model.config.feature_layers)
         self.has_confidence = model.config.confidence_head
@@ -78,14 +135,18 @@ class DSparkDrafter(Drafter):
     ) -> DraftBlock:
         anchor = ids[-1]
         hidden = self.model.forward_block(self.context, anchor, int(anchor_position))  # (γ, d)
-        return SequentialBlock(self.model, hidden, anchor, sampling, generator)
+        return SequentialBlock(self.model, hidden, anchor, sampling, generator, self.space(ids))
 
     @torch.no_grad()
     def propose_tree(self, ids: torch.Tensor, anchor_position: int, sampling: SamplingConfig,
                      generator: torch.Generator) -> TreeDrafts:
         """The same backbone forward as :meth:`propose`; the tree expands it node by node (``draft_tree.py``)."""
         hidden = self.model.forward_block(self.context, ids[-1], int(anchor_position))  # (γ, d)
-        return BackboneTreeDrafts(self.model, hidden, sampling)
+        return BackboneTreeDrafts(self.model, hidden, sampling, self.space(ids))
+
+    def space(self, ids: torch.Tensor) -> OutputSpace:
+        """The tokens this round scores for a request whose committed tokens are ``ids`` (L,)."""
+        return OutputSpace.of_request(self.model, ids, self.context_lm_head)
 
     @staticmethod
     @torch.no_grad()
@@ -94,8 +155,8 @@ class DSparkDrafter(Drafter):
         """:meth:`propose` of several requests' drafters that share one model, with one backbone forward
         for all of them (``DraftModel.forward_blocks``); each block then draws with its own sampling."""
         anchors, hidden = _forward_together(drafters, ids, anchor_positions)
-        return [SequentialBlock(drafters[0].model, hidden[r], anchors[r], samplings[r], generators[r])
-                for r in range(len(drafters))]
+        return [SequentialBlock(drafters[0].model, hidden[r], anchors[r], samplings[r], generators[r],
+                                drafters[r].space(ids[r])) for r in range(len(drafters))]
 
     @staticmethod
     @torch.no_grad()
@@ -103,7 +164,8 @@ class DSparkDrafter(Drafter):
                                samplings: list[SamplingConfig]) -> list[TreeDrafts]:
         """:meth:`propose_tree` of several requests' drafters that share one model, with one backbone forward."""
         _, hidden = _forward_together(drafters, ids, anchor_positions)
-        return [BackboneTreeDrafts(drafters[0].model, hidden[r], samplings[r]) for r in range(len(drafters))]
+        return [BackboneTreeDrafts(drafters[0].model, hidden[r], samplings[r], drafters[r].space(ids[r]))
+                for r in range(len(drafters))]
 
     @torch.no_grad()
     def commit(
@@ -165,17 +227,12 @@ def load_drafter(
     target_lm_head: torch.Tensor,
     device: torch.device | str,
     target_identity: str | None = None,
+    context_vocab: bool = False,
 ) -> DSparkDrafter:
-    """A ready :class:`DSparkDrafter` from a drafter directory (see :func:`~minispark.model.checkpoint.load_draft_model`)."""
-    return DSparkDrafter(load_draft_model(path, target_embed, target_lm_head, device, target_identity))
-
-
-def over_target_vocab(model: DraftModel, p: torch.Tensor) -> torch.Tensor:
-    """(V,) a draft distribution ``p`` (N,) over the whole target vocabulary: exactly zero outside a draft
-    vocabulary, which verification needs (the residual covers the mass the drafter cannot propose)."""
-    if not model.config.draft_vocab:
-        return p
-    return p.new_zeros(model.config.vocab_size).index_copy_(0, model.vocab_ids, p)
+    """A ready :class:`DSparkDrafter` from a drafter directory (see :func:`~minispark.model.checkpoint.load_draft_model`);
+    ``context_vocab`` drafts the request's tokens outside a draft vocabulary too (:class:`OutputSpace`)."""
+    model = load_draft_model(path, target_embed, target_lm_head, device, target_identity)
+    return DSparkDrafter(model, context_lm_head=target_lm_head if context_vocab else None)
 
 
 class SequentialBlock(DraftBlock):
@@ -185,12 +242,13 @@ class SequentialBlock(DraftBlock):
     once per block, not once per position (they dominate the sequential loop's memory traffic)."""
 
     def __init__(self, model: DraftModel, hidden: torch.Tensor, anchor_token: torch.Tensor,
-                 sampling: SamplingConfig, generator: torch.Generator | None) -> None:
+                 sampling: SamplingConfig, generator: torch.Generator | None, space: OutputSpace | None = None) -> None:
         super().__init__(hidden.shape[0], hidden.device)
         self.model, self.hidden, self.sampling, self.generator = model, hidden, sampling, generator
+        self.space = space or OutputSpace.of_request(model, anchor_token.reshape(1), None)
         self.prev = anchor_token.reshape(()).to(hidden.device)  # x_{k−1}, as a target id
         self.state = model.markov.initial_state(hidden[0]) if model.markov is not None else None
-        self.base = model.lm_head(hidden)  # (γ, N)
+        self.base = self.space.logits(hidden)  # (γ, N+E)
         self._prev_emb: torch.Tensor | None = None  # (r,) Markov embedding of x_{k−1}, for c_k and B_k
         self._prev_emb_for = 0  # the k it was computed for
 
@@ -210,16 +268,16 @@ class SequentialBlock(DraftBlock):
 
     def _draw(self, k: int) -> tuple[torch.Tensor, torch.Tensor | None]:
         model = self.model
-        logits = self.base[k - 1]  # (N,)
+        logits = self.base[k - 1]  # (N+E,)
         if model.markov is not None:
             self.state, bias = model.markov.step(self.state, self._previous_embedding(k), self.hidden[k - 1])
-            logits = logits + bias
+            logits = self.space.with_bias(logits, bias)
         if self.sampling.greedy:
-            self.prev = model.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: None says so
+            self.prev = self.space.target_ids(logits.argmax())  # p_d is the one-hot of the argmax: None says so
             return self.prev, None
-        p = probabilities(logits.float(), self.sampling)  # (N,)
-        self.prev = model.target_ids(sample(p, self.generator))
-        return self.prev, over_target_vocab(model, p)
+        p = probabilities(logits.float(), self.sampling)  # (N+E,)
+        self.prev = self.space.target_ids(sample(p, self.generator))
+        return self.prev, self.space.over_target_vocab(p)
 
 
 class BackboneTreeDrafts(TreeDrafts):
@@ -227,10 +285,12 @@ class BackboneTreeDrafts(TreeDrafts):
     of the parent's token (the RNN head's state unrolled along the parent's path); without a head, U_d alone
     (per-position top-k). The confidence c_d reads h_d and the parent's token, as in a chain."""
 
-    def __init__(self, model: DraftModel, hidden: torch.Tensor, sampling: SamplingConfig) -> None:
+    def __init__(self, model: DraftModel, hidden: torch.Tensor, sampling: SamplingConfig,
+                 space: OutputSpace | None = None) -> None:
         self.model, self.hidden, self.sampling = model, hidden, sampling
+        self.space = space or OutputSpace.of_request(model, hidden.new_zeros(0, dtype=torch.long), None)
         self.depth_limit = hidden.shape[0]
-        self.base = model.lm_head(hidden)  # (γ, N): the lm_head read once per round, as a chain does
+        self.base = self.space.logits(hidden)  # (γ, N+E): the lm_head read once per round, as a chain does
 
     def _embedding(self, token: int) -> torch.Tensor:
         return self.model.markov_embedding(torch.tensor(token, device=self.hidden.device))  # (r,)
@@ -238,17 +298,17 @@ class BackboneTreeDrafts(TreeDrafts):
     @torch.no_grad()
     def distribution(self, path: Sequence[int]) -> torch.Tensor:
         model, depth = self.model, len(path)
-        logits = self.base[depth - 1]  # (N,)
+        logits = self.base[depth - 1]  # (N+E,)
         if model.markov is not None:
             state = model.markov.initial_state(self.hidden[0])
             # a stateless head needs only the parent's step; the RNN head's state runs along the whole path
             for k in (range(1, depth + 1) if model.markov.stateful else (depth,)):
                 state, bias = model.markov.step(state, self._embedding(path[k - 1]), self.hidden[k - 1])
-            logits = logits + bias
+            logits = self.space.with_bias(logits, bias)
         logits = logits.float()
         # at T 0 the children are the top-k, ranked by the temperature-1 distribution
-        p = torch.softmax(logits, dim=-1) if self.sampling.greedy else probabilities(logits, self.sampling)  # (N,)
-        return over_target_vocab(model, p)
+        p = torch.softmax(logits, dim=-1) if self.sampling.greedy else probabilities(logits, self.sampling)  # (N+E,)
+        return self.space.over_target_vocab(p)
 
     @torch.no_grad()
     def confidence(self, path: Sequence[int]) -> float | None:

@@ -14,8 +14,10 @@ tokens added on top.
 
 Loading a built directory (what a target loader must call):
 
-    text families (llama, qwen2, qwen3):
-        AutoModelForCausalLM.from_pretrained(d)         # {Llama,Qwen2,Qwen3}ForCausalLM
+    text families (llama, qwen2, qwen3, mistral, gemma3_text):
+        AutoModelForCausalLM.from_pretrained(d)         # {Llama,Qwen2,Qwen3,Mistral,Gemma3}ForCausalLM
+    (mistral and gemma3_text attend a window of ``TINY_WINDOW`` tokens: every mistral layer, and gemma3's in its
+    own pattern, five sliding layers to one global)
         AutoTokenizer.from_pretrained(d)                # TokenizersBackend; Qwen2Tokenizer for qwen2
     vision families (qwen2_vl, qwen2_5_vl, qwen3_vl):
         AutoModelForImageTextToText.from_pretrained(d)  # Qwen{2VL,2_5_VL,3VL}ForConditionalGeneration
@@ -43,7 +45,9 @@ from transformers import (
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
     AutoTokenizer,
+    Gemma3TextConfig,
     LlamaConfig,
+    MistralConfig,
     PreTrainedConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -61,7 +65,10 @@ from transformers import (
 )
 from transformers.processing_utils import ProcessorMixin
 
-TEXT_FAMILIES = ("llama", "qwen2", "qwen3")
+TEXT_FAMILIES = ("llama", "qwen2", "qwen3", "mistral", "gemma3_text")
+#: The attention window of the families that have one: smaller than the tests' contexts, so drafts are rejected
+#: past it.
+TINY_WINDOW = 8
 VISION_FAMILIES = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl")
 FAMILIES = TEXT_FAMILIES + VISION_FAMILIES
 
@@ -174,6 +181,14 @@ def tiny_config(family: str, tokenizer: PreTrainedTokenizerBase, num_layers: int
         return Qwen2Config(**text, tie_word_embeddings=False)
     if family == "qwen3":
         return Qwen3Config(**text, tie_word_embeddings=False)
+    if family == "mistral":
+        return MistralConfig(**text, tie_word_embeddings=False, sliding_window=TINY_WINDOW)
+    if family == "gemma3_text":
+        # query_pre_attn_scalar: Gemma's own query scaling (1/√256 for the 270M), not 1/√head_dim
+        layer_types = ["full_attention" if (i + 1) % 6 == 0 or i == num_layers - 1 else "sliding_attention"
+                       for i in range(num_layers)]  # the last one global too, at any depth
+        return Gemma3TextConfig(**text, tie_word_embeddings=False, sliding_window=TINY_WINDOW,
+                                layer_types=layer_types, query_pre_attn_scalar=2 * DIMS.head_dim)
 
     text["rope_parameters"] = {"rope_type": "default", "rope_theta": 1e6, "mrope_section": DIMS.mrope_section}
     ids = {

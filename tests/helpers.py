@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import itertools
+import json
 import os
+import shutil
 import struct
 import zlib
 from pathlib import Path
@@ -320,6 +322,16 @@ def assert_modes_keep_greedy(target: Target, inputs: PromptInputs, max_new_token
 
 
 # ---- an untrained DSpark drafter on a real (tiny) target ------------------------------
+
+def without_chat_template(source: Path, out: Path) -> Path:
+    """A copy of the target directory ``source`` (hard links) without its chat template: a base model."""
+    shutil.copytree(source, out, copy_function=os.link)
+    (out / "chat_template.jinja").unlink(missing_ok=True)
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    (out / "tokenizer_config.json").unlink()  # a hard link: the source's own stays whole
+    (out / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items() if k != "chat_template"}))
+    return out
+
 
 def random_dspark(target: Target, seed: int = 0, vocab_ids: torch.Tensor | None = None,
                   context_vocab: bool = False) -> DSparkDrafter:

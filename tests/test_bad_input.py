@@ -65,12 +65,6 @@ def files(tmp_path_factory: pytest.TempPathFactory, tiny_dir) -> dict[str, str]:
     shutil.copytree(tiny_dir("llama"), d / "badtemplate", copy_function=os.link)
     (d / "badtemplate" / "chat_template.jinja").unlink()  # a hard link: the tiny target's own stays whole
     (d / "badtemplate" / "chat_template.jinja").write_text("{% for m in messages %}{{ m.content }")
-    shutil.copytree(tiny_dir("llama"), d / "notemplate", copy_function=os.link)  # a base model: no chat template
-    (d / "notemplate" / "chat_template.jinja").unlink()
-    config = json.loads((d / "notemplate" / "tokenizer_config.json").read_text())
-    (d / "notemplate" / "tokenizer_config.json").unlink()
-    (d / "notemplate" / "tokenizer_config.json").write_text(json.dumps({k: v for k, v in config.items()
-                                                                         if k != "chat_template"}))
     (d / "longimage.jsonl").write_text(json.dumps({"prompt": "a", "images": ["y" * 300 + ".png"]}) + "\n")
     (d / "userdir").mkdir()
     (d / "userdir" / "notes.txt").write_text("my notes\n")
@@ -707,10 +701,6 @@ CASES = [
      "cannot build the model (Padding_idx must be within num_embeddings)"),  # torch's AssertionError traceback
     ("target-chat-template-damaged", ["generate", "--target", "{badtemplate}", "--prompt", "hi", "--drafter", "none"],
      "its chat template fails on this conversation (unexpected '}')"),  # jinja2's TemplateSyntaxError traceback
-    # transformers' ValueError traceback; serve started and answered every request with an error
-    *((f"target-no-chat-template-{argv[0]}", [*argv, "--target", "{notemplate}"], "has no chat template") for argv in
-      (["generate", "--prompt", "hi", "--drafter", "none"], ["answers", "--prompts", "{ok.jsonl}", "--out", "{out}"],
-       ["serve", "--drafter", "none", "--port", "0"])),
 ]
 
 

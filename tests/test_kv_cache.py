@@ -68,10 +68,12 @@ def test_every_layer_keeps_its_whole_cache(tiny_dir) -> None:
 
 
 @pytest.mark.parametrize("runtime", ["eager", "packed"])
-def test_drafting_past_a_sliding_window_keeps_greedy_parity(tmp_path, runtime: str) -> None:
-    """A tiny Qwen2 whose every layer attends a window of 8: drafts rejected past the window crashed the crop
-    ("the current layer does not track past states"). Full-length layers and the model's windowed mask give
-    transformers' own greedy generation (its windowed cache), drafted by lookup and DSpark, chains and batches."""
+@pytest.mark.parametrize("family", ["qwen2", "mistral", "gemma3_text"])
+def test_drafting_past_a_sliding_window_keeps_greedy_parity(tmp_path, family: str, runtime: str) -> None:
+    """Tiny models attending a window of 8 (a Qwen2 with every layer windowed, a Mistral, a Gemma 3 with its
+    global layer): drafts rejected past the window crashed the crop ("the current layer does not track past
+    states"). Full-length layers and the model's windowed mask give transformers' own greedy generation (its
+    windowed cache), drafted by lookup and DSpark, chains and batches."""
     import json
 
     from minispark.serving.batched import BatchDecoder, BatchRequest
@@ -79,11 +81,12 @@ def test_drafting_past_a_sliding_window_keeps_greedy_parity(tmp_path, runtime: s
     from minispark.tiny_models import build_tiny
     from tests.helpers import random_dspark
 
-    directory = build_tiny("qwen2", tmp_path / "windowed")
-    config = json.loads((directory / "config.json").read_text())
-    config |= {"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0,
-               "layer_types": ["sliding_attention"] * config["num_hidden_layers"]}
-    (directory / "config.json").write_text(json.dumps(config))
+    directory = build_tiny(family, tmp_path / "windowed")
+    if family == "qwen2":
+        config = json.loads((directory / "config.json").read_text())
+        config |= {"sliding_window": 8, "use_sliding_window": True, "max_window_layers": 0,
+                   "layer_types": ["sliding_attention"] * config["num_hidden_layers"]}
+        (directory / "config.json").write_text(json.dumps(config))
     target = load_target(str(directory), runtime=runtime)
     assert target.windowed
     prompt = "Tell me a long story about the sea and the ships, " * 2

@@ -120,3 +120,22 @@ def test_mask_token_is_checked(tiny_dir) -> None:
                         (target.vocab_size + 5, "outside the vocabulary")]:
         with pytest.raises(MinisparkError, match=reason):
             check_mask_token(bad, target)
+
+
+def test_a_large_vocabulary_gets_a_draft_vocabulary_unless_the_recipe_says() -> None:
+    """Unset, ``draft_vocab`` is the whole of a small vocabulary and 32,768 tokens of a large one (Gemma 3's
+    262,144: its Markov tables alone were 77M parameters); a recipe's own value, 0 included, stands."""
+    from minispark.training.draft_sizes import draft_config, recipe_dims
+    from minispark.training.memory import estimate_memory
+
+    def drafted(*overrides: str) -> int:
+        config = load_recipe("tiny", list(overrides))
+        return draft_config(config, recipe_dims(config), feature_layers=[1], mask_token_id=0).draft_vocab
+
+    assert drafted() == 0  # SmolLM2's 49,152
+    assert drafted("vocab_size=262144", "hidden_size=640") == 32_768
+    assert drafted("vocab_size=262144", "hidden_size=640", "draft_vocab=0") == 0
+    assert drafted("vocab_size=262144", "hidden_size=640", "draft_vocab=8192") == 8192
+    large = estimate_memory(load_recipe("tiny", ["vocab_size=262144", "hidden_size=640"]))
+    full = estimate_memory(load_recipe("tiny", ["vocab_size=262144", "hidden_size=640", "draft_vocab=0"]))
+    assert large.trainable_params < full.trainable_params and large.predicted_peak < full.predicted_peak

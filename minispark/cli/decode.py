@@ -242,7 +242,6 @@ def serve(
     from minispark.serving.builder import build_serving
 
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
-    loaded.require_chat_template()  # it started, then answered every request with an error
     setup = build_serving(loaded, drafter, mode, gamma, sps=sps)
     validate.schedule_mode(sps, False, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:

@@ -25,6 +25,7 @@ from transformers import DynamicCache
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from minispark.data.regenerate import Answer
+from minispark.target.kv_cache import plain_cache
 from minispark.target.sampling import SamplingConfig, draw_rows, make_generator
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
@@ -160,7 +161,7 @@ def _prefill(target: Target, prompts: Sequence[PromptInputs], pad_id: int
         ids[row, width - prompt.length:] = prompt.input_ids[0]
         mask[row, width - prompt.length:] = 1
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # (b, P): each row's own 0..P-1
-    cache = DynamicCache(config=target.model.config)
+    cache = plain_cache(target.model.config)  # whole keys: the slots copy every prompt column (windows by mask)
     out = target.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                        use_cache=True, logits_to_keep=1)
     return cache, out.logits[:, -1].float()

@@ -32,6 +32,7 @@ from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.draft_skip import BatchDraftSkip
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.generate import stop_on_strings
+from minispark.target.plain_prompts import TURN_STOP
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
@@ -166,6 +167,11 @@ class Worker:
     def _sampling(self, request: ChatRequest) -> SamplingConfig:
         return SamplingConfig(request.temperature, top_p=request.top_p)
 
+    def _stops(self, request: ChatRequest) -> list[str]:
+        """The request's stop strings; a target without a chat template also stops where its transcript
+        (``plain_prompts.py``) starts the user's next turn."""
+        return [*request.stop, TURN_STOP] if self.target.plain_prompts else list(request.stop)
+
     def _run_single(self) -> None:
         job = self._next_job()
         if job is None:
@@ -176,7 +182,7 @@ class Worker:
         result = speculative_generate(
             self.session, job.inputs, self.setup.drafter, sampling=self._sampling(request),
             policy=self.setup.policy, max_new_tokens=self._room(job), eos_ids=self.target.eos_token_ids,
-            stop=stop_on_strings(self.target, request.stop), on_tokens=lambda ids: self._stream(job, ids),
+            stop=stop_on_strings(self.target, self._stops(request)), on_tokens=lambda ids: self._stream(job, ids),
             generator=make_generator(request.seed, self.target.device), reuse=True,
             interrupt=lambda: job.cancelled.is_set() or self.aborted is not None, skip=self.setup.skip)
         with self.cond:
@@ -195,7 +201,7 @@ class Worker:
         while decoder.free and (job := self._next_job()) is not None:
             request = job.request
             job.batch = BatchRequest(job.inputs, self._room(job), self._sampling(request),
-                                     stop_on_strings(self.target, request.stop),
+                                     stop_on_strings(self.target, self._stops(request)),
                                      on_tokens=lambda ids, job=job: self._stream(job, ids), seed=request.seed)
             with self.cond:
                 self.running[id(job.batch)] = job
@@ -216,8 +222,9 @@ class Worker:
             job.ids.extend(ids)
             ids = job.ids
         text = self.target.tokenizer.decode(ids, skip_special_tokens=True)
-        text, stopped = cut_at_stop(text, job.request.stop)
-        hold = 0 if stopped else max((len(s) - 1 for s in job.request.stop), default=0)
+        stops = self._stops(job.request)
+        text, stopped = cut_at_stop(text, stops)
+        hold = 0 if stopped else max((len(s) - 1 for s in stops), default=0)
         ready = text[: len(text) - hold] if hold else text
         if ready.endswith("\ufffd"):  # a character split across tokens: wait for the rest
             return
@@ -226,7 +233,8 @@ class Worker:
             job.sent = ready
 
     def _done(self, job: Job, token_ids: list[int], reason: str, stats: GenerationStats) -> None:
-        text, _ = cut_at_stop(self.target.tokenizer.decode(token_ids, skip_special_tokens=True), job.request.stop)
+        text, _ = cut_at_stop(self.target.tokenizer.decode(token_ids, skip_special_tokens=True),
+                              self._stops(job.request))
         if len(text) > len(job.sent) and text.startswith(job.sent):
             job.emit("delta", text[len(job.sent):])
             job.sent = text

@@ -26,6 +26,7 @@ from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, default_policy
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.generate import fit_context, stop_on_strings, text_streamer
+from minispark.target.plain_prompts import TURN_STOP, reply_text
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
@@ -72,7 +73,8 @@ class Conversation:
         if system:  # one that fills the context failed every first message as "your message: N tokens; shorten it"
             alone = target.encode([{"role": "system", "content": system}, {"role": "user", "content": "."}]).length
             fit_context(target, alone, 1, what="the system message (--system)", fix="shorten it")
-        self.stop = stop_on_strings(target, stop_strings)
+        # a plain transcript (a target without a chat template) also ends a reply where the next turn starts
+        self.stop = stop_on_strings(target, [*stop_strings, TURN_STOP] if target.plain_prompts else stop_strings)
         self.generator = make_generator(seed, target.device)
         self.seed = self.generator.initial_seed()
         self.session = target.session(drafter.feature_layers)
@@ -136,6 +138,8 @@ class Conversation:
         committed = inputs.input_ids[0].tolist() + result.token_ids
         self._anchor = committed[-1]
         reply = self.target.tokenizer.decode(result.token_ids, skip_special_tokens=True)
+        if self.target.plain_prompts:
+            reply = reply_text(reply)
         turn = Turn(user=text, images=paths, reply=reply, token_ids=result.token_ids,
                     stop_reason=result.stop_reason, stats=result.stats, prompt_tokens=inputs.length,
                     recomputed_tokens=cached - result.stats.reused_tokens)

@@ -23,6 +23,7 @@ import torch
 from minispark.defaults import fixed_threads, image_max_pixels
 from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
+from minispark.target.plain_prompts import transcript
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.threads import ThreadGovernor
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
@@ -32,7 +33,6 @@ from minispark.validate import device as validate_device, lone_surrogate
 from minispark.validate_models import PICKLE_WEIGHTS, allow_pickle_weights, target_location, target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
-TEXT_TYPES = {"llama", "qwen2", "qwen3", "mistral"}
 
 
 class Target:
@@ -95,14 +95,12 @@ class Target:
         types = getattr(self.text_config, "layer_types", None)
         return "sliding_attention" in types if types is not None else True
 
-    def require_chat_template(self) -> None:
-        """Refuse a target whose tokenizer (a VLM's processor) has no chat template, in one line: prompts are
-        rendered as conversations (transformers' ValueError went up as a traceback)."""
+    @property
+    def plain_prompts(self) -> bool:
+        """Whether prompts are plain text (``plain_prompts.py``): the tokenizer (a VLM's processor) has no chat
+        template, as a base model has none."""
         templater = self.processor if self.is_vlm else self.tokenizer
-        if getattr(templater, "chat_template", None) is None:
-            raise MinisparkError(f"target {self.name} has no chat template (a base model?): minispark renders every "
-                                 "prompt as a conversation; use the target's instruct/chat variant, or add a "
-                                 "chat_template.jinja to its directory")
+        return getattr(templater, "chat_template", None) is None
 
     def room(self, prompt_tokens: int, wanted: int) -> int:
         """``wanted`` new tokens capped to what the context leaves after a prompt, at least 1."""
@@ -147,7 +145,14 @@ class Target:
     # ------------------------------------------------------------------ prompts
     def encode(self, messages: list[dict] | None = None, *, prompt: str | None = None,
                images: Sequence[str | Path] = (), add_generation_prompt: bool = True) -> PromptInputs:
-        """Apply the chat template (and the processor for images) to one conversation."""
+        """Apply the chat template (and the processor for images) to one conversation; a target without one
+        takes a lone ``prompt`` as it is and ``messages`` as a plain transcript (``plain_prompts.py``)."""
+        if self.plain_prompts:
+            if messages is None and prompt is not None and not images:
+                return self._encode_plain(prompt)
+            if messages is None:
+                messages = [{"role": "user", "content": [{"type": "image"}] if images else prompt}]
+            return self._encode_plain(transcript(messages, self.name, add_generation_prompt))
         if messages is None:
             if prompt is None:
                 raise MinisparkError("encode: give messages or a prompt")
@@ -168,12 +173,21 @@ class Target:
         ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
 
+    def _encode_plain(self, text: str) -> PromptInputs:
+        """Plain text as the tokenizer reads it, its special tokens added (a base model's BOS)."""
+        text = _utf8(text)
+        if not self.is_vlm:
+            ids = self.tokenizer(text, add_special_tokens=True, return_tensors="pt")["input_ids"]
+            return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
+        input_ids = self.processor(text=[text], return_tensors="pt")["input_ids"].to(self.device)
+        position_ids, _ = self.mrope_positions(input_ids, {})
+        return PromptInputs(input_ids=input_ids, text_positions=position_ids[0, 0].cpu(), position_ids=position_ids)
+
     def _render(self, templater: Any, messages: list[dict], add_generation_prompt: bool) -> str:
         """The conversation through the target's chat template; a template that does not parse (a damaged
         chat_template.jinja: jinja2's traceback) or refuses the conversation is one line naming the target."""
         from jinja2 import TemplateError
 
-        self.require_chat_template()
         try:
             return _utf8(templater.apply_chat_template(messages, tokenize=False,
                                                        add_generation_prompt=add_generation_prompt))
@@ -343,9 +357,8 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     ref = str(location) if location is not None else name
     config = model_config(ref, source, trust_remote_code)
     model_type = config.model_type
-    if model_type not in VLM_TYPES | TEXT_TYPES and not trust_remote_code:
-        raise MinisparkError(f"--target {source}: unsupported model type {model_type!r} "
-                             f"(supported: {', '.join(sorted(VLM_TYPES | TEXT_TYPES))})")
+    if not trust_remote_code:
+        check_family(config, source)
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
@@ -370,8 +383,48 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         model = model.to(torch_device)
     if location is None:
         location = _hub_snapshot_dir(model)
+    check_layers_hookable(model, source)
     used = apply_runtime(model, runtime)  # before Target reads its lm_head module
-    return Target(name, model, tokenizer, processor, location, used)
+    loaded = Target(name, model, tokenizer, processor, location, used)
+    if loaded.plain_prompts:
+        warnings.warn(f"target {name} has no chat template (a base model?): a prompt is given to it as plain text, "
+                      "a conversation as a 'User: / Assistant:' transcript", stacklevel=2)
+    return loaded
+
+
+def check_family(config: Any, source: str | None) -> None:
+    """Refuse, naming why, a model minispark cannot draft for: families are taken by what they are (a decoder-only
+    model transformers runs as a causal LM, or one of the vision-language families whose image path is built
+    here: :data:`VLM_TYPES`), not by a list of names."""
+    from transformers.models.auto.modeling_auto import (MODEL_FOR_CAUSAL_LM_MAPPING_NAMES,
+                                                        MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES)
+
+    model_type = config.model_type
+    if model_type in VLM_TYPES:
+        return
+    if getattr(config, "is_encoder_decoder", False):
+        raise MinisparkError(f"--target {source}: {model_type!r} is an encoder-decoder model; speculative decoding "
+                             "here drafts for decoder-only targets")
+    if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return
+    if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
+        raise MinisparkError(f"--target {source}: {model_type!r} is a vision-language family whose image inputs "
+                             f"minispark does not build (it builds Qwen-VL's: {', '.join(sorted(VLM_TYPES))}); "
+                             "its text-only model, where the family has one, works")
+    raise MinisparkError(f"--target {source}: model type {model_type!r} is not a causal language model "
+                         "transformers knows (a decoder-only text model, or a Qwen-VL family)")
+
+
+def check_layers_hookable(model: torch.nn.Module, source: str | None) -> None:
+    """The drafter reads features from the decoder's layers: a model whose decoder has no ``layers`` list and
+    final ``norm`` cannot give them (a design minispark does not know), which is refused by name."""
+    inner = getattr(model, "model", None)
+    decoder = getattr(inner, "language_model", inner)
+    missing = [name for name in ("layers", "norm") if not isinstance(getattr(decoder, name, None), torch.nn.Module)]
+    if missing:
+        raise MinisparkError(f"--target {source}: {type(model).__name__} has no decoder "
+                             f"{' or '.join(repr(m) for m in missing)} module to capture features from; "
+                             "minispark drafts from its decoder layers' outputs")
 
 
 def context_limit(config: Any) -> int | None:

@@ -171,8 +171,10 @@ class TargetSession:
             raise RuntimeError(f"prefill from token {start} on a session holding {self.cache_length}")
         if not torch.equal(inputs.input_ids[0, :start].cpu(), self.ids.cpu()):
             raise RuntimeError("prefill: the cached tokens are not a prefix of the prompt")
-        if not start < length <= inputs.length:
-            raise RuntimeError(f"prefill: empty or out-of-range span [{start}, {length}) of {inputs.length}")
+        if not start <= length <= inputs.length:
+            raise RuntimeError(f"prefill: out-of-range span [{start}, {length}) of {inputs.length}")
+        if start == length:  # a one-token prompt (plain text, no template around it): nothing before the anchor
+            return self._nothing()
         kwargs = _span_inputs(self.target, inputs, start, length)
         if inputs.position_ids is not None:
             _, self.rope_delta = self.target.mrope_positions(inputs.input_ids, inputs.model_kwargs)
@@ -183,6 +185,15 @@ class TargetSession:
         logits = self._forward(False, input_ids=tokens, logits_to_keep=0 if all_logits else 1, **kwargs)
         self.ids = torch.cat([self.ids, tokens[0].to(self.ids.device)])
         return self._collect(logits)
+
+    def _nothing(self) -> StepOutput:
+        """A forward of no tokens: no logits, and (0, ·) features and final hidden states where captured."""
+        device, width = self.target.device, self.target.hidden_size
+        features = (torch.zeros(0, len(self.capture_layers) * width, device=device, dtype=self.target.dtype)
+                    if self.capture_layers else None)
+        final = torch.zeros(0, width, device=device, dtype=self.target.dtype) if self.capture_final else None
+        return StepOutput(logits=torch.zeros(0, self.target.vocab_size, device=device), features=features,
+                          final_hidden=final)
 
     def reusable(self, inputs: PromptInputs) -> int:
         """How many cached tokens a prefill of ``inputs`` can keep: their common prefix with the

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from minispark.defaults import auto_draft_vocab
 from minispark.errors import MinisparkError
 from minispark.model.draft_config import DraftConfig
 from minispark.training.recipes import TrainConfig, blame
@@ -67,7 +68,8 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
         mask_token_id=pick("mask_token_id", mask_token_id),
         num_layers=config.num_layers, rms_eps=dims.rms_eps, rope_theta=dims.rope_theta,
         block_size=config.block_size, window=config.window, head=config.head, markov_rank=config.markov_rank,
-        markov_w1=config.markov_w1, confidence_head=config.confidence_head, draft_vocab=config.draft_vocab, dtype=dtype)
+        markov_w1=config.markov_w1, confidence_head=config.confidence_head,
+        draft_vocab=auto_draft_vocab(config.draft_vocab, dims.vocab_size), dtype=dtype)
     try:
         return DraftConfig(**sizes)
     except ValueError as exc:  # a recipe size the target's contradict (num_heads vs its key/value heads, ...)
@@ -117,6 +119,6 @@ def check_mask_token(token_id: int, target: Any) -> None:
                              "normal text produces; pick a reserved special token or an id past the tokenizer")
     conversation = [{"role": "system", "content": "You are helpful."}, {"role": "user", "content": "Hi, who are you?"},
                     {"role": "assistant", "content": "I am an assistant."}]
-    rendered = tokenizer.apply_chat_template(conversation, tokenize=False)
-    if token_id in tokenizer(rendered, add_special_tokens=True)["input_ids"]:
+    # the prompt format the target is given (its chat template, or a plain transcript without one)
+    if token_id in target.encode(conversation, add_generation_prompt=False).input_ids[0].tolist():
         raise MinisparkError(f"{where} ({tokenizer.convert_ids_to_tokens(token_id)!r}) appears in the chat template")

@@ -93,7 +93,7 @@ def _measure_here(config: TrainConfig, shape: BatchShape, steps: int,
     from minispark.training.trainer import autocast, train_step
 
     torch.set_num_threads(1)
-    warm = replace(config, hidden_size=32, vocab_size=64, draft_vocab=min(config.draft_vocab, 32), num_heads=2, num_kv_heads=1, head_dim=16,
+    warm = replace(config, hidden_size=32, vocab_size=64, draft_vocab=min(config.draft_vocab or 0, 32), num_heads=2, num_kv_heads=1, head_dim=16,
                    intermediate_size=32, markov_rank=min(config.markov_rank, 8), batch_anchors=2, chunk_anchors=1)
     parts = build_synthetic(warm, BatchShape(1, 4, 2))
     for _ in range(2):  # load every kernel and lazy buffer once, before the baseline

@@ -54,7 +54,9 @@ class TrainConfig:
     cache: what ``minispark cache`` must have been run with (layers, window, γ = ``block_size``);
         anchors_per_sample / max_new_tokens / max_prompt_tokens size the packed batch for the
         memory estimate.
-    draft: DraftConfig overrides; attention sizes and MLP width default to the target's.
+    draft: DraftConfig overrides; attention sizes and MLP width default to the target's. ``draft_vocab`` N
+        drafts the N most frequent answer tokens (0: the whole vocabulary); unset, the target's vocabulary decides
+        (``defaults.auto_draft_vocab``: the whole of a small one, 32,768 tokens of a large one).
         ``init_layers`` starts the draft layers from the target's ``first`` or ``last`` decoder
         layers (weights of equal name and shape; the q/k norms start at 1) instead of ``random``.
     train: optimisation, precision, logging. ``chunk_anchors`` anchors' γ×V logits at a time.
@@ -106,7 +108,7 @@ class TrainConfig:
     block_size: int = 7
     confidence_head: bool = True
     mask_token_id: int | None = None
-    draft_vocab: int = 0
+    draft_vocab: int | None = None
     init_layers: str = "random"
     # [train]
     steps: int = 1000
@@ -168,7 +170,7 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be a finite number > 0, got {getattr(self, key)}")
         for key in ("window", "max_prompt_tokens", "draft_vocab", "anchor_run", "max_samples",
                     "first_sample", "replay_samples", "max_anchors_per_sample", "max_answer_tokens", "feature_noise", "eval_every", "patience", "eval_anchors", "weight_decay", "grad_clip", "alpha_ce", "alpha_tv", "alpha_conf", "alpha_kl", "alpha_tau"):
-            if not 0 <= getattr(self, key) < float("inf"):
+            if getattr(self, key) is not None and not 0 <= getattr(self, key) < float("inf"):  # None: unset
                 raise MinisparkError(f"{key}: must be a finite number >= 0, got {getattr(self, key)}")
         if self.lr < MIN_LR:
             raise MinisparkError(f"lr: at least {MIN_LR:g} (a smaller step changes no fp32 weight), got {self.lr:g}")
@@ -188,7 +190,7 @@ class TrainConfig:
         if self.mask_token_id is not None and not 0 <= self.mask_token_id < (self.vocab_size or validate.MAX_INT):
             raise MinisparkError(f"mask_token_id, vocab_size: a token id in [0, {self.vocab_size or validate.MAX_INT})"
                                  f", got {self.mask_token_id}")
-        if self.vocab_size is not None and self.draft_vocab > self.vocab_size:
+        if self.vocab_size is not None and (self.draft_vocab or 0) > self.vocab_size:
             raise MinisparkError(f"draft_vocab, vocab_size: at most the vocabulary's {self.vocab_size} tokens (0 = "
                                  f"all), got {self.draft_vocab}")
         for key, most in (("num_layers", MAX_DRAFT_LAYERS), ("block_size", MAX_BLOCK_SIZE)):

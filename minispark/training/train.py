@@ -214,8 +214,8 @@ def _log_plan(trainer: Trainer, config: TrainConfig, reader: CacheReader | Onlin
     from minispark.training.memory import estimate_memory
 
     estimate = estimate_memory(replace(config, tie_embeddings=trainer.dims.tie_embeddings), draft=trainer.draft_config)
-    if config.draft_vocab:
-        log(f"draft vocabulary: the {config.draft_vocab} most frequent answer tokens cover "
+    if trainer.draft_config.draft_vocab:
+        log(f"draft vocabulary: the {trainer.draft_config.draft_vocab} most frequent answer tokens cover "
             f"{trainer.vocab_coverage:.2%} of the training answers")
     if trainer.replay is not None:
         log(f"on-policy: {trainer.replay.rounds} round anchors of {trainer.replay.anchors_scored} replayed "

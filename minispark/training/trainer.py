@@ -176,7 +176,8 @@ class Trainer:
         embed = target.model.get_input_embeddings().weight.detach()
         vocab_ids = None
         online = isinstance(reader, OnlineSource)
-        if config.draft_vocab:  # the most frequent answer tokens of the training data, EOS always in
+        draft_vocab = self.draft_config.draft_vocab
+        if draft_vocab:  # the most frequent answer tokens of the training data, EOS always in
             def token_counts(first: int, stop: int) -> torch.Tensor:  # (V,) over the samples [first, stop)
                 return (answer_set_token_counts(reader.answers, dims.vocab_size, stop, config.max_answer_tokens, first)
                         if online else answer_token_counts(reader, dims.vocab_size, stop, first))
@@ -184,8 +185,8 @@ class Trainer:
             if config.replay_samples:
                 counts += token_counts(0, config.replay_samples)
             # a warm start keeps its source's vocabulary: the rows it learned are the rows it drafts
-            vocab_ids = (drafter_vocab(config.init_from, config.draft_vocab) if config.init_from
-                         else top_tokens(counts, config.draft_vocab, sorted(target.eos_token_ids)))
+            vocab_ids = (drafter_vocab(config.init_from, draft_vocab) if config.init_from
+                         else top_tokens(counts, draft_vocab, sorted(target.eos_token_ids)))
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
         if config.init_layers != "random":  # a resumed run loads its own weights over these

@@ -745,3 +745,29 @@ def test_an_aborted_worker_answers_every_job_at_once_and_stops_decoding(llama: T
         assert [answer_kind(results[i]) for i in range(2 * slots)] == ["error"] * (2 * slots)
         ok = {"model": served_model_id(llama), "messages": HELLO, "max_tokens": 3}
         assert expect(post(url, ok), 503)["code"] == "shutting_down"
+
+
+def test_completions_take_the_prompt_as_plain_text(llama: Target) -> None:
+    """``/v1/completions``: the prompt without the chat template (a base model's use), streamed or not, equal to
+    the target's own greedy continuation of that text; its fields are checked as a chat request's are."""
+    from tests.helpers import hf_greedy
+
+    prompt = "The three primary colours are"
+    inputs = llama.encode_text(prompt)
+    assert inputs.input_ids[0].tolist() == llama.tokenizer(prompt)["input_ids"]  # no template around it
+    want = llama.tokenizer.decode(hf_greedy(llama, inputs, 16), skip_special_tokens=True)
+    with server(llama, dspark_setup(llama), slots=2) as url:
+        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused")
+        model = served_model_id(llama)
+        reply = client.completions.create(model=model, prompt=prompt, temperature=0, max_tokens=16)
+        assert reply.object == "text_completion" and reply.choices[0].text == want
+        assert reply.usage.prompt_tokens == inputs.length and reply.model_extra["minispark"]["rounds"] > 0
+        chunks = list(client.completions.create(model=model, prompt=[prompt], temperature=0, max_tokens=16,
+                                                stream=True, stream_options={"include_usage": True}))
+        assert "".join(c.choices[0].text for c in chunks if c.choices) == want
+        assert chunks[-1].usage.completion_tokens == reply.usage.completion_tokens
+        for body, field in (({"prompt": prompt, "echo": True}, "echo"), ({"prompt": ["a", "b"]}, "prompt"),
+                            ({"prompt": "  "}, "prompt"), ({"messages": HELLO}, "messages"),
+                            ({"prompt": prompt, "best_of": 2}, "best_of")):
+            response = httpx.post(f"{url}/v1/completions", json={"model": model, **body})
+            assert response.status_code == 400 and response.json()["error"]["param"] == field, response.text

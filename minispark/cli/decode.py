@@ -215,7 +215,7 @@ def serve(
     load_in_4bit: bool = FourBitOpt,
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
-    """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/models, /health); Ctrl-C drains."""
+    """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health); Ctrl-C drains."""
     checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     validate.choice(mode, "--mode", validate.MODES)
     validate.integer(gamma, "--gamma", 1)

@@ -1,7 +1,8 @@
 """``minispark serve``: an OpenAI-compatible HTTP server (FastAPI + uvicorn, server-sent events via sse-starlette).
 
 Routes: ``POST /v1/chat/completions`` (streamed or not; the response's extra ``minispark`` field carries the
-request's speculative figures: τ, drafted/accepted tokens, rounds), ``GET /v1/models`` (and ``/v1/models/ID``),
+request's speculative figures: τ, drafted/accepted tokens, rounds), ``POST /v1/completions`` (a prompt given as
+plain text, without the chat template: a base model's use), ``GET /v1/models`` (and ``/v1/models/ID``),
 ``GET /health``.
 Safe by default: it binds loopback unless given another ``host``; a request must name the server by an IP
 address, ``localhost`` or an allowed name and post JSON as JSON, and with an ``api_key`` every ``/v1`` route
@@ -32,7 +33,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, AsyncIterator, Awaitable, TypeVar
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 import anyio
 from fastapi import FastAPI, Request
@@ -46,7 +47,7 @@ from minispark import defaults
 from minispark.atomic import abandoned, hold_lock
 from minispark.errors import DuplicateKey, MinisparkError, json_reason, unique_keys
 from minispark.serve.guard import Guard
-from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request
+from minispark.serve.protocol import APIError, ChatRequest, ServeLimits, parse_chat_request, parse_completion_request
 from minispark.serve.worker import Job, Worker
 from minispark.serving.batched import fork_drafter
 from minispark.serving.builder import ServingSetup
@@ -292,48 +293,85 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
                            "model", "model_not_found")
         return served
 
-    @app.post("/v1/chat/completions")
-    async def chat_completions(request: Request):
+    async def submit(http: Request, parse: Callable[[Any, Path], ChatRequest]) -> Any:
+        """Read, parse (``parse(body, scratch)``) and encode one request, queue it, and answer it."""
         worker: Worker = app.state.worker
-        body = await until_stopped(read_body(request, config.limits.max_body_bytes, config.limits.body_timeout_s),
+        body = await until_stopped(read_body(http, config.limits.max_body_bytes, config.limits.body_timeout_s),
                                    app.state.stopping)
         # the request's decoded images live only until it is encoded (or refused): the disk never fills with them
         images = Path(tempfile.mkdtemp(dir=scratch.name))
+        blamed = "messages"
         try:
-            chat = parse_chat_request(body, config.limits, config.image_dir, images, target.is_vlm)
-            if chat.model != config.model_id:
-                raise APIError(404, f"model {chat.model!r} is not served here; GET /v1/models lists "
+            request = parse(body, images)
+            blamed = "messages" if request.prompt is None else "prompt"
+            if request.model != config.model_id:
+                raise APIError(404, f"model {request.model!r} is not served here; GET /v1/models lists "
                                     f"{config.model_id!r}", "model", "model_not_found")
-            inputs = await run_in_threadpool(target.encode, chat.messages)
+            inputs = await run_in_threadpool(target.encode, request.messages) if request.prompt is None \
+                else await run_in_threadpool(target.encode_text, request.prompt)
         except MinisparkError as exc:
-            raise APIError(400, str(exc), "messages") from None
+            raise APIError(400, str(exc), blamed) from None
         finally:
             shutil.rmtree(images, ignore_errors=True)
         context = target.context_limit
         if context is not None and inputs.length >= context:
             raise APIError(400, f"the prompt is {inputs.length} tokens; the model's context is {context}",
-                           "messages", "context_length_exceeded")
+                           blamed, "context_length_exceeded")
         if inputs.length < 2:
-            raise APIError(400, "the prompt renders to fewer than 2 tokens", "messages")
-        job = Job(chat, inputs, asyncio.get_running_loop())
+            raise APIError(400, "the prompt renders to fewer than 2 tokens", blamed)
+        job = Job(request, inputs, asyncio.get_running_loop())
         worker.submit(job)
-        completion_id = f"chatcmpl-{uuid.uuid4().hex[:24]}"
-        if chat.stream:
+        shape = CHAT if request.prompt is None else COMPLETION
+        completion_id = f"{shape.id_prefix}-{uuid.uuid4().hex[:24]}"
+        if request.stream:
             # On shutdown sse-starlette would cut every stream at once; the grace period lets it finish (Ctrl-C
             # drains) and outlasts the drain, so a stream still open then ends with the worker's 503, not a cut.
-            return EventSourceResponse(_stream(job, chat, completion_id, config.model_id), ping=15,
+            return EventSourceResponse(_stream(job, shape, completion_id, config.model_id), ping=15,
                                        shutdown_event=anyio.Event(),
                                        shutdown_grace_period=config.drain_s + STOP_GRACE_S)
-        return await _complete(job, request, completion_id, config.model_id)
+        return await _complete(job, http, shape, completion_id, config.model_id)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        return await submit(request, lambda body, images: parse_chat_request(
+            body, config.limits, config.image_dir, images, target.is_vlm))
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await submit(request, lambda body, images: parse_completion_request(body, config.limits))
 
     return app
 
+
+@dataclass(frozen=True)
+class ResponseShape:
+    """How an answer is written back: a chat completion's message and deltas, or a completion's text."""
+
+    id_prefix: str
+    object: str
+    chunk_object: str
+    chat: bool
+
+    def choice(self, text: str, finish: str) -> dict:
+        body = {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
+        return {"index": 0, **body, "finish_reason": finish, "logprobs": None}
+
+    def delta(self, text: str | None, finish: str | None = None, first: bool = False) -> dict:
+        """A streamed choice: ``text`` new text (None: none, the closing chunk); a chat stream's first names the role."""
+        if not self.chat:
+            return {"index": 0, "text": text or "", "finish_reason": finish, "logprobs": None}
+        delta = {"role": "assistant", "content": ""} if first else {} if text is None else {"content": text}
+        return {"index": 0, "delta": delta, "finish_reason": finish}
+
+
+CHAT = ResponseShape("chatcmpl", "chat.completion", "chat.completion.chunk", chat=True)
+COMPLETION = ResponseShape("cmpl", "text_completion", "text_completion", chat=False)
 
 #: How often a non-streaming request looks for its client's hang-up, in seconds.
 DISCONNECT_CHECK_S = 0.25
 
 
-async def _complete(job: Job, request: Request, completion_id: str, model: str) -> JSONResponse:
+async def _complete(job: Job, request: Request, shape: ResponseShape, completion_id: str, model: str) -> JSONResponse:
     """Wait for the whole answer; a client that hangs up meanwhile cancels the job (frees its slot). The hang-up
     is looked for every quarter second by the clock: the job's text events arrive faster than that, and a check
     made only when none came for a quarter second never ran."""
@@ -353,9 +391,8 @@ async def _complete(job: Job, request: Request, completion_id: str, model: str) 
             raise value
         if kind == "done":
             return JSONResponse({
-                "id": completion_id, "object": "chat.completion", "created": int(job.created), "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": value["text"]},
-                             "finish_reason": value["finish_reason"], "logprobs": None}],
+                "id": completion_id, "object": shape.object, "created": int(job.created), "model": model,
+                "choices": [shape.choice(value["text"], value["finish_reason"])],
                 "usage": _usage(value), "minispark": value["metrics"]})
 
 
@@ -364,26 +401,28 @@ def _usage(done: dict) -> dict:
             "total_tokens": done["prompt_tokens"] + done["completion_tokens"]}
 
 
-async def _stream(job: Job, chat: ChatRequest, completion_id: str, model: str) -> AsyncIterator[dict]:
-    """chat.completion.chunk events, then ``[DONE]``; cancelled (client gone) → the job is cancelled."""
-    def chunk(delta: dict, finish: str | None = None, **extra) -> dict:
-        body = {"id": completion_id, "object": "chat.completion.chunk", "created": int(job.created),
-                "model": model, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}], **extra}
+async def _stream(job: Job, shape: ResponseShape, completion_id: str, model: str) -> AsyncIterator[dict]:
+    """Chunk events (``chat.completion.chunk`` or ``text_completion``), then ``[DONE]``; cancelled (client gone) →
+    the job is cancelled."""
+    def chunk(choice: dict, **extra) -> dict:
+        body = {"id": completion_id, "object": shape.chunk_object, "created": int(job.created), "model": model,
+                "choices": [choice], **extra}
         return {"data": json.dumps(body)}
 
     try:
-        yield chunk({"role": "assistant", "content": ""})
+        if shape.chat:
+            yield chunk(shape.delta("", first=True))
         while True:
             kind, value = await job.events.get()
             if kind == "delta":
-                yield chunk({"content": value})
+                yield chunk(shape.delta(value))
             elif kind == "error":
                 yield {"data": json.dumps(value.body())}
                 break
             elif kind == "done":
-                yield chunk({}, value["finish_reason"], minispark=value["metrics"])
-                if chat.include_usage:
-                    yield {"data": json.dumps({"id": completion_id, "object": "chat.completion.chunk",
+                yield chunk(shape.delta(None, value["finish_reason"]), minispark=value["metrics"])
+                if job.request.include_usage:
+                    yield {"data": json.dumps({"id": completion_id, "object": shape.chunk_object,
                                                "created": int(job.created), "model": model, "choices": [],
                                                "usage": _usage(value)})}
                 break

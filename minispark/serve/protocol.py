@@ -1,5 +1,9 @@
-"""The OpenAI chat-completions request, checked: JSON body → a :class:`ChatRequest` the worker decodes,
-or an :class:`APIError` with the status and OpenAI-style JSON error body the client gets instead.
+"""The OpenAI chat-completions and completions requests, checked: JSON body → a :class:`ChatRequest` the worker
+decodes, or an :class:`APIError` with the status and OpenAI-style JSON error body the client gets instead.
+
+A completion (``/v1/completions``) takes ``prompt`` (one string, or a list holding one) in place of ``messages``:
+the text is given to the model as it is, without the chat template, as a base model is used; the other fields
+are the chat request's, and ``echo``, ``suffix`` and ``best_of`` are refused unless they ask for nothing.
 
 What is taken from the request: ``model``, ``messages`` (roles system/developer, user, assistant; content a
 string or a list of ``text`` and ``image_url`` parts), ``temperature``, ``top_p``, ``max_tokens`` /
@@ -64,7 +68,8 @@ class ServeLimits:
 
 @dataclass
 class ChatRequest:
-    """A checked request: chat-template messages (images as local paths) and how to decode them."""
+    """A checked request: chat-template messages (images as local paths), or a completion's ``prompt`` text (then
+    ``messages`` is empty), and how to decode them."""
 
     model: str
     messages: list[dict]
@@ -76,6 +81,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     images: list[str] = field(default_factory=list)
+    prompt: str | None = None
 
 
 #: Fields that shape the answer which this server does not apply, with the values that ask for nothing: any
@@ -88,23 +94,27 @@ _NOT_APPLIED = {"frequency_penalty": (0,), "presence_penalty": (0,), "repetition
                 "web_search_options": (None,)}
 
 
-#: The fields this server reads.
+#: The fields this server reads, of a chat request and of a completion.
 _READ = ("model", "messages", "temperature", "top_p", "max_tokens", "max_completion_tokens", "stop", "seed", "stream",
          "stream_options", "n")
+_READ_COMPLETION = ("model", "prompt", "temperature", "top_p", "max_tokens", "stop", "seed", "stream", "stream_options",
+                    "n")
+#: A completion's fields with the only values this server applies.
+_COMPLETION_NO_OPS = {"echo": (False,), "suffix": (None, ""), "best_of": (1,), "logprobs": (None, 0)}
 #: OpenAI's fields that change nothing generated: accepted and ignored (the README lists them).
 IGNORED_FIELDS = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key",
                   "safety_identifier")
 
 
-def _known_fields(body: dict) -> None:
+def _known_fields(body: dict, read: tuple[str, ...], no_ops: dict[str, tuple]) -> None:
     """Refuse a field this server neither reads, refuses by value nor ignores: a misspelt ``temprature`` sampled at
     T 1 and ``max_new_tokens`` returned 256 tokens, without a word."""
-    known = (*_READ, *_NOT_APPLIED, *IGNORED_FIELDS)
+    known = (*read, *no_ops, *IGNORED_FIELDS)
     unknown = next((name for name in body if name not in known), None)
     if unknown is not None:
         close = difflib.get_close_matches(unknown, known, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""
-        raise APIError(400, f"unknown field {unknown!r}: {hint}this server reads {', '.join(_READ)} (and ignores "
+        raise APIError(400, f"unknown field {unknown!r}: {hint}this server reads {', '.join(read)} (and ignores "
                             f"{', '.join(IGNORED_FIELDS)})", unknown)
 
 
@@ -133,15 +143,47 @@ def _integer(body: dict, name: str) -> int | None:
 def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, scratch: Path,
                        vision: bool) -> ChatRequest:
     """Check ``body`` (parsed JSON) against ``limits``; images are written/validated under ``scratch``."""
+    request = _decoding_fields(body, limits, _READ, _NOT_APPLIED)
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        raise APIError(400, "'messages' must be a non-empty list", "messages")
+    if len(messages) > limits.max_messages:
+        raise APIError(400, f"{len(messages)} messages: at most {limits.max_messages} per request", "messages")
+    for index, message in enumerate(messages):
+        request.messages.append(_message(message, index, request, limits, image_dir, scratch, vision))
+    if request.messages[-1]["role"] == "assistant":
+        raise APIError(400, "the last message must not be the assistant's (nothing to answer)", "messages")
+    return request
+
+
+def parse_completion_request(body: Any, limits: ServeLimits) -> ChatRequest:
+    """Check a ``/v1/completions`` body: its ``prompt`` text and the fields it shares with a chat request."""
+    request = _decoding_fields(body, limits, _READ_COMPLETION, _NOT_APPLIED | _COMPLETION_NO_OPS)
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1:  # the API's batch form, with one prompt
+        prompt = prompt[0]
+    if not isinstance(prompt, str) or not prompt.strip():
+        raise APIError(400, "'prompt' must be a non-blank string (or a list of one; this server returns one "
+                            "choice)", "prompt")
+    if validate.lone_surrogate(prompt) is not None:
+        raise APIError(400, "'prompt' holds half a character (a lone surrogate), which is not text; send UTF-8",
+                       "prompt")
+    request.prompt = prompt
+    return request
+
+
+def _decoding_fields(body: Any, limits: ServeLimits, read: tuple[str, ...], no_ops: dict[str, tuple]
+                     ) -> ChatRequest:
+    """The fields a chat request and a completion share, checked: a request with no messages or prompt yet."""
     if not isinstance(body, dict):
         raise APIError(400, "the request body must be a JSON object")
-    _known_fields(body)
+    _known_fields(body, read, no_ops)
     model = body.get("model")
     if model is None or model == "":
         raise APIError(400, "'model' is required (GET /v1/models lists it)", "model")
     if not isinstance(model, str):  # given, as a number or a list: "is required" sent the client looking for a typo
         raise APIError(400, f"'model' must be a string (GET /v1/models lists it), got {_spelled(model)}", "model")
-    for name, no_op in _NOT_APPLIED.items():
+    for name, no_op in no_ops.items():
         if body.get(name) is not None and body[name] not in no_op:
             raise APIError(400, f"'{name}' {json.dumps(body[name])}: this server does not apply it; leave it out "
                            f"(or send {json.dumps(no_op[0])})", name)
@@ -174,23 +216,13 @@ def parse_chat_request(body: Any, limits: ServeLimits, image_dir: Path | None, s
     if not isinstance(include_usage, bool):  # "no" was taken as true
         raise APIError(400, f"'stream_options.include_usage' must be true or false, got {_spelled(include_usage)}",
                        "stream_options")
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise APIError(400, "'messages' must be a non-empty list", "messages")
-    if len(messages) > limits.max_messages:
-        raise APIError(400, f"{len(messages)} messages: at most {limits.max_messages} per request", "messages")
     temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
     if 0 < temperature < defaults.MIN_TEMPERATURE:  # refused later, by the decoding thread: the request hung
         raise APIError(400, f"'temperature' {temperature:g}: a positive temperature must be at least "
                        f"{defaults.MIN_TEMPERATURE:g} (0 is greedy)", "temperature")
-    request = ChatRequest(model=model, messages=[], max_tokens=max_tokens, temperature=temperature,
-                          top_p=_number(body, "top_p", 1.0, 1e-6, 1.0), stop=stop, seed=seed, stream=stream,
-                          include_usage=include_usage)
-    for index, message in enumerate(messages):
-        request.messages.append(_message(message, index, request, limits, image_dir, scratch, vision))
-    if request.messages[-1]["role"] == "assistant":
-        raise APIError(400, "the last message must not be the assistant's (nothing to answer)", "messages")
-    return request
+    return ChatRequest(model=model, messages=[], max_tokens=max_tokens, temperature=temperature,
+                       top_p=_number(body, "top_p", 1.0, 1e-6, 1.0), stop=stop, seed=seed, stream=stream,
+                       include_usage=include_usage)
 
 
 def _message(message: Any, index: int, request: ChatRequest, limits: ServeLimits, image_dir: Path | None,

@@ -40,7 +40,7 @@ from minispark.target.session import PromptInputs
 
 @dataclass
 class Job:
-    """One chat completion between the HTTP handler (``events``, on its event loop) and the worker."""
+    """One chat completion or completion between the HTTP handler (``events``, on its event loop) and the worker."""
 
     request: ChatRequest
     inputs: PromptInputs
@@ -168,9 +168,10 @@ class Worker:
         return SamplingConfig(request.temperature, top_p=request.top_p)
 
     def _stops(self, request: ChatRequest) -> list[str]:
-        """The request's stop strings; a target without a chat template also stops where its transcript
-        (``plain_prompts.py``) starts the user's next turn."""
-        return [*request.stop, TURN_STOP] if self.target.plain_prompts else list(request.stop)
+        """The request's stop strings; a chat request to a target without a chat template also stops where its
+        transcript (``plain_prompts.py``) starts the user's next turn."""
+        transcript = self.target.plain_prompts and request.prompt is None
+        return [*request.stop, TURN_STOP] if transcript else list(request.stop)
 
     def _run_single(self) -> None:
         job = self._next_job()

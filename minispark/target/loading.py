@@ -149,10 +149,10 @@ class Target:
         takes a lone ``prompt`` as it is and ``messages`` as a plain transcript (``plain_prompts.py``)."""
         if self.plain_prompts:
             if messages is None and prompt is not None and not images:
-                return self._encode_plain(prompt)
+                return self.encode_text(prompt)
             if messages is None:
                 messages = [{"role": "user", "content": [{"type": "image"}] if images else prompt}]
-            return self._encode_plain(transcript(messages, self.name, add_generation_prompt))
+            return self.encode_text(transcript(messages, self.name, add_generation_prompt))
         if messages is None:
             if prompt is None:
                 raise MinisparkError("encode: give messages or a prompt")
@@ -173,8 +173,9 @@ class Target:
         ids = self.tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         return PromptInputs(input_ids=ids.to(self.device), text_positions=torch.arange(ids.shape[1]))
 
-    def _encode_plain(self, text: str) -> PromptInputs:
-        """Plain text as the tokenizer reads it, its special tokens added (a base model's BOS)."""
+    def encode_text(self, text: str) -> PromptInputs:
+        """Plain text as the tokenizer reads it, its special tokens added (a base model's BOS), without the chat
+        template: a completion's prompt, and every prompt of a target that has no template."""
         text = _utf8(text)
         if not self.is_vlm:
             ids = self.tokenizer(text, add_special_tokens=True, return_tensors="pt")["input_ids"]

@@ -178,6 +178,9 @@ def draft_precision() -> str:
     return value
 
 
+#: The packed runtime's copy of an lm_head tied to the embedding, at most: above it the head stays one tensor,
+#: unpacked (memory over the packed kernel's speed; SmolLM2's 113 MB is packed, Gemma 3's 0.67 GB is not).
+PACKED_TIED_MAX_BYTES = 256 * 2**20
 #: A vocabulary larger than this gets a draft vocabulary of ``LARGE_VOCAB_DRAFT`` tokens where a recipe sets none:
 #: the Markov tables and logits over 262,144 tokens (Gemma 3) are 77M parameters and a 0.5 GB chunk, against 12M
 #: and 17 MB at 8,192; EAGLE-3 and FR-Spec draft 32k-token vocabularies of such targets.

@@ -199,3 +199,27 @@ def test_int8_runtime_decodes_like_itself(tiny_dir, test_image, family: str) -> 
         got, want = q.prefill(inputs, all_logits=True).logits, f.prefill(inputs, all_logits=True).logits
     assert torch.nn.functional.cosine_similarity(got, want, dim=-1).min() > 0.99  # near, not equal
     assert_modes_keep_greedy(target, inputs)
+
+
+def test_a_large_tied_lm_head_stays_one_tensor(tiny_dir) -> None:
+    """The packed runtime copies each linear's weight into oneDNN's layout; an lm_head tied to the embedding whose
+    copy would pass the bound is left unpacked, one tensor with the embedding, and the logits do not change."""
+    from transformers import AutoModelForCausalLM
+
+    from minispark.target.runtime import PACKED_TIED_MAX_BYTES
+
+    def tied() -> nn.Module:
+        model = AutoModelForCausalLM.from_pretrained(str(tiny_dir("llama")))
+        model.lm_head.weight = model.get_input_embeddings().weight
+        return model.eval()
+
+    ids = torch.tensor([[1, 5, 9, 14]])
+    eager = tied()
+    want = eager(ids).logits
+    for bound, head_packed in ((PACKED_TIED_MAX_BYTES, True), (0, False)):
+        model = tied()
+        assert apply_runtime(model, "packed", tied_copy_max=bound) == "packed"
+        assert isinstance(model.lm_head, PackedLinear) == head_packed
+        assert model.lm_head.weight is model.get_input_embeddings().weight
+        assert isinstance(model.model.layers[0].mlp.up_proj, PackedLinear)
+        torch.testing.assert_close(model(ids).logits, want, rtol=1e-4, atol=1e-4)

@@ -71,7 +71,7 @@ REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_P, REGEN_TOP_K = 512, 0.7, 0.
 DEFAULT_THRESHOLD = 0.5
 #: The hybrid drafter (``serving/drafters/hybrid.py``). Its lookup side tries trailing n-grams of
 #: ``HYBRID_MAX_NGRAM`` down to ``HYBRID_MIN_NGRAM`` tokens over the whole conversation and prompt
-#: (chosen by measurement on held-out prompts: README, "Hybrid drafting"). Priors of the conditional acceptance
+#: (chosen by measurement on held-out prompts: docs/how-it-works.md, "Hybrid drafting"). Priors of the conditional acceptance
 #: q_k of draft position k (the chance x_k survives given x_1..x_{k−1} did), measured at T 0 on
 #: held-out chat and code prompts the bench does not use: the lookup's by matched n-gram length, the
 #: DSpark block's (q_1 only serves a drafter without a confidence head); each is worth

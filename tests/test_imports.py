@@ -23,7 +23,7 @@ SERVING = ("chat", "identity", "model.checkpoint", "model.draft_context", "model
 FORBIDDEN = ("measuring.bench", "measuring.bench_report", "cli", "measuring.profiler", "training.train", "training.trainer")
 
 
-#: The declared layers, bottom up (README "Module map"): a module imports only its own layer or lower ones.
+#: The declared layers, bottom up (docs/modules.md): a module imports only its own layer or lower ones.
 #: Each layer is a tuple of top-level names under minispark/ ("" is the package itself).
 LAYERS = (
     ("base", ("", "atomic", "defaults", "errors", "identity", "validate", "validate_lists", "validate_models", "tiny_models",
@@ -158,9 +158,9 @@ def test_an_upward_import_is_caught() -> None:
     assert upward_imports(edges) == ["target.sampling (target) imports serving.engine (serving)"]
 
 
-def test_the_readme_module_map_lists_the_layers_in_order() -> None:
-    readme = (PACKAGE.parent / "README.md").read_text()
-    block = readme.split("## Module map", 1)[1].split("```", 2)[1]
+def test_the_module_map_lists_the_layers_in_order() -> None:
+    readme = (PACKAGE.parent / "docs" / "modules.md").read_text()
+    block = readme.split("# Module map", 1)[1].split("```", 2)[1]
     rows = [line for line in block.splitlines() if line.startswith("  ") and not line.startswith("   ")]
     firsts = [row.split()[0].rstrip(",/") for row in rows]  # each row opens with its layer's first name
     found = [layer_of(first.removesuffix(".py")) for first in firsts]

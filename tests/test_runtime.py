@@ -113,7 +113,7 @@ def test_a_bf16_target_packs_and_decodes_like_itself(tiny_dir) -> None:
     """oneDNN's bf16 kernels (avx512_bf16 or AMX) pack a bf16 target too: logits as eager bf16's at every
     width up to bf16 rounding of sums taken in another order, and target-only decoding gives transformers'
     own greedy output. (Drafting modes of a bf16 target, eager or packed, are lossless only up to bf16
-    near-ties: a wide verify rounds differently from one-token steps; README "Precision".)"""
+    near-ties: a wide verify rounds differently from one-token steps; docs/how-it-works.md.)"""
     eager = load_target(str(tiny_dir("llama")), dtype="bf16", runtime="eager")
     packed = load_target(str(tiny_dir("llama")), dtype="bf16")
     assert packed.runtime == "packed" and _packed_count(packed.model) > 0

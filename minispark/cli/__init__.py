@@ -22,7 +22,7 @@ from .app import app, order_commands, run
 from . import decode, data, measure, convert  # noqa: F401  (imported for their registration)
 
 # The families register interleaved with respect to the order the commands have always been listed in
-# (``--help``, the README's CLI reference), which import order alone cannot reproduce: sort them into it.
+# (``--help``, docs/cli.md), which import order alone cannot reproduce: sort them into it.
 order_commands()
 
 __all__ = ["app", "run"]

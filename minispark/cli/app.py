@@ -429,7 +429,7 @@ def _check_prompts(prompts: Optional[Path]) -> list[Any]:
     return load_prompts(prompts)
 
 
-#: The order ``--help`` and the README's CLI reference list the commands in. The families register
+#: The order ``--help`` and docs/cli.md list the commands in. The families register
 #: interleaved (generate, chat, serve; bench; demo; ...), so no import order of their modules gives it:
 #: :func:`order_commands` sorts ``app``'s commands into it once every family has registered.
 COMMAND_ORDER = ("generate", "chat", "serve", "bench", "demo", "cache", "answers", "cache-mix", "train", "profile",

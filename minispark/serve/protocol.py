@@ -101,7 +101,7 @@ _READ_COMPLETION = ("model", "prompt", "temperature", "top_p", "max_tokens", "st
                     "n")
 #: A completion's fields with the only values this server applies.
 _COMPLETION_NO_OPS = {"echo": (False,), "suffix": (None, ""), "best_of": (1,), "logprobs": (None, 0)}
-#: OpenAI's fields that change nothing generated: accepted and ignored (the README lists them).
+#: OpenAI's fields that change nothing generated: accepted and ignored (docs/serving.md lists them).
 IGNORED_FIELDS = ("user", "metadata", "store", "service_tier", "parallel_tool_calls", "prompt_cache_key",
                   "safety_identifier")
 

@@ -138,7 +138,7 @@ def matching_sps_table(target: Target, path: Path | None, strict: bool = False) 
 
 def default_mode(drafter: Drafter, has_table: bool) -> str:
     """The mode a command runs ``drafter`` in when none is asked for: the fastest lossless one measured on the
-    held-out sets (README, Results): tree rounds for a drafter that drafts trees; else the schedule with a
+    held-out sets (docs/results.md): tree rounds for a drafter that drafts trees; else the schedule with a
     confidence head and an SPS table, the threshold without a table, fixed γ without confidences."""
     if drafter.drafts_trees:
         return "tree"

@@ -165,7 +165,8 @@ def table() -> str:
     lines = ["| slice | passes | total blocks | epochs over 16k | walk τ chat / code (shipped before) | proxy T 0 / T 1 "
              "| reshipped |", "|---|---|---|---|---|---|---|"]
     for r in curve():
-        lines.append(f"| {r['slice'][0]}–{r['slice'][1]} | {r['passes']:.2f} | {r['total_blocks']:,} | {r['epochs_16k']:.2f} "
+        replay = f" + 0–{r['replay']}" if r.get("replay") else ""
+        lines.append(f"| {r['slice'][0]}–{r['slice'][1]}{replay} | {r['passes']:.2f} | {r['total_blocks']:,} | {r['epochs_16k']:.2f} "
                      f"| {r['walk_chat']:.3f} / {r['walk_code']:.3f} ({r['shipped_walk_chat']:.3f} / "
                      f"{r['shipped_walk_code']:.3f}) | {r['proxy_t0']:.3f} / {r['proxy_t1']:.3f} | "
                      f"{'yes' if r['reshipped'] else 'no'} |")

@@ -203,9 +203,10 @@ def fixed_threads() -> int | None:
     for name in (THREADS_ENV, "OMP_NUM_THREADS"):
         value = os.environ.get(name, "").strip()
         if value:
-            if not value.isdigit() or int(value) < 1:
+            first = value.split(",")[0].strip()  # OpenMP's list form, "4,2": the outermost level's count
+            if not first.isdigit() or int(first) < 1:
                 raise MinisparkError(f"${name}: {value!r} is not a thread count (a whole number >= 1)")
-            return int(value)
+            return int(first)
     return None
 
 

@@ -1,4 +1,4 @@
-"""The prepared GPU check (issue 23): one command, no network, that measures what a 6 GB card must hold.
+"""The prepared GPU check: one command, no network, that measures what a 6 GB card must hold.
 
 It builds a random-init target — Qwen2.5-VL-3B's shapes with ``--scale 3b`` (36 layers, hidden 2048,
 vocab 151,936, its vision tower), loaded 4-bit through bitsandbytes on CUDA; the tiny test VLM with

@@ -201,7 +201,7 @@ CASES = [
     ("gen-target-file", ["generate", "--target", "{afile}"], "--target"),
     ("gen-target-pickle", ["generate", "--target", "{binonly}"], "pickle"),
     ("gen-target-empty-dir", ["generate", "--target", "{emptydir}"], "--target"),
-    # every first message then failed as "your message: 5016 tokens ...; shorten it" (issue 22, sixteenth probe)
+    # every first message then failed as "your message: 5016 tokens ...; shorten it"
     ("chat-system-too-long", ["chat", "--target", "{tiny}", "--drafter", "none", "--system", LONG_PROMPT],
      "the system message (--system): 5016 tokens"),
     ("gen-prompt-too-long", ["generate", "--target", "{tiny}", "--drafter", "none", "--prompt", LONG_PROMPT],
@@ -297,7 +297,7 @@ CASES = [
     ("train-feature-layers-arabic-digits", ["train", "--recipe", "tiny", "feature_layers=١,٢"], "feature_layers"),
     ("cache-mix-count-arabic-digits", ["cache-mix", "{emptydir}:٣", "{userdir}", "--out", "{out}"],
      "expected a whole number of samples, got '٣'"),
-    # Python's digit grouping: int() reads '16_32' as 1632, a typo for '16,32' (issue 22, tenth probe)
+    # Python's digit grouping: int() reads '16_32' as 1632, a typo for '16,32'
     ("profile-contexts-digit-grouping", ["profile", "--contexts", "16_32"], "--contexts: expected comma-separated whole"),
     ("sim-conf-digit-grouping", ["simulate", "--conf", "0.9_0", "--sps-inline", "1,0.5"], "--conf: expected comma"),
     ("train-steps-digit-grouping", ["train", "--recipe", "tiny", "steps=1_000"], "steps must be"),
@@ -417,7 +417,7 @@ CASES = [
     ("train-seed-negative", ["train", "--recipe", "tiny", "seed=-1"], "seed"),
     ("train-batch-huge", ["train", "--recipe", "tiny", "batch_anchors=99999999999999999999999"], "batch_anchors"),
     ("sim-draws-huge", ["simulate", "--appendix-a", "--draws", "99999999999999999999999"], "--draws"),
-    # round 3 of the probe (issue 22's goal): found by a re-run
+    # round 3 of the probe: found by a re-run
     ("gen-sps-not-utf8", ["generate", "--sps", "{full.png}"], "--sps"),  # an image given as the table
     ("sim-sps-not-utf8", ["simulate", "--conf", "0.9", "--sps", "{full.png}"], "not UTF-8 text"),
     ("serve-sps-not-utf8", ["serve", "--sps", "{full.png}"], "not UTF-8 text"),
@@ -445,7 +445,7 @@ CASES = [
     ("serve-port-huge", ["serve", "--port", "99999"], "--port"),
     ("serve-host-not-here", ["serve", "--host", "192.0.2.1"], "cannot listen there"),  # TEST-NET: no such interface
     ("serve-api-key-empty", ["serve", "--api-key", ""], "--api-key"),
-    # round 4 (issue 22, remaining awkward behaviours)
+    # round 4
     ("cache-out-foreign", ["cache", "--out", "{userdir}"], "holds notes.txt, which minispark did not write"),
     ("answers-out-foreign", ["answers", "--out", "{userdir}"], "holds notes.txt, which minispark did not write"),
     ("demo-train-out-foreign", ["demo", "--train", "--out", "{userdir}"], "holds notes.txt, which minispark did not"),
@@ -459,7 +459,7 @@ CASES = [
     ("answers-temperature-huge", ["answers", "--out", "{out}", "--temperature", "1e308"], "--temperature"),
     ("cal-temperature-huge", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}",
                               "--temperature", "1e308"], "--temperature"),
-    # round 5 (issue 22): a re-run of the probe
+    # round 5: a re-run of the probe
     ("gen-drafter-empty-string", ["generate", "--drafter", ""], "--drafter '': empty"),  # not "--drafter ."
     ("gen-drafter-hybrid-empty", ["generate", "--drafter", "hybrid:"], "--drafter 'hybrid:': empty"),
     ("gen-temperature-subnormal", ["generate", "--temperature", "1e-320"], "a positive temperature must be at least"),
@@ -496,7 +496,7 @@ CASES = [
     ("profile-drafter-no-record", ["profile", "--drafter", "{fakedrafter}"], "records no target"),  # not SmolLM2
     ("profile-out-is-target", ["profile", "--target", "{tiny}", "--out", "{tiny}"], "is the --target directory"),
     # a table written into a cache or an answer set: its resume then refused the directory, saying minispark had not
-    # written the table (issue 22, sixteenth probe)
+    # written the table
     ("answers-out-inside-target", ["answers", "--target", "{tiny}", "--out", "{tiny}/answers"],
      "is inside the --target directory"),
     ("cache-out-inside-target", ["cache", "--target", "{tiny}", "--out", "{tiny}/cache"], "is inside the --target directory"),
@@ -504,7 +504,7 @@ CASES = [
      "holds a minispark-answers manifest (answers.json)"),
     ("sim-conf-longer-than-table", ["simulate", "--conf", "0.9,0.8,0.7", "--sps-inline", "1,0.5"],
      "--conf: 3 draft positions need steps per second for up to 4 tokens"),  # not "lower --gamma"
-    # round 6 (issue 22): a fourth probe
+    # round 6: a fourth probe
     ("sim-sps-tokens-not-from-one", ["simulate", "--conf", "0.9", "--sps", "{tokens5.json}"],
      "field 'tokens': must start at 1"),  # not "1 tokens is outside the profiled range ...; lower --gamma"
     ("gen-sps-tokens-not-from-one", ["generate", "--sps", "{tokens5.json}"], "field 'tokens': must start at 1"),
@@ -541,7 +541,7 @@ CASES = [
      "holds a minispark-answers manifest (answers.json), not a minispark-cache"),  # said 'manifest.json: missing'
     ("gen-drafter-hybrid-missing", ["generate", "--drafter", "hybrid:/nonexistent-drafter"],
      "--drafter hybrid: /nonexistent-drafter: no such directory"),  # named only the directory
-    # round 7 (issue 22): paths as typed, before typer's Path drops a trailing '/'
+    # round 7: paths as typed, before typer's Path drops a trailing '/'
     ("bench-plot-trailing-slash", ["bench", "--plot", "{dir}/figs/"], "figs/: names a directory (it ends with '/')"),
     ("cal-plot-trailing-slash", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                  "{dir}/figs/"], "figs/: names a directory"),  # said 'figs: ... ending in .png'
@@ -581,7 +581,7 @@ CASES = [
     ("bench-prompts-loop", ["bench", "--prompts", "{looplink}"], "looplink: is a symlink to"),
     ("gen-target-loop", ["generate", "--target", "{looplink}"], "looplink: is a symlink to"),
     ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
-    # round 8 (issue 22): the sixth probe
+    # round 8: the sixth probe
     ("answers-prompts-huge-number", ["answers", "--prompts", "{hugeint.jsonl}", "--out", "{out}"],
      "hugeint.jsonl:1: malformed JSON: a number too long to read"),  # a ValueError traceback
     ("sim-sps-seconds-subnormal", ["simulate", "--conf", "0.9", "--sps", "{subnormal.json}"],
@@ -599,7 +599,7 @@ CASES = [
      "--modes target,lookup leaves it out"),
     ("cal-plot-in-shipped-drafter", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                      "{shiplink}/figure.png"], "the drafters shipped with minispark"),
-    # round 9 (issue 22): the seventh probe
+    # round 9: the seventh probe
     ("gen-drafter-none-with-draft-skip", ["generate", "--drafter", "none", "--draft-skip"],
      "--drafter none drafts nothing, so --draft-skip would have no effect"),  # ignored without a word
     ("chat-drafter-none-with-no-draft-skip", ["chat", "--drafter", "none", "--no-draft-skip"],
@@ -630,7 +630,7 @@ CASES = [
      "bigrecord/target.json: not a target record (a number too long to read"),
     ("train-cache-manifest-huge-number", ["train", "--recipe", "tiny", "--cache", "{bigcache}"],
      "bigcache/manifest.json: unreadable manifest (a number too long to read"),
-    # round 10 (issue 22): the eighth probe
+    # round 10: the eighth probe
     ("sim-sps-dtype-free-text", ["simulate", "--conf", "0.9", "--sps", "{dtypetable.json}"],
      "field 'dtype': expected one of float32, bfloat16, float16"),  # accepted, then matched no run
     ("train-mask-token-negative", ["train", "--recipe", "tiny", "mask_token_id=-1"],
@@ -639,21 +639,21 @@ CASES = [
      "override 'draft_vocab=99999999'"),
     ("cal-calibration-json-dir", ["calibrate", "--drafter", "{caldir}", "--prompts", "{ok.jsonl}"],
      "its calibration.json is a directory, where calibrate writes the fit"),  # a traceback after the rollouts
-    # round 14 (issue 22): the twelfth probe's leftover, refused before the target (here: one that does not exist)
+    # round 14: the twelfth probe's leftover, refused before the target (here: one that does not exist)
     ("gen-drafter-calibration-damaged", ["generate", "--prompt", "hi", "--drafter", "{badcal}", "--target", "{missing}"],
      "badcal/calibration.json: not readable as JSON"),
     ("bench-drafter-calibration-damaged", ["bench", "--drafter", "hybrid:{badcal}", "--target", "{missing}"],
      "badcal/calibration.json: not readable as JSON"),
-    # round 11 (issue 22): the ninth probe
+    # round 11: the ninth probe
     ("sim-conf-past-inline", ["simulate", "--sps-inline", "1,0.5", "--conf", "0.9,0.8,0.7"],
      "up to 4 tokens, but --sps-inline gives them for 1..2"),  # said "the SPS table", where none was given
     ("import-minispark-drafter", ["import", "{fakedrafter}", "--out", "{out}", "--target", "{missing}"],
      "not a DeepSpec drafter"),  # refused after loading the target (here: a --target that does not exist)
-    # round 13 (issue 22): the eleventh probe
+    # round 13: the eleventh probe
     ("cache-layers-digit-grouping", ["cache", "--layers", "1_0"], "--layers: expected 'auto' or comma-separated layer "
      "ids, got '1_0'"),  # was layer 10
     ("cache-layers-other-digits", ["cache", "--layers", "\u0663"], "--layers: expected 'auto'"),  # was layer 3
-    # round 14 (issue 22): the twelfth probe
+    # round 14: the twelfth probe
     ("serve-host-empty", ["serve", "--host", ""], "--host '': empty; give an address"),  # "--host : not an address"
     ("train-feature-layers-empty", ["train", "--recipe", "tiny", "--dry-run", "feature_layers="],
      "override 'feature_layers=': feature_layers has an empty value"),  # said "not set in recipe 'tiny'"
@@ -665,7 +665,7 @@ CASES = [
      "config.json: Field 'num_hidden_layers' expected int, got str"),  # huggingface_hub's traceback
     ("target-config-negative-size", ["generate", "--target", "{negtarget}", "--prompt", "hi", "--drafter", "none"],
      "cannot build the model (Trying to create tensor with negative dimension"),  # torch's traceback
-    # round 16 (issue 22): the fourteenth probe: a flag no --modes mode reads was ignored, yet printed (γ=999)
+    # round 16: the fourteenth probe: a flag no --modes mode reads was ignored, yet printed (γ=999)
     ("bench-gamma-without-a-drafting-mode", ["bench", "--modes", "target,hf", "--gamma", "999"],
      "--gamma 999: --modes target,hf drafts nothing"),
     ("bench-sps-without-a-schedule-mode", ["bench", "--modes", "target,lookup", "--sps", "{tokens5.json}"],
@@ -898,7 +898,7 @@ def test_a_set_grown_under_the_int8_runtime_is_refused(tiny_dir, files, tmp_path
 def test_the_int8_runtime_is_said_where_it_drafts_and_recorded_by_the_drafter(tiny_dir, files, tmp_path,
                                                                               monkeypatch) -> None:
     """Its near-tie notice printed under answers and cache, where nothing drafts, and a drafter trained on an int8
-    answer set recorded the plain target (issue 22, tenth probe)."""
+    answer set recorded the plain target."""
     from minispark.defaults import TARGET_RUNTIME_ENV
     from minispark.target.int8 import int8_supported
     from minispark.target.remembered import read_record
@@ -966,7 +966,7 @@ def test_a_default_generate_falls_back_from_a_too_short_sps_table(tiny_trained_d
 def test_a_calibration_for_fewer_positions_is_served_uncalibrated(tiny_trained_drafter, tmp_path,
                                                                    monkeypatch) -> None:
     """After `calibrate --gamma 2` on a γ 4 drafter, every default generate in schedule mode failed ("calibration
-    has 2 temperatures but γ=4"), naming neither the file nor a flag (issue 22, sixteenth probe)."""
+    has 2 temperatures but γ=4"), naming neither the file nor a flag."""
     from minispark.model.calibration import Calibration
     from minispark.serving import builder
     from minispark.serving.sps import SPSTable
@@ -1429,7 +1429,7 @@ def test_a_damaged_draft_config_names_its_key() -> None:
     # keys with defaults too: a config that lost rope_theta and window loaded with the defaults and drafted worse
     with pytest.raises(ValueError, match=r"lacks the keys \['rope_theta', 'window'\]"):
         DraftConfig.from_dict({k: v for k, v in good.items() if k not in ("rope_theta", "window")})
-    # a target's config.json (export TARGET_DIR): its dozens of keys were listed (issue 22, tenth probe)
+    # a target's config.json (export TARGET_DIR): its dozens of keys were listed
     with pytest.raises(ValueError, match=r"^a transformers model's config \(model_type 'llama'\), not a drafter's"):
         DraftConfig.from_dict({"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64})
     assert DraftConfig.from_dict(good) == make_config()
@@ -1984,7 +1984,7 @@ def test_answers_ctrl_c_says_how_to_resume(tmp_path, monkeypatch) -> None:
                                                     f"again to resume: minispark {command} --out {tmp_path / command}")
 
 
-# ---- round 6 (issue 22): a fourth probe ----------------------------------------------------------------------
+# ---- round 6: a fourth probe ----------------------------------------------------------------------
 
 def test_a_shipped_recipe_name_is_not_hidden_by_a_directory(tmp_path, monkeypatch) -> None:
     """`--recipe tiny` run where a directory `tiny` lies (a tiny model built there) read as that directory."""
@@ -2209,7 +2209,7 @@ def test_an_output_this_user_may_not_write_is_refused_before_loading(tmp_path, m
 def test_calibrate_refuses_a_drafter_it_may_not_write_before_loading(tiny_trained_drafter, files, tmp_path,
                                                                       monkeypatch) -> None:
     """calibration.json goes into the drafter directory: a read-only one failed after the rollouts, naming
-    the temporary file (issue 22, sixth probe)."""
+    the temporary file."""
     ro = tmp_path / "ro"
     shutil.copytree(tiny_trained_drafter[1], ro)
     real = os.access
@@ -2221,7 +2221,7 @@ def test_calibrate_refuses_a_drafter_it_may_not_write_before_loading(tiny_traine
     assert sorted(p.name for p in ro.iterdir()) == sorted(p.name for p in tiny_trained_drafter[1].iterdir())
 
 
-# round 9 (issue 22): the seventh probe
+# round 9: the seventh probe
 
 @pytest.mark.parametrize("key, value, says", [
     ("rms_eps", -1.0, "rms_eps must be a finite number > 0, got -1.0"),  # NaN confidences: a ValueError traceback
@@ -2393,7 +2393,7 @@ def test_bitsandbytes_notices_stay_out_of_the_answer(tiny_dir, caplog, flag: str
     assert "publisher trust check" not in result.output
 
 
-# ---------------------------------------------------------------------- the eighth probe (issue 22)
+# ---------------------------------------------------------------------- the eighth probe
 def test_hand_edited_files_may_start_with_a_byte_order_mark(files, tmp_path) -> None:
     """A Windows editor's BOM was 'Unexpected UTF-8 BOM (decode using utf-8-sig)' (JSON) or 'Invalid statement
     (at line 1, column 1)' (TOML); prompt files already took it."""
@@ -2565,7 +2565,7 @@ def test_bench_notices_describe_the_modes_it_runs(tiny_trained_drafter, monkeypa
     assert any("threshold mode (0)" in hint for hint in hints) and not any("(-0)" in hint for hint in hints), hints
 
 
-# round 13 (issue 22): the eleventh probe
+# round 13: the eleventh probe
 @pytest.mark.parametrize("kind, text, says", [
     (int, "1_000", "expected a whole number (no '_': digit grouping is refused)"),  # typer read it as 1000
     (int, "5.0", "expected a whole number"),  # typer read it as 5

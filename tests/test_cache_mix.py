@@ -141,8 +141,7 @@ def test_a_copy_of_the_target_elsewhere_is_named_by_what_differs(caches, tmp_pat
 
 
 def test_a_count_is_read_by_the_one_number_rule(tmp_path) -> None:
-    """parse_part had its own twin of validate's rule; digit grouping ('1_0', 10 to int()) is refused by both
-    (issue 22, tenth probe)."""
+    """parse_part had its own twin of validate's rule; digit grouping ('1_0', 10 to int()) is refused by both."""
     from minispark import validate_lists
 
     assert [validate_lists.is_number_text(t, whole=True) for t in ("12", "+3", "1_0", "٣", "1.5", "abc")] == [

@@ -255,7 +255,7 @@ def test_cache_grows_to_the_bytes_of_a_larger_build_and_never_shrinks(llama, pro
 
 def test_an_interrupted_build_can_finish_smaller_than_planned(llama, prompt_file, clean, tmp_path):
     """Stopped after its first shard (2 samples of 7 planned), a build asked for 3 was refused as "already holds
-    7 samples": the plan, not what the cache holds (issue 22, sixteenth probe). It grows from the 2 it holds."""
+    7 samples": the plan, not what the cache holds. It grows from the 2 it holds."""
     out = tmp_path / "cache"
     with pytest.raises(Interrupted):
         build_cache(make_config(prompt_file, out), target=llama, on_shard=interrupt_after(0))

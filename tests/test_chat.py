@@ -128,7 +128,7 @@ def test_commands_errors_and_quit(tiny_llama: Target, tmp_path: Path) -> None:
 
 def test_a_line_not_in_utf8_is_refused_before_it_is_answered(tiny_llama: Target) -> None:
     """Read with surrogateescape, a Latin-1 'é' arrived as half a character: 'assistant ›', then the target's
-    'a message holds '\\udce9' ... (a lone surrogate)' (issue 22, sixteenth probe)."""
+    'a message holds '\\udce9' ... (a lone surrogate)'."""
     out, conversation, _ = repl(tiny_llama, ["caf\udce9", "/quit"])
     assert "error: that line: not UTF-8 text (byte 0xe9) at character 4" in out
     assert "assistant" not in out and "surrogate" not in out and not conversation.turns

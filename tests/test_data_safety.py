@@ -46,7 +46,7 @@ def run(*args: str):
 
 
 def test_cache_refuses_an_out_of_user_files(tiny_dir, prompts: Path, tmp_path: Path) -> None:
-    """A directory of someone's files is never filled with shards beside them (issue 22): refused, untouched."""
+    """A directory of someone's files is never filled with shards beside them: refused, untouched."""
     out = tmp_path / "u"
     (out / "sub").mkdir(parents=True)
     (out / "t.tmp").write_text("mine\n")

@@ -213,7 +213,7 @@ def test_allow_busy_writes_a_flagged_table(tiny_target, monkeypatch):
     monkeypatch.setattr(system_load, "read_load", LoadReadings(3.0, 3.0))
     with pytest.warns(UserWarning, match="--allow-busy: the table is written and flagged") as caught:
         table = profile_target(tiny_target, ProfileConfig(**SMALL, allow_busy=True))
-    # said once, busy before and during (it printed twice); one thread is "1 torch thread" (issue 22, tenth probe)
+    # said once, busy before and during (it printed twice); one thread is "1 torch thread"
     assert len(caught) == 1 and "with 1 torch thread)" in str(caught[0].message), [str(w.message) for w in caught]
     load = table.metadata["machine_load"]
     assert load["busy"] and load["before"]["load_1min"] == 3.0 and load["before"]["busy"]

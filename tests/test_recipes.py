@@ -86,7 +86,7 @@ def test_bad_overrides_fail_in_one_line(override, message):
     ("[draft]\nsteps = 3\n", r"steps belongs in \[train\], not \[draft\]"),
     ("[model]\nsteps = 3\n", r"unknown section \[model\]"),
     ("[train\n", "unreadable recipe"),
-    # tomllib's "Cannot overwrite a value (at line 4, column 10)" (issue 22, tenth probe)
+    # tomllib's "Cannot overwrite a value (at line 4, column 10)"
     ("[train]\nsteps = 3\nsteps = 4\n", r"bad.toml:4: steps is given twice; give each key once$"),
     ("[train]\nsteps = 3\n[train]\nlr = 0.1\n", r"bad.toml:4: section \[train\] is declared twice"),
 ])

@@ -292,7 +292,7 @@ def test_the_command_refuses_bad_flags_in_one_line(argv: list[str], says: str) -
     ("stream_options", {"include_usage": "no"}, "'stream_options.include_usage' must be true or false"),  # was true
 ])
 def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str, tmp_path: Path) -> None:
-    """Refused by the request check (issue 22, sixth probe), not by the decoding thread afterwards."""
+    """Refused by the request check, not by the decoding thread afterwards."""
     from minispark.serve.protocol import APIError, parse_chat_request
 
     body = {"model": "m", "messages": HELLO, "max_tokens": 2, field: value}
@@ -317,7 +317,7 @@ def test_a_value_is_named_as_json_and_a_null_stream_is_the_default(tmp_path: Pat
 
 def test_a_text_part_without_text_and_a_body_not_utf8_say_what_is_wrong(tmp_path: Path) -> None:
     """{"type": "text", "text": 5} was 'expected a text part or an image_url part' (it is a text part), and a body
-    not in UTF-8 said 'byte 61', its offset read as a byte's value (issue 22, sixteenth probe)."""
+    not in UTF-8 said 'byte 61', its offset read as a byte's value."""
     import asyncio
 
     from minispark.serve.app import read_body
@@ -390,7 +390,7 @@ def test_a_body_shorter_than_its_content_length_times_out_as_a_408() -> None:
 
 
 def test_a_number_too_long_to_read_is_a_400_in_words(llama: Target) -> None:
-    """Its message told the client to call sys.set_int_max_str_digits() (issue 22, seventh probe)."""
+    """Its message told the client to call sys.set_int_max_str_digits()."""
     body = b'{"model": "m", "messages": [], "max_tokens": 1' + b"0" * 5000 + b"}"
     with server(llama, slots=1) as url:
         message = expect(post(url, body), 400)["message"]
@@ -408,7 +408,7 @@ def test_a_tiny_temperature_is_answered_with_slots(llama: Target) -> None:
 def test_bad_image_urls_are_a_4xx_that_names_no_server_file(test_image: Path, tmp_path: Path) -> None:
     """A data URL without its type, or one without ';base64', was read as a file name: a 500 'internal error:
     OSError' (name too long); a decompression bomb was 'not an image PIL can read'; a truncated image named the
-    server's scratch file (issue 22, sixth probe)."""
+    server's scratch file."""
     from minispark.serve.protocol import APIError, parse_chat_request
     from tests.helpers import bomb_png
 
@@ -432,7 +432,7 @@ def test_bad_image_urls_are_a_4xx_that_names_no_server_file(test_image: Path, tm
 
 def test_a_request_h11_cannot_parse_is_a_json_400(llama: Target) -> None:
     """A negative Content-Length is refused by h11 before the app sees a request: uvicorn answered it in plain
-    text, unlike every other error (issue 22, tenth probe)."""
+    text, unlike every other error."""
     import socket
 
     with server(llama, slots=1) as url:
@@ -451,7 +451,7 @@ def test_a_request_h11_cannot_parse_is_a_json_400(llama: Target) -> None:
 
 @pytest.mark.parametrize("content", ["", "  \n\t", [{"type": "text", "text": " "}, {"type": "text", "text": ""}]])
 def test_a_blank_user_message_is_a_400_naming_it(content, tmp_path: Path) -> None:
-    """A blank user turn was answered as if the template's empty turn were a question (issue 22, tenth probe);
+    """A blank user turn was answered as if the template's empty turn were a question;
     an empty assistant turn, or an image without text, still asks something."""
     from minispark.serve.protocol import APIError, parse_chat_request
 

@@ -222,7 +222,7 @@ def test_monotone_envelope():
 
 
 def test_save_replaces_only_a_table(tmp_path: Path) -> None:
-    """profile --out DIR replaced a user's file of the table's name (issue 22, sixth probe): only an earlier
+    """profile --out DIR replaced a user's file of the table's name: only an earlier
     table is replaced; someone's file, or a symlink planted there, is refused and left as it was."""
     from minispark.serving.sps import SPSTableError
 
@@ -241,7 +241,7 @@ def test_save_replaces_only_a_table(tmp_path: Path) -> None:
 
 def test_a_table_of_another_dtype_is_filed_beside_the_first_not_over_it(tmp_path: Path) -> None:
     """`profile --dtype bf16` wrote over the fp32 table of the same device and target, without a word; every fp32
-    run then found no table (issue 22, sixteenth probe). Each is kept, and each run finds its own."""
+    run then found no table. Each is kept, and each run finds its own."""
     from dataclasses import replace
 
     def table(dtype: str, runtime: str = "packed") -> SPSTable:

@@ -71,6 +71,8 @@ def test_a_fixed_count_turns_the_governor_off(target, monkeypatch) -> None:
         monkeypatch.delenv(THREADS_ENV)
         assert fixed_threads() is None
         assert load_target(str(target.model_dir)).threads is not None
+        monkeypatch.setenv("OMP_NUM_THREADS", "4,2")  # OpenMP's nested form: the outermost count
+        assert fixed_threads() == 4
         monkeypatch.setenv("OMP_NUM_THREADS", "two")
         with pytest.raises(MinisparkError, match="OMP_NUM_THREADS: 'two' is not a thread count"):
             fixed_threads()

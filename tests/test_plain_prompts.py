@@ -100,6 +100,9 @@ def test_cli_commands_take_a_base_model_with_a_notice(base_dir: Path, tmp_path: 
     result = runner.invoke(app, ["answers", "--target", str(base_dir), "--prompts", str(prompts), "--out",
                                  str(tmp_path / "answers"), "--max-new-tokens", "8"])
     assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["chat", "--target", str(base_dir), "--drafter", "lookup", "--max-new-tokens", "4",
+                                 "--seed", "0"], input="Hi\nAgain\n/quit\n")
+    assert result.exit_code == 0 and NOTICE in result.output, result.output
     result = runner.invoke(app, ["bench", "--target", str(base_dir), "--prompts", str(prompts), "--modes",
                                  "target,lookup", "--max-new-tokens", "8", "--json"])
     assert result.exit_code == 0, result.output

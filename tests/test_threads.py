@@ -19,6 +19,7 @@ class Accounting:
     def __init__(self) -> None:
         self.busy = self.mine = self.now = 0.0
         self.others, self.own = 0.0, 2.0
+        self.reads = 0
 
     def advance(self, seconds: float) -> None:
         self.busy += (self.others + self.own) * seconds
@@ -26,6 +27,7 @@ class Accounting:
         self.now += seconds
 
     def __call__(self) -> tuple[float, float, float]:
+        self.reads += 1
         return self.busy, self.mine, self.now
 
 
@@ -37,11 +39,12 @@ def test_free_cores_leave_whole_cores_to_others() -> None:
 
 def test_governor_follows_the_cores_others_leave_free() -> None:
     clock, chosen = Accounting(), []
-    governor = ThreadGovernor(cores=2, interval_s=1.0, reader=clock, set_threads=chosen.append)
+    governor = ThreadGovernor(cores=2, interval_s=1.0, reader=clock, set_threads=chosen.append,
+                              clock=lambda: clock.now)
     assert governor.threads == 2 and chosen == []  # torch's count as it was
     clock.others = 1.0  # a busy process starts
     clock.advance(0.5)
-    assert governor.tick() == 2 and chosen == []  # not re-read within the interval
+    assert governor.tick() == 2 and chosen == [] and clock.reads == 1  # not read again within the interval
     clock.advance(0.6)
     assert governor.tick() == 1 and chosen == [1]
     assert "others keep 1.0 of 2 cores busy" in governor.describe()

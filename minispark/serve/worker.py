@@ -32,7 +32,7 @@ from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.draft_skip import BatchDraftSkip
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.generate import stop_on_strings
-from minispark.target.plain_prompts import TURN_STOP
+from minispark.target.plain_prompts import turn_stops
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
@@ -170,8 +170,7 @@ class Worker:
     def _stops(self, request: ChatRequest) -> list[str]:
         """The request's stop strings; a chat request to a target without a chat template also stops where its
         transcript (``plain_prompts.py``) starts the user's next turn."""
-        transcript = self.target.plain_prompts and request.prompt is None
-        return [*request.stop, TURN_STOP] if transcript else list(request.stop)
+        return turn_stops(request.stop, self.target.plain_prompts and request.prompt is None)
 
     def _run_single(self) -> None:
         job = self._next_job()

@@ -26,7 +26,7 @@ from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, default_policy
 from minispark.serving.engine import GenerationStats, speculative_generate
 from minispark.serving.generate import fit_context, stop_on_strings, text_streamer
-from minispark.target.plain_prompts import TURN_STOP, reply_text
+from minispark.target.plain_prompts import reply_text, turn_stops
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
@@ -74,7 +74,7 @@ class Conversation:
             alone = target.encode([{"role": "system", "content": system}, {"role": "user", "content": "."}]).length
             fit_context(target, alone, 1, what="the system message (--system)", fix="shorten it")
         # a plain transcript (a target without a chat template) also ends a reply where the next turn starts
-        self.stop = stop_on_strings(target, [*stop_strings, TURN_STOP] if target.plain_prompts else stop_strings)
+        self.stop = stop_on_strings(target, turn_stops(stop_strings, target.plain_prompts))
         self.generator = make_generator(seed, target.device)
         self.seed = self.generator.initial_seed()
         self.session = target.session(drafter.feature_layers)

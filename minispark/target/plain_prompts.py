@@ -57,6 +57,11 @@ def transcript(messages: Sequence[dict[str, Any]], target_name: str, add_generat
     return "\n\n".join(turns)
 
 
+def turn_stops(stops: Sequence[str], transcript: bool) -> list[str]:
+    """A reply's stop strings: ``stops``, and :data:`TURN_STOP` where the prompt is a ``transcript``."""
+    return [*stops, TURN_STOP] if transcript else list(stops)
+
+
 def reply_text(text: str) -> str:
     """A transcript reply without the next turn's marker it stopped at (and the blank line before it)."""
     if text.endswith(TURN_STOP):

@@ -59,15 +59,17 @@ def free_cores(cores: int, others: float) -> int:
 class ThreadGovernor:
     """Keeps torch's thread count at the cores other processes leave free (see the module docstring).
 
-    ``tick()`` is called before each target forward; it reads the accounting when ``interval_s`` has passed
-    since the last reading and sets the threads when the count changes. ``reader`` and ``clock`` are for tests.
+    ``tick()`` is called before each target forward; only when ``interval_s`` has passed on ``clock`` since the
+    last reading does it read the accounting (``/proc/stat``: not once a forward), and it sets the threads when the
+    count changes. ``reader``, ``clock`` and ``set_threads`` are for tests.
     """
 
     def __init__(self, cores: int | None = None, interval_s: float = INTERVAL_S,
                  reader: Callable[[], CpuTimes | None] = read_cpu_times,
-                 set_threads: Callable[[int], None] = torch.set_num_threads) -> None:
+                 set_threads: Callable[[int], None] = torch.set_num_threads,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.cores = cores or torch.get_num_threads()  # the most it uses: torch's count when it starts
-        self.interval_s, self.reader, self.set_threads = interval_s, reader, set_threads
+        self.interval_s, self.reader, self.set_threads, self.clock = interval_s, reader, set_threads, clock
         self.last = reader()
         self.threads = self.cores
         self.others = 0.0
@@ -81,8 +83,10 @@ class ThreadGovernor:
         """The thread count, after a fresh reading when one is due."""
         if self.last is None:
             return torch.get_num_threads()
+        if self.clock() - self.last[2] < self.interval_s:
+            return self.threads
         now = self.reader()
-        if now is None or now[2] - self.last[2] < self.interval_s:
+        if now is None:
             return self.threads
         self.others, self.last = others_between(self.last, now), now
         threads = free_cores(self.cores, self.others)

@@ -44,12 +44,18 @@ class OutputSpace:
         self.ids = torch.cat([static, extra]) if static is not None and extra.numel() else static  # (N+E,) or None
 
     @classmethod
+    def static(cls, model: DraftModel) -> "OutputSpace":
+        """The drafter's own output space alone (its draft vocabulary, or the whole vocabulary)."""
+        device = model.norm.weight.device
+        return cls(model, torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, 0, device=device))
+
+    @classmethod
     def of_request(cls, model: DraftModel, ids: torch.Tensor, lm_head: torch.Tensor | None) -> "OutputSpace":
         """The space for a request whose committed tokens are ``ids`` (L,); ``lm_head`` (V, d) the target's
         (None: the static set alone)."""
-        device, dtype = model.norm.weight.device, model.norm.weight.dtype
         if lm_head is None or not model.config.draft_vocab:
-            return cls(model, torch.zeros(0, dtype=torch.long, device=device), torch.zeros(0, 0, device=device))
+            return cls.static(model)
+        device, dtype = model.norm.weight.device, model.norm.weight.dtype
         seen = ids.to(device).long().unique()  # ascending
         extra = seen[model.vocab_index[seen] == model.config.draft_vocab]  # (E,) outside the static set
         return cls(model, extra, lm_head[extra.to(lm_head.device)].to(device, dtype))
@@ -67,7 +73,7 @@ class OutputSpace:
 
     def target_ids(self, index: torch.Tensor) -> torch.Tensor:
         """Indices into the space → target token ids."""
-        return index if self.ids is None else self.ids[index]
+        return self.ids[index] if self.extra.numel() else self.model.target_ids(index)
 
     def over_target_vocab(self, p: torch.Tensor) -> torch.Tensor:
         """(V,) a draft distribution ``p`` (N+E,) over the whole target vocabulary: exactly zero outside the
@@ -245,7 +251,7 @@ class SequentialBlock(DraftBlock):
                  sampling: SamplingConfig, generator: torch.Generator | None, space: OutputSpace | None = None) -> None:
         super().__init__(hidden.shape[0], hidden.device)
         self.model, self.hidden, self.sampling, self.generator = model, hidden, sampling, generator
-        self.space = space or OutputSpace.of_request(model, anchor_token.reshape(1), None)
+        self.space = space or OutputSpace.static(model)
         self.prev = anchor_token.reshape(()).to(hidden.device)  # x_{k−1}, as a target id
         self.state = model.markov.initial_state(hidden[0]) if model.markov is not None else None
         self.base = self.space.logits(hidden)  # (γ, N+E)
@@ -288,7 +294,7 @@ class BackboneTreeDrafts(TreeDrafts):
     def __init__(self, model: DraftModel, hidden: torch.Tensor, sampling: SamplingConfig,
                  space: OutputSpace | None = None) -> None:
         self.model, self.hidden, self.sampling = model, hidden, sampling
-        self.space = space or OutputSpace.of_request(model, hidden.new_zeros(0, dtype=torch.long), None)
+        self.space = space or OutputSpace.static(model)
         self.depth_limit = hidden.shape[0]
         self.base = self.space.logits(hidden)  # (γ, N+E): the lm_head read once per round, as a chain does
 

@@ -293,22 +293,22 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
                            "model", "model_not_found")
         return served
 
-    async def submit(http: Request, parse: Callable[[Any, Path], ChatRequest]) -> Any:
-        """Read, parse (``parse(body, scratch)``) and encode one request, queue it, and answer it."""
+    async def submit(http: Request, parse: Callable[[Any, Path], ChatRequest], shape: ResponseShape) -> Any:
+        """Read, parse (``parse(body, scratch)``) and encode one request of the route's ``shape``, queue it, and
+        answer it."""
         worker: Worker = app.state.worker
         body = await until_stopped(read_body(http, config.limits.max_body_bytes, config.limits.body_timeout_s),
                                    app.state.stopping)
         # the request's decoded images live only until it is encoded (or refused): the disk never fills with them
         images = Path(tempfile.mkdtemp(dir=scratch.name))
-        blamed = "messages"
+        blamed = "messages" if shape.chat else "prompt"
         try:
             request = parse(body, images)
-            blamed = "messages" if request.prompt is None else "prompt"
             if request.model != config.model_id:
                 raise APIError(404, f"model {request.model!r} is not served here; GET /v1/models lists "
                                     f"{config.model_id!r}", "model", "model_not_found")
-            inputs = await run_in_threadpool(target.encode, request.messages) if request.prompt is None \
-                else await run_in_threadpool(target.encode_text, request.prompt)
+            inputs = await (run_in_threadpool(target.encode, request.messages) if shape.chat
+                            else run_in_threadpool(target.encode_text, request.prompt))
         except MinisparkError as exc:
             raise APIError(400, str(exc), blamed) from None
         finally:
@@ -321,7 +321,6 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
             raise APIError(400, "the prompt renders to fewer than 2 tokens", blamed)
         job = Job(request, inputs, asyncio.get_running_loop())
         worker.submit(job)
-        shape = CHAT if request.prompt is None else COMPLETION
         completion_id = f"{shape.id_prefix}-{uuid.uuid4().hex[:24]}"
         if request.stream:
             # On shutdown sse-starlette would cut every stream at once; the grace period lets it finish (Ctrl-C
@@ -334,11 +333,11 @@ def create_app(target: Target, setup: ServingSetup, config: ServeConfig) -> Fast
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
         return await submit(request, lambda body, images: parse_chat_request(
-            body, config.limits, config.image_dir, images, target.is_vlm))
+            body, config.limits, config.image_dir, images, target.is_vlm), CHAT)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await submit(request, lambda body, images: parse_completion_request(body, config.limits))
+        return await submit(request, lambda body, images: parse_completion_request(body, config.limits), COMPLETION)
 
     return app
 

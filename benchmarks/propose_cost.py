@@ -9,6 +9,7 @@ in the decoding loop. Reported: the median of ``--rounds`` (after 2 warm-up roun
 share of the target step. Issue 10's goal is ≤ 15 % at γ = 7.
 
     .venv/bin/python benchmarks/propose_cost.py --rounds 10
+    .venv/bin/python benchmarks/propose_cost.py --rounds 10 --threads 1 --vocab-sizes 16384,24576,32768
 """
 
 from __future__ import annotations
@@ -32,14 +33,18 @@ from minispark.target.loading import load_target
 CONTEXT = 230  # context rows given to the drafter, and about the target's context length
 
 
-def variants(target, drafter_dir: str) -> dict[str, DSparkDrafter]:
-    """The four drafters: {full vocabulary, draft vocabulary} × {float, int8} weights."""
+def variants(target, drafter_dir: str, sizes: list[int]) -> dict[str, DSparkDrafter]:
+    """The four drafters {full vocabulary, draft vocabulary} × {float, int8} weights, and float ones of the same
+    config, both precisions, at the other draft-vocabulary ``sizes``."""
     shipped = make_drafter(drafter_dir, target, "float")
     embed, head = target.model.get_input_embeddings().weight, target.lm_head.weight
     torch.manual_seed(0)
     full = DraftModel.from_target(replace(shipped.config, draft_vocab=0), embed, head)
     out = {}
-    for name, model in (("full vocabulary", full), (f"draft vocabulary {shipped.config.draft_vocab}", shipped.model)):
+    models = [("full vocabulary", full), (f"draft vocabulary {shipped.config.draft_vocab}", shipped.model)]
+    models += [(f"draft vocabulary {size}", DraftModel.from_target(replace(shipped.config, draft_vocab=size), embed,
+                                                                   head, torch.arange(size))) for size in sizes]
+    for name, model in models:
         out[f"{name}, float"] = DSparkDrafter(model)
         int8 = copy.deepcopy(model)
         quantize_int8(int8)
@@ -53,10 +58,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--gamma", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--vocab-sizes", default="", help="other draft-vocabulary sizes to cost, e.g. 16384,32768")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     target = load_target(None)
-    drafters = variants(target, args.drafter or str(default_drafter(target)))
+    sizes = [int(n) for n in args.vocab_sizes.split(",") if n]
+    drafters = variants(target, args.drafter or str(default_drafter(target)), sizes)
     generator = torch.Generator().manual_seed(0)
     some = next(iter(drafters.values()))
     features = torch.randn(CONTEXT, some.config.feature_size, generator=generator)

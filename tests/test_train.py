@@ -250,3 +250,30 @@ def test_a_warm_start_continues_its_source_and_beats_a_cold_start(cache, target,
     assert sum(warm.losses.values()) / 8 < 0.9 * sum(cold.losses.values()) / 8
     recorded = json.loads((tmp_path / "warm" / "train_config.json").read_text())
     assert recorded["init_from"] == str(source.drafter)  # the source is recorded with the run
+
+
+def test_a_warm_start_grows_its_draft_vocabulary_and_keeps_its_scores(cache, target, tmp_path):
+    """A ``draft_vocab`` above its source's grows the vocabulary by the most frequent tokens it lacks: every old
+    token keeps its logit (whatever the previous token), a new token is scored by the target's lm_head row alone,
+    and a smaller one is refused."""
+    source = train(recipe("steps=6", "draft_vocab=64"), cache, tmp_path / "source", target=target, log=None)
+    reader = CacheReader(cache)
+    kept = Trainer(recipe("draft_vocab=64", f"init_from={source.drafter}"), reader, target, tmp_path / "kept").model
+    grown = Trainer(recipe("draft_vocab=128", f"init_from={source.drafter}"), reader, target, tmp_path / "grown").model
+    old, new = kept.vocab_ids, grown.vocab_ids
+    assert set(old.tolist()) < set(new.tolist())
+    fresh = torch.tensor(sorted(set(new.tolist()) - set(old.tolist())))
+    outside = torch.tensor([i for i in range(4000) if i not in set(new.tolist())][:3])
+    torch.manual_seed(0)
+    hidden = torch.randn(9, 1, 64)  # (B, γ=1, d)
+    prev = torch.cat([old[:3], fresh[:3], outside]).view(9, 1)  # an old, a new and an outside previous token each
+    with torch.no_grad():
+        before = kept.head_logits(hidden, prev)  # (9, 1, 64)
+        after = grown.head_logits(hidden, prev)  # (9, 1, 128)
+    torch.testing.assert_close(after[..., grown.draft_index(old)], before)
+    lm_head = target.lm_head.weight.detach()[fresh]  # (F, d)
+    torch.testing.assert_close(after[..., grown.draft_index(fresh)], hidden @ lm_head.T)
+    with torch.no_grad():  # the confidence reads W1 of the previous token: unchanged too
+        torch.testing.assert_close(grown.confidence_logits(hidden, prev), kept.confidence_logits(hidden, prev))
+    with pytest.raises(MinisparkError, match="draft_vocab is 64, this run's is 32"):
+        Trainer(recipe("draft_vocab=32", f"init_from={source.drafter}"), reader, target, tmp_path / "shrunk")

@@ -33,6 +33,8 @@ from minispark.target.sampling import SamplingConfig
 
 #: Weights shared with the target and never stored: the frozen embedding and lm_head.
 FROZEN = ("embed_tokens.", "lm_head.")
+#: The Markov head's tables over the draft vocabulary: W1 (N + 1, r) by previous token, W2 (N, r) to the logits.
+MARKOV_W1, MARKOV_W2 = "markov.markov_w1.weight", "markov.markov_w2.weight"
 
 
 def trainable_weights(model: DraftModel) -> dict[str, torch.Tensor]:
@@ -144,30 +146,60 @@ def init_from_config(path: str | Path) -> tuple[Path, DraftConfig]:
 
 
 def drafter_vocab(path: str | Path, draft_vocab: int) -> torch.Tensor:
-    """(draft_vocab,) the draft vocabulary of the drafter at ``path`` (``init_from``), refused in one line when
-    that drafter has none or one of another size."""
+    """(n,) the draft vocabulary of the drafter at ``path`` (``init_from``): a warm start keeps it (``draft_vocab``
+    = n) or grows it (> n); one with none, or a larger one, is refused in one line."""
     path, config = init_from_config(path)
-    if config.draft_vocab != draft_vocab:
+    if not config.draft_vocab or not draft_vocab or draft_vocab < config.draft_vocab:
         raise MinisparkError(f"init_from: {path / CONFIG_FILE}: draft_vocab is {config.draft_vocab}, this run's is "
-                             f"{draft_vocab}")
+                             f"{draft_vocab} (a warm start keeps its source's draft vocabulary or grows it)")
     return read_weights(path, "cpu")["vocab_ids"].long()
 
 
-def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfig) -> None:
+def widen_vocab(weights: dict[str, torch.Tensor], config: DraftConfig, vocab_ids: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Stored ``weights`` of a drafter over its draft vocabulary re-laid over ``vocab_ids`` (N',), which holds it.
+
+    Each kept token's Markov rows move to its new index. A new token's W1 row is the shared row of the tokens
+    outside the old vocabulary (what it was before) and its W2 row zero (no Markov bias: the target's lm_head
+    row alone scores it), so the widened drafter gives every old token the logit it gave before."""
+    old = weights["vocab_ids"].long()  # (N,)
+    where = torch.full((config.vocab_size,), -1, dtype=torch.long)
+    where[vocab_ids.long().cpu()] = torch.arange(vocab_ids.numel())
+    moved = where[old.cpu()]  # (N,) each old token's new index
+    if bool((moved < 0).any()):
+        raise ValueError("the new draft vocabulary must hold the old one")
+    out = dict(weights, vocab_ids=vocab_ids.to(old.device, old.dtype))
+    w2 = weights[MARKOV_W2]  # (N, r)
+    out[MARKOV_W2] = w2.new_zeros((vocab_ids.numel(), w2.shape[1]))
+    out[MARKOV_W2][moved.to(w2.device)] = w2
+    if config.markov_w1 == "table":
+        w1 = weights[MARKOV_W1]  # (N + 1, r): the last row is every token outside the vocabulary
+        out[MARKOV_W1] = w1[-1:].repeat(vocab_ids.numel() + 1, 1)
+        out[MARKOV_W1][moved.to(w1.device)] = w1[:-1]
+    return out
+
+
+def start_from_drafter(model: DraftModel, path: str | Path, expected: DraftConfig) -> str:
     """Load the trainable weights of the drafter at ``path`` into ``model`` to continue training it;
-    its config (architecture, target, draft vocabulary size; any compute dtype) must equal ``expected`` and its draft
-    vocabulary the model's, else a one-line error naming the first difference."""
+    its architecture must equal ``expected``'s and its draft vocabulary be the model's or inside it (a grown
+    vocabulary: :func:`widen_vocab`), else a one-line error naming the first difference. Returns the target the
+    source was trained for: a warm start may adapt a drafter to another target of the same shapes (a fine-tuned
+    one)."""
     path, config = init_from_config(path)
     for name, value in vars(config).items():
-        # the compute dtype is how a run computes, not what it learned: bf16-trained weights go on in fp32
-        if name != "dtype" and value != getattr(expected, name):
+        # the compute dtype is how a run computes, not what it learned: bf16-trained weights go on in fp32;
+        # a draft vocabulary may grow (drafter_vocab checked its size)
+        if name not in ("dtype", "draft_vocab", "target") and value != getattr(expected, name):
             raise MinisparkError(f"init_from: {path / CONFIG_FILE}: {name} is {value!r}, this run's is "
                                  f"{getattr(expected, name)!r}")
     weights = read_weights(path, next(model.parameters()).device)
     if config.draft_vocab and not torch.equal(weights["vocab_ids"].cpu(), model.vocab_ids.cpu()):
-        raise MinisparkError(f"init_from: {path / WEIGHTS_FILE}: its draft vocabulary differs from this run's "
-                             "(train on the cache and max_samples it was trained on)")
+        try:
+            weights = widen_vocab(weights, config, model.vocab_ids)
+        except ValueError:
+            raise MinisparkError(f"init_from: {path / WEIGHTS_FILE}: its draft vocabulary is not inside this run's "
+                                 "(train on the answers it was trained on, or grow draft_vocab)") from None
     apply_weights(model, weights, path)
+    return config.target
 
 
 def load_draft_model(

@@ -36,7 +36,7 @@ from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
 from minispark.errors import MinisparkError, first_line
 from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
-from minispark.identity import content_identity, target_id
+from minispark.identity import content_identity, same_target, target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
 from minispark.training.onpolicy import Replay, load_or_replay
 from minispark.training.online import OnlinePlan, OnlineSource, open_reader
@@ -184,9 +184,12 @@ class Trainer:
             counts = token_counts(config.first_sample, config.max_samples)
             if config.replay_samples:
                 counts += token_counts(0, config.replay_samples)
-            # a warm start keeps its source's vocabulary: the rows it learned are the rows it drafts
-            vocab_ids = (drafter_vocab(config.init_from, draft_vocab) if config.init_from
-                         else top_tokens(counts, draft_vocab, sorted(target.eos_token_ids)))
+            # a warm start keeps its source's vocabulary (the rows it learned are the rows it drafts) and a larger
+            # draft_vocab grows it by the most frequent tokens it lacks
+            source = drafter_vocab(config.init_from, draft_vocab) if config.init_from else None
+            vocab_ids = (source if source is not None and source.numel() == draft_vocab
+                         else top_tokens(counts, draft_vocab, sorted(target.eos_token_ids) if source is None
+                                         else source.tolist()))
             self.vocab_coverage = coverage(counts, vocab_ids)
         self.model = build_model(self.draft_config, embed, target.lm_head.weight.detach(), config, vocab_ids)
         if config.init_layers != "random":  # a resumed run loads its own weights over these
@@ -199,7 +202,10 @@ class Trainer:
             except ValueError as exc:
                 raise MinisparkError(f"init_layers={config.init_layers}: {exc}") from None
         if config.init_from:  # fine-tuning a drafter of this config (a resumed run loads its own weights over it)
-            start_from_drafter(self.model, config.init_from, self.draft_config)
+            source_target = start_from_drafter(self.model, config.init_from, self.draft_config)
+            if log is not None and not same_target(source_target, self.draft_config.target):
+                log(f"init_from: {config.init_from} was trained for {source_target}; adapting it to "
+                    f"{self.draft_config.target}")
         self.replay: Replay | None = None
         if config.onpolicy:
             # p_t over the draft vocabulary only: the whole-vocabulary GEMM would make the replay 2.5× slower

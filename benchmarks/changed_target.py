@@ -58,7 +58,7 @@ def finetuned(steps: int) -> Path:
 
 
 def complete(answers: Path) -> bool:
-    manifest = answers / "manifest.json"
+    manifest = answers / "answers.json"
     return manifest.is_file() and bool(json.loads(manifest.read_text()).get("complete"))
 
 

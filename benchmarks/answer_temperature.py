@@ -31,7 +31,7 @@ from typing import Any
 import safetensors.torch
 import torch
 
-from minispark.atomic import write_bytes_atomic, write_json_atomic
+from minispark.core.atomic import write_bytes_atomic, write_json_atomic
 from minispark.data.answers import FORMAT, FORMAT_VERSION, MANIFEST, AnswerSet, StoredAnswer, shard_name
 from minispark.data.cache_format import file_sha256
 
@@ -159,7 +159,7 @@ def proxy(out: Path) -> dict[str, float]:
 
 def walk(drafter: Path) -> dict[str, float]:
     from minispark.target.loading import load_target
-    from minispark.training.loop_walk import walk_drafter
+    from minispark.measuring.loop_walk import walk_drafter
 
     target = load_target("embedded", dtype="fp32")
     taus = {}

@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 
 RESULTS = Path("benchmarks/results/busy_threads.json")
 PROMPTS = ("Write a short poem about the sea.", "Explain what a hash map is in two sentences.")

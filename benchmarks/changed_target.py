@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 
 import loop_walk  # the sibling benchmark (benchmarks/ is the script's directory): it keeps every walk
 
@@ -94,7 +94,7 @@ def train(name: str, target: Path, answers: Path, steps: int, warm: bool) -> dic
 def walk(drafter: Path, heldout: Path, target_dir: Path | None) -> dict[str, float]:
     """The drafter's walked τ per category on ``heldout`` answers of the target in ``target_dir`` (None: embedded)."""
     from minispark.target.loading import load_target
-    from minispark.training.loop_walk import walk_drafter
+    from minispark.measuring.loop_walk import walk_drafter
 
     target = load_target(str(target_dir) if target_dir else "embedded", dtype="fp32")
     taus = {}

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import torch
 
-from minispark.atomic import write_json_atomic
-from minispark.defaults import HELDOUT_FILE
+from minispark.core.atomic import write_json_atomic
+from minispark.core.defaults import HELDOUT_FILE
 from minispark.measuring.bench import file_prompts
 from minispark.serving.builder import build_serving
 from minispark.serving.engine import speculative_generate

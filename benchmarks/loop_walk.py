@@ -1,4 +1,4 @@
-"""The greedy loop's τ walked from every anchor of held-out answers (``minispark/training/loop_walk.py``),
+"""The greedy loop's τ walked from every anchor of held-out answers (``minispark/measuring/loop_walk.py``),
 beside the held-out proxy's uniform mean over the same anchors and their harmonic mean.
 
     .venv/bin/python benchmarks/loop_walk.py runs/curve/16k-sparse-64/best \
@@ -16,14 +16,14 @@ import argparse
 import json
 from pathlib import Path
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 from minispark.data.answers import AnswerSet
 from minispark.data.cache_config import default_prompts
 from minispark.data.prompts import load_prompts
 from minispark.serving.generate import generate, make_drafter
 from minispark.serving.schedule import FixedLength
 from minispark.target.loading import load_target
-from minispark.training.loop_walk import walk, walk_drafter
+from minispark.measuring.loop_walk import walk, walk_drafter
 
 #: Every walk's summary, keyed by drafter, category, prompts and length (a run directory does not outlive
 #: its machine).

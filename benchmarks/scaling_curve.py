@@ -15,7 +15,7 @@ is skipped. Each row's figures (and its
 held-out τ at every evaluation) are kept in ``benchmarks/results/scaling_curve.json`` whenever ``run`` or
 ``table`` sees its run directory, so a row trained on a machine whose files are gone stays in the table:
 commit that file (a row of ~2 hours is what one working session here can finish). A finished row's drafter is
-then walked the way the greedy loop walks (``minispark/training/loop_walk.py``) on the held-out prompts' greedy
+then walked the way the greedy loop walks (``minispark/measuring/loop_walk.py``) on the held-out prompts' greedy
 answers, the last 12 chat and 12 code ones (those the bench runs) cut at 96 tokens: the loop's τ at T 0, which
 the proxy's mean over anchors overstates where acceptance comes in stretches (kept with every walk in
 ``benchmarks/results/loop_walk.json``; ``walk`` walks a row's best checkpoint so far, or a row trained before).
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 from minispark.data.answers import AnswerSet
 
 import loop_walk  # the sibling benchmark (benchmarks/ is the script's directory): it keeps every walk
@@ -207,7 +207,7 @@ def row_figures(name: str, answers: AnswerSet) -> dict[str, Any] | None:
 def walk_row(name: str) -> None:
     """Walk a row's best drafter so far on the greedy held-out slice; kept in ``loop_walk.RESULTS``."""
     from minispark.target.loading import load_target
-    from minispark.training.loop_walk import walk_drafter
+    from minispark.measuring.loop_walk import walk_drafter
 
     drafter = OUT / name / "best"
     if not drafter.is_dir():

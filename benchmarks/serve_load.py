@@ -23,7 +23,7 @@ import openai
 import torch
 
 from minispark.data.prompts import HELDOUT_FILE, load_prompts
-from minispark.serve.app import LocalServer, ServeConfig, served_model_id
+from minispark.server.app import LocalServer, ServeConfig, served_model_id
 from minispark.serving.builder import build_serving
 from minispark.target.loading import load_target
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 from minispark.data.answers import AnswerSet
 
 import loop_walk  # the sibling benchmark (benchmarks/ is the script's directory): it keeps every walk
@@ -89,7 +89,7 @@ def train(out: Path, start: int, end: int, steps: int, lr: float, replay: int) -
 def walk(drafter: Path) -> dict[str, float]:
     """The drafter's walked loop τ per category (kept in ``loop_walk.RESULTS``)."""
     from minispark.target.loading import load_target
-    from minispark.training.loop_walk import walk_drafter
+    from minispark.measuring.loop_walk import walk_drafter
 
     target = load_target("embedded", dtype="fp32")
     taus = {}

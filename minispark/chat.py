@@ -23,10 +23,10 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 from minispark.serving.conversation import Conversation, Turn
 from minispark.serving.engine import GenerationStats
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.serving.builder import ServingSetup
 from minispark.serving.sps import SPSTable, SPSTableError
 from minispark.validate import dangling_link, expand_user, utf8_text

@@ -22,15 +22,15 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from minispark import validate
-from minispark.atomic import write_text_atomic
-from minispark.defaults import HELDOUT_FILE
+from minispark.core.atomic import write_text_atomic
+from minispark.core.defaults import HELDOUT_FILE
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.data.prompts import PromptSample, load_prompts
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.target.loading import Target, load_target
 from minispark.training.recipes import TrainConfig
-from minispark.writer_lock import sole_writer
+from minispark.core.writer_lock import sole_writer
 
 DEMO_CATEGORIES = ("chat", "code")
 STAGES = ("cache", "train", "calibrate", "profile", "bench", "chat")
@@ -348,7 +348,7 @@ def _train_stage(run: _Pipeline) -> dict:
 
 
 def _calibrate_stage(run: _Pipeline) -> dict:
-    from minispark.defaults import DEFAULT_TEMPERATURE
+    from minispark.core.defaults import DEFAULT_TEMPERATURE
     from minispark.measuring.rollouts import calibrate_drafter
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving

@@ -6,7 +6,7 @@ The library keeps its own checks (dataclass ``__post_init__``); these only fail 
 the flag. Numbers, text, choices and paths are checked here; comma-separated lists and numbers typed as text
 in ``validate_lists``; drafters, weights, images and targets in ``validate_models``.
 
-    .venv/bin/python -m pytest -q tests/test_bad_input.py
+    .venv/bin/python -m pytest -q tests/cli/test_bad_input.py
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from minispark.defaults import MAX_INT  # flags are refused past it (its home is defaults)
-from minispark.errors import MinisparkError, first_line
-from minispark.writer_lock import check_free
+from minispark.core.defaults import MAX_INT  # flags are refused past it (its home is defaults)
+from minispark.core.errors import MinisparkError, first_line
+from minispark.core.writer_lock import check_free
 
 DTYPES = ("fp32", "bf16", "fp16")
 MODES = ("fixed", "threshold", "schedule", "tree")
@@ -67,7 +67,7 @@ def seed(value: int | None, flag: str = "--seed") -> int | None:
 def temperature(value: float, flag: str = "--temperature") -> float:
     """A sampling temperature in [0, ``defaults.MAX_TEMPERATURE``] (0: greedy), and a positive one at least
     ``defaults.MIN_TEMPERATURE`` (below it the float32 logits divided by it overflow, or it rounds to 0)."""
-    from minispark.defaults import MAX_TEMPERATURE, MIN_TEMPERATURE
+    from minispark.core.defaults import MAX_TEMPERATURE, MIN_TEMPERATURE
 
     number(value, flag, 0.0, MAX_TEMPERATURE)
     if 0 < value < MIN_TEMPERATURE:
@@ -377,23 +377,6 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
     return outside_inputs(path, flag, inputs or {})
 
 
-def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] | None = None) -> Path | None:
-    """A PNG to write (:func:`output_file`), never among what minispark ships (:func:`not_shipped`), that replaces
-    an existing file only if minispark wrote that one (a figure of an earlier run): someone's image or document of
-    the same name is refused, not replaced."""
-    from minispark.atomic import is_own_figure
-
-    path = output_file(path, flag, inputs)
-    if path is not None:  # bench and calibrate wrote a figure among the shipped tables (a link to them)
-        not_shipped(path, flag, "write the figure elsewhere")
-    if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
-        raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
-                             "(or delete it)")
-    if path is not None and path.suffix.lower() != ".png":  # the bytes are PNG whatever the name says
-        raise MinisparkError(f"{flag} {path}: figures are written as PNG; give a name ending in .png")
-    return path
-
-
 def outside_inputs(path: Path, flag: str, inputs: dict[str, Any]) -> Path:
     """``path`` (an output file or directory) unless it is one of ``inputs`` (flag → the file or directory it
     names; None, or a value that is no path on disk, is skipped) or inside one of those directories: an
@@ -422,7 +405,7 @@ def resumable_dir(path: Path, flag: str, writes: Sequence[str]) -> Path:
     check_free(path, flag)  # another run writing it: refused before this one's target loads
     if not path.is_dir():
         return path
-    from minispark.atomic import minispark_artifact
+    from minispark.core.atomic import minispark_artifact
 
     foreign = [entry for entry in sorted(path.iterdir())
                if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in writes)]
@@ -442,7 +425,7 @@ def replaceable_dir(path: Path, flag: str, source: Path | None = None, by: str |
     record says it wrote there, unchanged, and with ``by`` written by that command (``atomic.foreign_entry``);
     anything else is someone's data. With ``source``, also neither that input directory, nor inside it, nor
     holding it."""
-    from minispark.atomic import foreign_entry
+    from minispark.core.atomic import foreign_entry
 
     output_dir(path, flag)
     not_shipped(path, flag, "choose a directory of your own")
@@ -476,7 +459,7 @@ def not_shipped(path: Path, flag: str, advice: str) -> None:
     """Refuse to write at or under the drafters, SPS tables, recipes or prompt files shipped with minispark
     (followed through symlinks): shipped files are never written by a user command. ``advice`` says what to
     do instead."""
-    from minispark.defaults import PROMPTS_DIR, RECIPE_DIR, SHIPPED_DRAFTERS, SHIPPED_TABLES
+    from minispark.core.defaults import PROMPTS_DIR, RECIPE_DIR, SHIPPED_DRAFTERS, SHIPPED_TABLES
 
     resolved = Path(path).resolve()
     for root, what in ((SHIPPED_DRAFTERS, "drafters"), (SHIPPED_TABLES, "SPS tables"), (RECIPE_DIR, "recipes"),

@@ -3,14 +3,14 @@
 by one rule (ASCII digits, no ``_`` grouping). One-line errors naming the flag and the bad item, never the whole
 list, as every check in ``validate``.
 
-    .venv/bin/python -m pytest -q tests/test_bad_input.py -k "contexts or conf or comma or digit"
+    .venv/bin/python -m pytest -q tests/cli/test_bad_input.py -k "contexts or conf or comma or digit"
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.validate import integer, number
 
 

@@ -2,7 +2,7 @@
 that open whole, images that decode within bounds, target directories and hub ids, pickle weights only
 when allowed. One-line errors naming the flag or file, as every check in ``validate``.
 
-    .venv/bin/python -m pytest -q tests/test_bad_input.py -k "drafter or image or target or pickle"
+    .venv/bin/python -m pytest -q tests/cli/test_bad_input.py -k "drafter or image or target or pickle"
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from minispark.errors import MinisparkError, first_line, json_reason
+from minispark.core.errors import MinisparkError, first_line, json_reason
+from minispark.core.identity import PICKLE_WEIGHTS
 from minispark.validate import dangling_link, edited_text, expand_user, input_file
 
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
@@ -21,8 +22,6 @@ MAX_IMAGE_PIXELS = 64_000_000
 #: Longer side over shorter side at most: Qwen-VL's resize (qwen-vl-utils, the processors) raises a ValueError
 #: past it, from inside the target's encode.
 MAX_IMAGE_ASPECT = 200
-#: Weight files that unpickle arbitrary Python objects when loaded.
-PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
 
 
@@ -87,7 +86,7 @@ def checkpoint(path: Path, flag: str) -> Path:
 def _what_it_is(path: Path) -> str:
     """What another minispark command left in ``path`` (a cache, an answer set, a training run: its drafter), as
     the end of a refusal; empty for anything else."""
-    from minispark.atomic import minispark_artifact
+    from minispark.core.atomic import minispark_artifact
 
     artifact = minispark_artifact(path)
     if artifact is None:

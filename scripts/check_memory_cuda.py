@@ -22,7 +22,7 @@ from dataclasses import replace
 import torch
 
 from minispark.training.memory import BatchShape, estimate_memory
-from minispark.training.memory_measure import build_synthetic
+from minispark.measuring.memory_measure import build_synthetic
 from minispark.training.recipes import load_recipe
 from minispark.training.trainer import train_step
 
@@ -56,7 +56,7 @@ def main() -> int:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("check_memory_cuda: no CUDA device here; run it on a machine with a GPU "
-              "(the CPU check is tests/test_memory.py)")
+              "(the CPU check is tests/training/test_memory.py)")
         return 2
     print(f"{torch.cuda.get_device_name()} | torch {torch.__version__}")
     failed = False

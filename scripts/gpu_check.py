@@ -41,6 +41,9 @@ from typing import Any
 
 import torch
 
+# the tiny test models live with the tests (tests/tiny_models.py), read from the checkout this script is in
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
 LIMIT_GB = 5.5
 GB = 1e9
 
@@ -65,7 +68,7 @@ def qwen25_vl_3b_config(tokenizer: Any):
 
 def build_target_dir(scale: str, out: Path) -> Path:
     """A random-init target directory (safetensors, tokenizer, processor) of ``scale``."""
-    from minispark.tiny_models import build_tiny, tiny_processor, tiny_tokenizer
+    from tests.tiny_models import build_tiny, tiny_processor, tiny_tokenizer
 
     if scale == "tiny":
         return build_tiny("qwen2_5_vl", out)
@@ -111,7 +114,7 @@ class Peak:
 def training_peak(scale: str, device: torch.device) -> dict[str, float]:
     """(a): three training steps of the recipe on a synthetic worst-case batch, and the prediction."""
     from minispark.training.memory import BatchShape, estimate_memory, heldout_shape
-    from minispark.training.memory_measure import build_synthetic, synthetic_heldout
+    from minispark.measuring.memory_measure import build_synthetic, synthetic_heldout
     from minispark.training.recipes import load_recipe
     from minispark.training.trainer import autocast, train_step
 
@@ -172,8 +175,8 @@ def serving_peak(target_dir: Path, scale: str, device: torch.device, work: Path,
     from minispark.model.draft_model import DraftModel
     from minispark.serving.generate import generate, make_drafter
     from minispark.target.loading import load_target
-    from minispark.identity import target_id
-    from minispark.tiny_models import make_test_image
+    from minispark.core.identity import target_id
+    from tests.tiny_models import make_test_image
     from minispark.training.draft_sizes import draft_config, target_dims
     from minispark.training.recipes import load_recipe
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from minispark.atomic import WRITTEN_MANIFEST
+from minispark.core.atomic import WRITTEN_MANIFEST
 from minispark.model.checkpoint import copy_drafter
 
 CARD = "README.md"

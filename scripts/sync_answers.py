@@ -16,7 +16,7 @@ import json
 import sys
 from pathlib import Path
 
-from minispark.atomic import refuse_symlink, write_bytes_atomic
+from minispark.core.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.answers import MANIFEST, AnswerSet, shard_name
 from minispark.data.cache_format import file_sha256
 

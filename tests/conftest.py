@@ -18,7 +18,7 @@ torch.set_num_threads(1)
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory: pytest.TempPathFactory):
     """Build (once per session) and return the directory of a tiny random model of ``family``."""
-    from minispark.tiny_models import build_tiny
+    from tests.tiny_models import build_tiny
 
     built: dict[str, Path] = {}
 
@@ -32,7 +32,7 @@ def tiny_dir(tmp_path_factory: pytest.TempPathFactory):
 
 @pytest.fixture(scope="session")
 def test_image(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from minispark.tiny_models import make_test_image
+    from tests.tiny_models import make_test_image
 
     return make_test_image(tmp_path_factory.mktemp("images") / "cat.png")
 

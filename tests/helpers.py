@@ -2,7 +2,7 @@
 checks against HF ``generate``, a random DSpark drafter, file snapshots. Imported by test modules;
 no test module imports another.
 
-    .venv/bin/python -m pytest -q tests/test_accept.py tests/test_engine.py
+    .venv/bin/python -m pytest -q tests/serving/test_accept.py tests/serving/test_engine.py
 """
 
 from __future__ import annotations
@@ -28,6 +28,9 @@ from minispark.serving.drafters.base import Drafter
 from minispark.serving.drafters.dspark import DSparkDrafter, SequentialBlock
 from minispark.serving.engine import speculative_generate
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
+
+#: The project's checkout (tests read its shipped files: prompts, answers, tables, the README).
+REPO = Path(__file__).resolve().parent.parent
 from minispark.serving.schedule import FixedLength
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs, StepOutput
@@ -464,7 +467,7 @@ def build_scaled_vl(out: Path, *, hidden: int = 256, vocab: int = 18_944, layers
     3B checkpoint would be read."""
     from transformers import AutoConfig, AutoModelForImageTextToText
 
-    from minispark.tiny_models import build_tiny
+    from tests.tiny_models import build_tiny
 
     build_tiny("qwen2_5_vl", out)
     config = AutoConfig.from_pretrained(out)

@@ -27,7 +27,7 @@ from minispark.serving.conversation import Conversation
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.engine import GenerationStats
 from minispark.serving.generate import default_drafter
-from minispark.identity import target_id
+from minispark.core.identity import target_id
 from minispark.serving.builder import PROFILE_HINT, TRAIN_HINT, build_serving, profile_command
 from minispark.serving.sps import SPSTable
 from minispark.target.loading import Target, load_target
@@ -318,7 +318,7 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
     another target and warned about at other sampling settings."""
     from minispark.model.calibration import Calibration
     from minispark.model.checkpoint import CALIBRATION_FILE
-    from minispark.errors import MinisparkError
+    from minispark.core.errors import MinisparkError
     from minispark.target.sampling import SamplingConfig
 
     target_dir, drafter_dir = vlm_with_drafter

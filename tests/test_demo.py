@@ -10,7 +10,7 @@ import json
 import pytest
 
 from minispark.demo import STAGES, PipelineSizes, demo_samples, run_demo, run_pipeline
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.target.loading import load_target
 
 

@@ -25,8 +25,8 @@ from transformers import (
     ProcessorMixin,
 )
 
-from minispark import tiny_models
-from minispark.tiny_models import (
+from tests import tiny_models
+from tests.tiny_models import (
     FAMILIES,
     TEXT_FAMILIES,
     VISION_FAMILIES,

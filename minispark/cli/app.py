@@ -30,10 +30,11 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command_name
 
-from minispark import defaults, validate, validate_lists, validate_models
-from minispark.defaults import DEFAULT_GAMMA, make_console
+from minispark import validate, validate_lists, validate_models
+from minispark.core import defaults
+from minispark.core.defaults import DEFAULT_GAMMA, make_console
 from minispark.target.embedded import EMBEDDED_SPELLINGS
-from minispark.errors import MinisparkError, out_of_memory
+from minispark.core.errors import MinisparkError, out_of_memory
 
 from .process import STDOUT_NAME, Terminated, sigterm_interrupts, stdout_full, stdout_named
 
@@ -173,7 +174,7 @@ def one_line_errors(command: Callable) -> Callable:
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
-        from minispark.atomic import NO_SPACE_ERRNOS, FileTooLargeError, NoSpaceError, removed_if_left_empty
+        from minispark.core.atomic import NO_SPACE_ERRNOS, FileTooLargeError, NoSpaceError, removed_if_left_empty
 
         try:
             _check_typed_paths(kwargs)

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 
 from minispark import validate, validate_models
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, TargetOpt, _load, _remembered, app, console,
                   err_console, one_line_errors)

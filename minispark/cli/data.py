@@ -13,8 +13,8 @@ from typing import Callable, Optional
 import typer
 
 from minispark import validate, validate_models
-from minispark.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
-from minispark.errors import MinisparkError
+from minispark.core.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.core.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt, TargetOpt, _check_prompts,
                   _check_target_flags, _load, _print_json, app, console, err_console, one_line_errors)

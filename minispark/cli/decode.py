@@ -1,6 +1,6 @@
 """The decoding commands: ``generate`` (one reply), ``chat`` (the REPL), ``serve`` (the OpenAI-compatible
 API) and ``demo`` (the speedup, or the whole pipeline with ``--train``), with the flag checks they share.
-Each parses its flags and calls ``minispark.serving`` / ``minispark.serve`` / ``minispark.demo``.
+Each parses its flags and calls ``minispark.serving`` / ``minispark.server`` / ``minispark.demo``.
 
     minispark generate --help
 """
@@ -14,9 +14,10 @@ from typing import Any, Optional, Sequence
 import typer
 from rich.markup import escape
 
-from minispark import defaults, validate, validate_models
-from minispark.defaults import DEFAULT_THRESHOLD
-from minispark.errors import MinisparkError
+from minispark import validate, validate_models
+from minispark.core import defaults
+from minispark.core.defaults import DEFAULT_THRESHOLD
+from minispark.core.errors import MinisparkError
 
 from .app import (DeviceOpt, DrafterOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, StrictOpt, TargetOpt,
                   TemperatureOpt, TopKOpt, TopPOpt, _check_target_flags, _load, _print_json,
@@ -237,8 +238,8 @@ def serve(
     validate.integer(max_tokens, "--max-tokens", 1)
     validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
     allowed = tuple(validate.host_name(name, "--allow-host") for name in allow_host or ())
-    from minispark.serve.app import ServeConfig, run_server, served_model_id, server_url  # seconds: after the checks
-    from minispark.serve.protocol import ServeLimits
+    from minispark.server.app import ServeConfig, run_server, served_model_id, server_url  # seconds: after the checks
+    from minispark.server.protocol import ServeLimits
     from minispark.serving.builder import build_serving
 
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)

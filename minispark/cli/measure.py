@@ -15,13 +15,30 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from minispark import defaults, validate, validate_lists, validate_models
-from minispark.defaults import DEFAULT_THRESHOLD
-from minispark.errors import MinisparkError
+from minispark import validate, validate_lists, validate_models
+from minispark.core import defaults
+from minispark.core.defaults import DEFAULT_THRESHOLD
+from minispark.core.errors import MinisparkError
+from minispark.measuring.figures import is_own_figure
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOpt, SeedOpt, StrictOpt, TargetOpt,
                   TopKOpt, TopPOpt, _auto_4bit, _check_prompts, _check_target_flags, _load,
                   _print_json, _remembered, app, checked_drafter, checked_sps, console, err_console, one_line_errors)
+
+
+def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] | None = None) -> Path | None:
+    """``--plot``: a PNG to write (``validate.output_file``), never among what minispark ships
+    (``validate.not_shipped``), that replaces an existing file only if minispark wrote that one (a figure of an
+    earlier run): someone's image or document of the same name is refused, not replaced."""
+    path = validate.output_file(path, flag, inputs)
+    if path is not None:  # bench and calibrate wrote a figure among the shipped tables (a link to them)
+        validate.not_shipped(path, flag, "write the figure elsewhere")
+    if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
+        raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
+                             "(or delete it)")
+    if path is not None and path.suffix.lower() != ".png":  # the bytes are PNG whatever the name says
+        raise MinisparkError(f"{flag} {path}: figures are written as PNG; give a name ending in .png")
+    return path
 
 
 @app.command()
@@ -63,7 +80,7 @@ def bench(
     """Every decoding mode on every prompt, interleaved in one process: speed, τ, time split and parity."""
     config, named = _bench_config(drafter, prompts, num_prompts, category, modes, max_new_tokens, temperature, top_p,
                                   top_k, gamma, threshold, sps, repeats, seed, plot, strict)
-    validate.figure_file(plot, "--plot", {"--prompts": prompts, "--sps": sps, "--drafter": drafter, "--target": target})
+    figure_file(plot, "--plot", {"--prompts": prompts, "--sps": sps, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     drafter = _bench_drafter(loaded, drafter)
@@ -240,7 +257,7 @@ def profile(
         if target is None and read_record(drafter) is None:  # else the embedded target would be profiled instead
             raise MinisparkError(f"--drafter {drafter}: records no target (a drafter from before records, or an "
                                  "import); give its target with --target")
-    validate.figure_file(plot, "--plot", {"--drafter": drafter, "--target": target})
+    figure_file(plot, "--plot", {"--drafter": drafter, "--target": target})
     if out is not None:  # a table inside the model directories is never looked up there
         validate.outside_inputs(out, "--out", {"--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
@@ -338,7 +355,7 @@ def calibrate(
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
 
-    validate.figure_file(plot, "--plot", {"--prompts": prompts, "--drafter": drafter, "--target": target})
+    figure_file(plot, "--plot", {"--prompts": prompts, "--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)

@@ -13,7 +13,7 @@ killed build resumes with its finished shards untouched. Text targets sample wit
 (``answer_sampler``); VLM prompts go through ``regenerate``.
 
     minispark answers --out runs/answers --num-samples 64
-    .venv/bin/python -m pytest -q tests/test_answers.py
+    .venv/bin/python -m pytest -q tests/data/test_answers.py
 """
 
 from __future__ import annotations
@@ -32,18 +32,18 @@ import safetensors.torch
 import torch
 
 from minispark import __version__, validate
-from minispark.atomic import refuse_symlink, write_bytes_atomic
+from minispark.core.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.cache_format import (config_difference, config_hash, file_sha256, int8_runtime,
                                          read_format_manifest)
 from minispark.data.prompts import (PromptSample, encode_within_context, load_prompts, prompt_file_hash,
                                     refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
-from minispark.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
-from minispark.errors import MinisparkError
+from minispark.core.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.core.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
-from minispark.writer_lock import sole_writer
+from minispark.core.writer_lock import sole_writer
 
 FORMAT = "minispark-answers"
 FORMAT_VERSION = 1

@@ -9,7 +9,7 @@ trainer must match. Every random choice of sample i derives from (seed, i), and 
 the same samples, so a killed build resumes to the same bytes as an uninterrupted one.
 
     minispark cache --prompts examples/prompts/demo.jsonl --out runs/cache --num-samples 32
-    .venv/bin/python -m pytest -q tests/test_cache.py
+    .venv/bin/python -m pytest -q tests/data/test_cache.py
 """
 
 from __future__ import annotations
@@ -33,13 +33,13 @@ from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, WRITES, CacheEr
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.data.prompts import (PromptFileError, PromptSample, encode_within_context, load_prompts,
                                     prompt_file_hash, refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
-from minispark.writer_lock import sole_writer
+from minispark.core.writer_lock import sole_writer
 
 
 #: ``--batch-size 0`` on a CPU, and the most rows auto takes on a GPU. Measured on the 2-core CPU with
@@ -368,7 +368,7 @@ class _Bar:
         if enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            from minispark.defaults import make_console
+            from minispark.core.defaults import make_console
 
             self.progress = Progress(TextColumn("cache"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn(),

@@ -13,9 +13,9 @@ from pathlib import Path
 
 from minispark import validate, validate_lists
 from minispark.data.cache_format import CACHE_DTYPES
-from minispark.defaults import HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
-from minispark.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
-from minispark.errors import MinisparkError
+from minispark.core.defaults import HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
+from minispark.core.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.core.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
 
 

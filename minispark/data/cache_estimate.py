@@ -17,7 +17,7 @@ import numpy as np
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_windows import ByteEstimate, estimate_bytes, format_bytes
 from minispark.data.prompts import PromptSample
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.target.loading import Target
 
 

@@ -37,8 +37,8 @@ import torch
 from minispark import __version__
 from minispark.data.cache_windows import WindowLayout, full_bytes
 # file_sha256: re-exported for the cache modules
-from minispark.atomic import file_sha256, minispark_artifact, write_bytes_atomic
-from minispark.errors import MinisparkError, json_reason
+from minispark.core.atomic import file_sha256, minispark_artifact, write_bytes_atomic
+from minispark.core.errors import MinisparkError, json_reason
 
 FORMAT = "minispark-cache"
 FORMAT_VERSION = 1

@@ -10,7 +10,7 @@ samples each range came from. Output shards are written atomically, one at a tim
 manifest after each, so a killed mix resumes.
 
     minispark cache-mix --out runs/cache-mix runs/cache-train:128 runs/cache-text:256
-    .venv/bin/python -m pytest -q tests/test_cache_mix.py
+    .venv/bin/python -m pytest -q tests/data/test_cache_mix.py
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from minispark import validate, validate_lists
 from minispark.data.cache_format import (MANIFEST, WRITES, CacheError, CacheMismatchError, CacheReader, ShardFile,
                                          build_manifest, config_hash, file_sha256, read_manifest, shard_name,
                                          shard_stats, write_manifest, write_shard)
-from minispark.writer_lock import sole_writer
+from minispark.core.writer_lock import sole_writer
 
 #: Manifest config keys every part must share: what a trainer checks or what shapes the rows.
 MUST_MATCH = ("target", "target_model", "layers", "window", "block", "dtype")

@@ -32,8 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from minispark import validate, validate_models
-from minispark.defaults import HELDOUT_FILE, IMAGE_MIN_PIXELS, MAX_INT
-from minispark.errors import DuplicateKey, MinisparkError, unique_keys
+from minispark.core.defaults import HELDOUT_FILE, IMAGE_MIN_PIXELS, MAX_INT
+from minispark.core.errors import DuplicateKey, MinisparkError, unique_keys
 
 if TYPE_CHECKING:
     from minispark.target.loading import Target

@@ -12,7 +12,7 @@ same way; where the hash equals a recorded one, the rolled-out prompts that lie 
 any is one ``notice:`` (the run goes on). A file that shares only some prompts with the training file has another
 hash and is not caught: neither caches nor answer sets record per-prompt identities.
 
-    .venv/bin/python -m pytest -q tests/test_provenance.py
+    .venv/bin/python -m pytest -q tests/data/test_provenance.py
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
-from minispark.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic
 from minispark.data.prompts import PromptSample, prompt_file_hash
-from minispark.errors import json_reason
+from minispark.core.errors import json_reason
 from minispark.model.drafter_dir import TRAINING_DATA_FILE
 from minispark.validate import edited_text
 

@@ -13,7 +13,7 @@ every token the target reads passes through the hooked layers once, so no second
 forward is needed. The one row generation never computes is the last token's (nothing reads it);
 training never uses that row either (an anchor needs a label after it).
 
-    .venv/bin/python -m pytest -q tests/test_cache.py -k regenerate
+    .venv/bin/python -m pytest -q tests/data/test_cache.py -k regenerate
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs

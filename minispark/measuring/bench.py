@@ -40,12 +40,12 @@ import transformers
 
 import minispark
 from minispark.data.regenerate import without_checkpoint_defaults
-from minispark.defaults import DEFAULT_THRESHOLD
+from minispark.core.defaults import DEFAULT_THRESHOLD
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter, make_hybrid
 from minispark.serving.draft_skip import DraftSkip
 from minispark.serving.engine import GenerationStats, speculative_generate
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.serving.generate import make_drafter
 from minispark.target.runtime import eager_linears
 from minispark.target.sampling import SamplingConfig, make_generator
@@ -447,7 +447,7 @@ def _load_average() -> float | None:
 
 
 def _hardware(target: Target, load_before: float | None) -> dict:
-    from minispark.identity import device_name
+    from minispark.core.identity import device_name
 
     return {"device": device_name(target.device), "torch_device": str(target.device),
             "runtime": target.runtime, "threads": torch.get_num_threads(), "cpu_count": os.cpu_count(), "platform": platform.platform(),

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minispark.atomic import save_figure
+from minispark.measuring.figures import save_figure
 
 if TYPE_CHECKING:
     from rich.table import Table

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from minispark.atomic import save_figure
+from minispark.measuring.figures import save_figure
 from minispark.model.calibration import DEFAULT_BINS, Calibration, temperature_scale
 
 if TYPE_CHECKING:
@@ -374,7 +374,7 @@ def synthetic_rollouts(
 
 
 if __name__ == "__main__":
-    from minispark.defaults import make_console
+    from minispark.core.defaults import make_console
 
     conf_, acc_, _ = synthetic_rollouts()
     fitted = fit_sts(conf_, acc_)

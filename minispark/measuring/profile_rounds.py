@@ -8,7 +8,7 @@ once in a fresh shuffled order bracketed by the reference size; a round whose re
 bound is re-measured after a cool-down. A size is anything hashable that the caller's ``timed`` runs: n
 tokens of one sequence, or (R, W) for a batched verify.
 
-    .venv/bin/python -m pytest -q tests/test_profiler.py
+    .venv/bin/python -m pytest -q tests/measuring/test_profiler.py
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 import torch
 
-from minispark import defaults
-from minispark.errors import MinisparkError
+from minispark.core import defaults
+from minispark.core.errors import MinisparkError
 from minispark.target.session import PromptInputs, TargetSession
 
 #: Prefill chunk: a 4096-token cache is built in 1024-token forwards (bounded attention memory).

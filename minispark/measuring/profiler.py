@@ -54,9 +54,10 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from minispark.atomic import minispark_artifact, save_figure
-from minispark.errors import MinisparkError
-from minispark.identity import device_name, dtype_name, target_quantization
+from minispark.core.atomic import minispark_artifact
+from minispark.measuring.figures import save_figure
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import device_name, dtype_name, target_quantization
 from minispark.measuring import system_load as load
 from minispark.measuring.batch_profile import profile_batched
 from minispark.measuring.profile_rounds import (MeasuredRounds, ProfileConfig, StepTimer, build_cache,
@@ -302,7 +303,7 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from minispark.defaults import make_console
+    from minispark.core.defaults import make_console
 
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
                    TimeRemainingColumn(), TextColumn("{task.description}"), console=make_console(stderr=True))

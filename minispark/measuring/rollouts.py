@@ -17,8 +17,8 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from minispark.atomic import record_written
-from minispark.defaults import CALIBRATION_MIN_ROUNDS
+from minispark.core.atomic import record_written
+from minispark.core.defaults import CALIBRATION_MIN_ROUNDS
 from minispark.measuring.calibrate import fit_sts, position_metrics
 from minispark.model.calibration import Calibration
 from minispark.model.checkpoint import sampling_record
@@ -26,8 +26,8 @@ from minispark.model.drafter_dir import calibration_name
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.engine import speculative_generate
-from minispark.errors import MinisparkError
-from minispark.identity import target_id
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import target_id
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength
 from minispark.target.loading import Target

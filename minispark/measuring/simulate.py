@@ -35,8 +35,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from minispark.defaults import APPENDIX_A_DRAWS
-from minispark.errors import MinisparkError
+from minispark.core.defaults import APPENDIX_A_DRAWS
+from minispark.core.errors import MinisparkError
 from minispark.serving.schedule import FixedLength, LengthPolicy, ScheduledLength, scheduled_length
 from minispark.serving.sps import SPSTable, monotone_envelope
 
@@ -249,7 +249,7 @@ def render_appendix_a(result: dict) -> Table:
 
 
 if __name__ == "__main__":
-    from minispark.defaults import make_console
+    from minispark.core.defaults import make_console
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("confidences", nargs="*", type=float, default=[C1, C2_AFTER[0]])

@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.target.threads import others_between, read_cpu_times
 
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from minispark.atomic import write_json_atomic
-from minispark.errors import MinisparkError, json_reason
+from minispark.core.atomic import write_json_atomic
+from minispark.core.errors import MinisparkError, json_reason
 from minispark.validate import edited_text
 
 DEFAULT_BINS = 15

@@ -6,7 +6,7 @@ drafter trained for another target, and a calibration fitted for another target;
 fitted at other sampling settings loads with a one-line warning. A directory in DeepSpec's layout
 (``Qwen3DSparkModel``, see :mod:`minispark.model.deepspec`) loads too.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py -k checkpoint
 """
 
 from __future__ import annotations
@@ -20,15 +20,15 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from minispark.atomic import write_dir_atomic
+from minispark.core.atomic import write_dir_atomic
 from minispark.model.calibration import Calibration
 from minispark.model.deepspec import load_deepspec_model
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.model.drafter_dir import (CALIBRATION_FILE, CONFIG_FILE, DEEPSPEC, DRAFTER_FILES, WEIGHTS_FILE,
                                          DrafterDir, calibration_paths, read_drafter_dir)
-from minispark.errors import MinisparkError, first_line
-from minispark.identity import same_target
+from minispark.core.errors import MinisparkError, first_line
+from minispark.core.identity import same_target
 from minispark.target.sampling import SamplingConfig
 
 #: Weights shared with the target and never stored: the frozen embedding and lm_head.
@@ -240,7 +240,7 @@ def load_calibration(drafter_dir: str | Path, target_identity: str | None = None
     fitted far from ``sampling`` (more than ``CALIBRATION_NEAR`` in temperature, or other top-p / top-k).
     A calibration fitted for another target than ``target_identity`` is refused. Files written before these
     fields existed record neither and are taken as they are."""
-    from minispark.defaults import CALIBRATION_NEAR
+    from minispark.core.defaults import CALIBRATION_NEAR
 
     paths = calibration_paths(drafter_dir)
     if not paths:
@@ -265,7 +265,7 @@ def _other_settings_notice(drafter_dir: Path, path: Path, fitted: dict, sampling
     """The notice for a calibration fitted at other sampling settings, with a calibrate command that runs (on
     corpus prompts the shipped drafters never trained on, never the held-out set the bench measures): a shipped
     drafter is never rewritten, so its notice calibrates a copy."""
-    from minispark.defaults import CALIBRATION_PROMPTS, SHIPPED_DRAFTERS
+    from minispark.core.defaults import CALIBRATION_PROMPTS, SHIPPED_DRAFTERS
 
     flags = f"--temperature {sampling.temperature:g}"
     flags += f" --top-p {sampling.top_p:g}" if sampling.top_p != 1.0 else ""

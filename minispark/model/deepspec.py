@@ -38,7 +38,7 @@ markov_head.py, eval/dspark/draft_ops.py, read for this module):
 * ``embed_tokens``/``lm_head``: DeepSpec stores frozen copies of the target's; they are used when
   present (as DeepSpec does) and the target's otherwise (as vLLM does).
 
-    .venv/bin/python -m pytest -q tests/test_deepspec.py
+    .venv/bin/python -m pytest -q tests/model/test_deepspec.py
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ from safetensors import safe_open
 from minispark.model.draft_config import is_kind
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.model.drafter_dir import DEEPSPEC, WEIGHTS_FILE, DrafterDir, read_drafter_dir
-from minispark.errors import MinisparkError
-from minispark.identity import DTYPES
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import DTYPES
 from minispark.target.remembered import EXPORTED_TARGET_KEY
 
 ARCHITECTURE = "Qwen3DSparkModel"
@@ -334,7 +334,7 @@ def load_deepspec_model(
 def check_against_target(path: str | Path | DrafterDir, target: Any, window: int | None = None) -> DraftConfig:
     """Validate a DeepSpec directory against a loaded :class:`~minispark.target.loading.Target` without
     reading the weights (config fields, then weight names/shapes from the safetensors headers)."""
-    from minispark.identity import target_id
+    from minispark.core.identity import target_id
 
     found = deepspec_dir(path)
     path, raw = found.path, found.raw
@@ -350,7 +350,7 @@ def check_recorded_target(raw: dict, path: Path, identity: str) -> None:
     """Refuse a directory minispark exported for another target than ``identity`` (its ``minispark_target``):
     the same check a minispark drafter gets, so neither ``--drafter`` nor ``import`` re-tags it. Official
     DeepSpec checkpoints record no target and are checked by shapes only."""
-    from minispark.identity import same_target
+    from minispark.core.identity import same_target
 
     recorded = raw.get(TARGET_KEY)
     if recorded and not same_target(str(recorded), identity):

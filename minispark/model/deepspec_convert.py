@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-from minispark.atomic import write_dir_atomic
+from minispark.core.atomic import write_dir_atomic
 from minispark.model.checkpoint import load_draft_model, save_drafter
 from minispark.model.deepspec import (
     OPTIONAL_KEYS,
@@ -30,8 +30,8 @@ from minispark.model.deepspec import (
 from minispark.model.draft_config import DraftConfig
 from minispark.model.drafter_dir import CONFIG_FILE, DEEPSPEC, WEIGHTS_FILE, read_drafter_dir
 from minispark.model.draft_model import DraftModel
-from minispark.errors import MinisparkError
-from minispark.identity import target_id
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import target_id
 from minispark.target.loading import Target
 from minispark.validate import replaceable_dir
 

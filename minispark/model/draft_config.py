@@ -4,7 +4,7 @@
 config of another version or with unknown keys. The heads, the draft context and the
 model all read it, so it lives apart from the model code.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k config
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py -k config
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 import torch
 
-from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_INT
-from minispark.identity import DTYPES
+from minispark.core.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_INT
+from minispark.core.identity import DTYPES
 
 HeadType = Literal["none", "vanilla", "gated", "rnn"]
 HEAD_TYPES: tuple[str, ...] = ("none", "vanilla", "gated", "rnn")

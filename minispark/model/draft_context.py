@@ -2,7 +2,7 @@
 features of committed tokens. Each round appends the newly committed span and drops rows that fell
 out of the window; draft-block K/V are never cached, so the drafter never re-reads the context.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k context
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py -k context
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ position's base logits, so the block distribution factorizes autoregressively wh
 stays parallel. Vanilla low-rank Markov (eq. 5), gated Markov (§6.2) and the GRU-style RNN head
 (eq. 6); each ``step`` maps (state, W1[x_{k−1}], h_k) to (state, bias over the vocabulary).
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k sampler
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py -k sampler
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ K/V, §11.2), :meth:`DraftModel.forward_block` and the sequential head the DSpar
 (:class:`~minispark.serving.drafters.dspark.SequentialBlock`: decoding lives in serving, not here).
 Both paths share the same mask and layer code.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Losslessness is untouched: the quantized drafter *is* the drafter, its p_d is ex
 distribution it samples from, and verification uses the target's full-precision distribution. Only
 how often drafts are accepted can change (by the quantization error; ``bench`` reports τ).
 
-    .venv/bin/python -m pytest -q tests/test_draft_quant.py
+    .venv/bin/python -m pytest -q tests/model/test_draft_quant.py
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minispark.errors import MinisparkError, json_reason
+from minispark.core.errors import MinisparkError, json_reason
 from minispark.validate import edited_text
 from minispark.model.draft_config import DraftConfig
 from minispark.target.remembered import TARGET_FILE

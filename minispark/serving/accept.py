@@ -8,9 +8,9 @@ Sampling (T > 0), Leviathan et al. / Chen et al.: accept x_k with probability
 min(1, p_t(x_k) / p_d(x_k)) left to right; at the first rejection emit a sample from the residual
 norm(max(0, p_t − p_d)); if every draft survives, emit a bonus token from p_t. The emitted tokens
 are then distributed exactly as tokens sampled from p_t one at a time. (The design notes' §11.1
-step 5, "sample(p_t)" at a rejection, is *not* lossless: tests/test_accept.py shows it fails.)
+step 5, "sample(p_t)" at a rejection, is *not* lossless: tests/serving/test_accept.py shows it fails.)
 
-    python -m pytest tests/test_accept.py -q
+    python -m pytest tests/serving/test_accept.py -q
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ early stop are unchanged. :func:`batch_sps` turns an SPS table into that curve f
 table's profiled batched grid (``profile --batch-requests``: R sequences × W tokens, what the server runs;
 :meth:`~minispark.serving.sps.SPSTable.batched_seconds`).
 
-    .venv/bin/python -m pytest -q tests/test_batch_schedule.py
+    .venv/bin/python -m pytest -q tests/serving/test_batch_schedule.py
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ row r's queries see its L_r cached keys and its own block causally. The new K/V 
 to each request's cache. The copy costs O(R·L_max) per round; it keeps every per-request step of the
 single-request engine unchanged (``benchmarks/serve_load.py`` measures the whole).
 
-    .venv/bin/python -m pytest -q tests/test_batched.py
+    .venv/bin/python -m pytest -q tests/serving/test_batched.py
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from minispark.serving.drafters.base import Drafter, NoDrafter
 from minispark.serving.drafters.dspark import DSparkDrafter
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.serving.draft_tree import DraftTree, TreePolicy
 from minispark.serving.engine import (DecodeState, GenerationStats, accept, accept_tree, commit, commit_tree, prefill,
                                       propose, settle, truncate)

@@ -2,7 +2,7 @@
 calibration and the length policy for ``generate``, ``chat``, ``demo``, ``bench`` and ``calibrate``.
 
 ``build_serving(target, drafter, mode, gamma, threshold, sps, sampling)`` applies the defaults every
-command shares (the constants are in :mod:`minispark.defaults`):
+command shares (the constants are in :mod:`minispark.core.defaults`):
 
 * drafter: the one shipped for the target under ``drafters/`` (else the n-gram ``lookup`` drafter,
   with a hint on how to train one); an explicit ``--drafter`` wins, ``none`` is target-only decoding;
@@ -35,12 +35,12 @@ from pathlib import Path
 
 from minispark.model.calibration import Calibration
 from minispark.model.drafter_dir import CALIBRATION_FILE
-from minispark.defaults import DEFAULT_THRESHOLD, DEFAULT_TREE_DRAFTS, FLAT_TREE_DRAFTS, PROFILE_MIN_TOKENS
+from minispark.core.defaults import DEFAULT_THRESHOLD, DEFAULT_TREE_DRAFTS, FLAT_TREE_DRAFTS, PROFILE_MIN_TOKENS
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
-from minispark.errors import MinisparkError
-from minispark.identity import DTYPE_ALIASES, device_name, dtype_name, target_id, target_quantization
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import DTYPE_ALIASES, device_name, dtype_name, target_id, target_quantization
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy

@@ -10,7 +10,7 @@ turns), the cache is cropped to the common prefix and the rest re-prefilled: eve
 for token the whole conversation run from scratch, and ``Turn.recomputed_tokens`` says what the
 mismatch cost.
 
-    .venv/bin/python -m pytest -q tests/test_conversation.py
+    .venv/bin/python -m pytest -q tests/serving/test_conversation.py
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, default_policy
 from minispark.serving.engine import GenerationStats, speculative_generate

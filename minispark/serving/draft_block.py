@@ -9,7 +9,7 @@ draws x_1..x_n. So the Appendix-A counterexample (x_k's own value deciding wheth
 cannot be written against this interface, and a block the scheduler cuts short costs no draws past
 the cut.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k before_each_draw
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py -k before_each_draw
 """
 
 from __future__ import annotations

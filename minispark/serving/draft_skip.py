@@ -28,7 +28,7 @@ is positive and every round drafts.
 
 Lossless: every decision is a function of earlier rounds only (their tokens, acceptance and
 timings), never of this round's draft, so the round's output law is the target's whichever way
-the decision goes (tests/test_draft_skip.py runs the joint-distribution test with skips on).
+the decision goes (tests/serving/test_draft_skip.py runs the joint-distribution test with skips on).
 
     python -m minispark.serving.draft_skip     # simulated hard/easy stretches: rounds drafted, cost vs target-only
 """

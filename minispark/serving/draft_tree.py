@@ -34,7 +34,7 @@ children drawn this way: each child's ``q`` is the distribution it was actually 
 before it. Nothing of the target's forward or its random draws is read while building the tree. At T 0 the
 output is the target's argmax path whatever the tree holds.
 
-    .venv/bin/python -m pytest -q tests/test_draft_tree.py
+    .venv/bin/python -m pytest -q tests/serving/test_draft_tree.py
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from minispark.defaults import DEFAULT_TREE_DRAFTS, HYBRID_LOOKUP_PRIOR
+from minispark.core.defaults import DEFAULT_TREE_DRAFTS, HYBRID_LOOKUP_PRIOR
 from minispark.target.sampling import SamplingConfig, sample
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from minispark.serving.draft_skip import SkipPolicy
 from minispark.serving.drafters.base import Drafter, NoDrafter, default_policy
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
-from minispark.defaults import SHIPPED_DRAFTERS
-from minispark.errors import MinisparkError
+from minispark.core.defaults import SHIPPED_DRAFTERS
+from minispark.core.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
@@ -56,7 +56,7 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     """The shipped drafter for ``target``: a directory under ``drafters/`` whose ``config.json``
     names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
     target name, which loading then checks), or None when nothing matches."""
-    from minispark.identity import same_target, target_id
+    from minispark.core.identity import same_target, target_id
     from minispark.model.drafter_dir import CONFIG_FILE, UnreadableConfig, read_drafter_dir
 
     want = target_id(target.identity())
@@ -115,8 +115,8 @@ def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafte
     """The DSpark drafter in directory ``spec`` (see :func:`make_drafter`), its directory read once. One in
     DeepSpec's layout is first checked against the whole target (its depth too) without reading the
     weights, for one-line errors naming the key."""
-    from minispark.defaults import draft_precision
-    from minispark.identity import target_id
+    from minispark.core.defaults import draft_precision
+    from minispark.core.identity import target_id
     from minispark.model.deepspec import check_against_target
     from minispark.model.draft_quant import quantize_int8
     from minispark.model.drafter_dir import DEEPSPEC, read_drafter_dir

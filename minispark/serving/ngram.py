@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from minispark.defaults import HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM
+from minispark.core.defaults import HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM
 
 
 class NgramMatch:

@@ -36,8 +36,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from minispark.defaults import DEFAULT_TREE_DRAFTS
-from minispark.errors import MinisparkError
+from minispark.core.defaults import DEFAULT_TREE_DRAFTS
+from minispark.core.errors import MinisparkError
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.ngram import NgramMatch
 from minispark.serving.sps import SPSTable, monotone_envelope

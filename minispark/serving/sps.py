@@ -31,10 +31,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
-from minispark.atomic import write_json_atomic
-from minispark.defaults import SHIPPED_TABLES  # noqa: F401  (re-exported: the tables looked up after the user's)
-from minispark.errors import MinisparkError
-from minispark.identity import dtype_name, quantization_name
+from minispark.core.atomic import write_json_atomic
+from minispark.core.defaults import SHIPPED_TABLES  # noqa: F401  (re-exported: the tables looked up after the user's)
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import dtype_name, quantization_name
 from minispark.serving.sps_schema import INLINE_DTYPE, SCHEMA_VERSION, SPSTableError, validate_table
 from minispark.validate import edited_text
 
@@ -289,7 +289,7 @@ def list_tables(directory: str | Path) -> list[Path]:
 def user_tables_dir() -> Path:
     """Where ``minispark profile`` writes the tables it measures (never the shipped ``sps_tables/``):
     ``$MINISPARK_SPS_TABLES``, else ``sps_tables/`` in ``defaults.user_dir()`` (``$MINISPARK_CACHE``)."""
-    from minispark.defaults import SPS_TABLES_ENV, env_dir, user_dir
+    from minispark.core.defaults import SPS_TABLES_ENV, env_dir, user_dir
 
     return env_dir(SPS_TABLES_ENV) or user_dir() / "sps_tables"
 

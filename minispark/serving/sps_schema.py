@@ -1,7 +1,7 @@
 """What an SPS table file must hold: every field checked on load, the first bad one named in one line with
 the file (a hand-edited or damaged table fails there, not as a wrong schedule later).
 
-    .venv/bin/python -m pytest -q tests/test_sps.py -k schema
+    .venv/bin/python -m pytest -q tests/serving/test_sps.py -k schema
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from minispark.errors import MinisparkError
-from minispark.identity import DTYPE_ALIASES, DTYPES
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import DTYPE_ALIASES, DTYPES
 from minispark.validate_lists import SPS_RANGE
 
 SCHEMA_VERSION = 1

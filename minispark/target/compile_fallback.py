@@ -8,10 +8,10 @@ says up front why compiling cannot work here (or None), and :func:`compile_or_ea
 eager function with one warning line (a ``notice:`` in the CLI); where the toolchain is present but
 compiling the first call still fails (an unsupported op, a broken install), that call and every later
 one run eagerly, with the same one line. Compiled and eager compute the same losses
-(``tests/test_train.py::test_compiled_training_matches_eager``), as do compiled and eager decoding
-steps (``tests/test_compiled_runtime.py``).
+(``tests/training/test_train.py::test_compiled_training_matches_eager``), as do compiled and eager decoding
+steps (``tests/target/test_compiled_runtime.py``).
 
-    .venv/bin/python -m pytest -q tests/test_compile_fallback.py
+    .venv/bin/python -m pytest -q tests/target/test_compile_fallback.py
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ eagerly with a one-line notice (``compile_fallback.py``). ``compiled`` is built 
 project's CPU ``packed`` is the fast runtime (``docs/experiments.md``), and ``auto`` never picks
 ``compiled`` on a CPU.
 
-    .venv/bin/python -m pytest -q tests/test_compiled_runtime.py
+    .venv/bin/python -m pytest -q tests/target/test_compiled_runtime.py
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from minispark.defaults import STATIC_CACHE_TOKENS
+from minispark.core.defaults import STATIC_CACHE_TOKENS
 from minispark.target.compile_fallback import compile_or_eager
 
 

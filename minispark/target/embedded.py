@@ -16,8 +16,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from minispark.defaults import USER_DIR_ENV, user_dir
-from minispark.errors import MinisparkError
+from minispark.core.defaults import USER_DIR_ENV, user_dir
+from minispark.core.errors import MinisparkError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 #: How ``--target`` names the embedded target: omitted, empty, "embedded", or its model name.

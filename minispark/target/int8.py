@@ -6,7 +6,7 @@ the embedded target's linear layers run a one-token step in 12 ms instead of 41 
 Two users: the drafter's int8 serving (``model/draft_quant.py``) and the int8 target runtime
 (``target/runtime.py``, ``--runtime int8``).
 
-    .venv/bin/python -m pytest -q tests/test_draft_quant.py
+    .venv/bin/python -m pytest -q tests/model/test_draft_quant.py
 """
 
 from __future__ import annotations

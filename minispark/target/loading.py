@@ -20,17 +20,17 @@ from typing import Any, Sequence
 
 import torch
 
-from minispark.defaults import fixed_threads, image_max_pixels
+from minispark.core.defaults import fixed_threads, image_max_pixels
 from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.plain_prompts import transcript
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.threads import ThreadGovernor
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
-from minispark.errors import MinisparkError, first_line, out_of_memory
-from minispark.identity import files_hash, torch_dtype, weights_hash
+from minispark.core.errors import MinisparkError, first_line, out_of_memory
+from minispark.core.identity import PICKLE_WEIGHTS, files_hash, torch_dtype, weights_hash
 from minispark.validate import device as validate_device, lone_surrogate
-from minispark.validate_models import PICKLE_WEIGHTS, allow_pickle_weights, target_location, target_weights
+from minispark.validate_models import allow_pickle_weights, target_location, target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 

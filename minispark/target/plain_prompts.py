@@ -13,7 +13,7 @@ plain transcript, each turn on its own paragraph and the reply's turn left open:
 The model then continues past its reply into the next ``User:`` turn on its own, so a conversation stops at
 :data:`TURN_STOP`. Images need the template's image tokens: a plain prompt takes text only.
 
-    .venv/bin/python -m pytest -q tests/test_plain_prompts.py
+    .venv/bin/python -m pytest -q tests/target/test_plain_prompts.py
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 
 #: The speaker of each role in a transcript.
 SPEAKERS = {"system": "System", "user": "User", "assistant": "Assistant"}

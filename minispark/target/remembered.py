@@ -10,7 +10,7 @@ dtype apply on CUDA only when no loading flag says otherwise (a CPU run loads fp
 CUDA). :func:`auto_4bit` decides, on CUDA, to load 4-bit when the bf16 weights would not fit the free
 memory (an explicit flag wins).
 
-    .venv/bin/python -m pytest -q tests/test_remembered_target.py
+    .venv/bin/python -m pytest -q tests/target/test_remembered_target.py
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from minispark.errors import MinisparkError, json_reason
-from minispark.identity import same_target, target_id, weights_hash
+from minispark.core.errors import MinisparkError, json_reason
+from minispark.core.identity import same_target, target_id, weights_hash
 from minispark.validate import edited_text
 
 TARGET_FILE = "target.json"
@@ -87,7 +87,7 @@ def _checked_record(data: dict[str, Any]) -> TargetRecord:
 
 def write_record(directory: Path | str, record: TargetRecord) -> Path:
     """Write ``target.json`` into ``directory`` atomically."""
-    from minispark.atomic import write_json_atomic
+    from minispark.core.atomic import write_json_atomic
 
     path = Path(directory) / TARGET_FILE
     write_json_atomic(path, record.to_json())

@@ -34,8 +34,8 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from minispark.defaults import PACKED_TIED_MAX_BYTES, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
-from minispark.errors import MinisparkError
+from minispark.core.defaults import PACKED_TIED_MAX_BYTES, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
+from minispark.core.errors import MinisparkError
 from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
 from minispark.target import compile_fallback
 from minispark.target.int8 import int8_matmul, int8_rows, int8_supported

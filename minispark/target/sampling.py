@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from minispark import validate
-from minispark.defaults import DEFAULT_TEMPERATURE
+from minispark.core.defaults import DEFAULT_TEMPERATURE
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any, Protocol, Sequence
 import torch
 from transformers.cache_utils import DynamicLayer
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.target.attention import GROUPED_SDPA
 from minispark.target.compiled import StaticSteps
 from minispark.target.kv_cache import GrowingLayer, growing_cache, plain_cache

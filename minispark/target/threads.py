@@ -8,7 +8,7 @@ accounting, how many cores *other* processes used since its last reading (at mos
 steps) and sets torch's threads to the cores left, at least one, and never more than torch ran with when it
 started (its default, all cores, or what the program set). ``--threads N`` (a fixed count) turns it off.
 
-    .venv/bin/python -m pytest -q tests/test_threads.py
+    .venv/bin/python -m pytest -q tests/target/test_threads.py
 """
 
 from __future__ import annotations

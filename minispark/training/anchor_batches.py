@@ -5,7 +5,7 @@ reshuffled per epoch); ``make_batch`` packs a step's anchors into rows that shar
 anchors of one sample in one row, its context the union of their windows, each row stored once).
 The trainer and the held-out proxy both batch through here, so they see identical inputs.
 
-    .venv/bin/python -m pytest -q tests/test_train.py -k batch
+    .venv/bin/python -m pytest -q tests/training/test_train.py -k batch
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from minispark.data.cache_format import Anchor, CacheReader
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 
 
 @dataclass

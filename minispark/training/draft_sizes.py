@@ -1,7 +1,7 @@
 """What a drafter is built with: a recipe's sizes resolved against the target's (``draft_config``), the target's
 sizes (``target_dims``, or the recipe's own for ``--dry-run``), and the mask token it may use.
 
-    .venv/bin/python -m pytest -q tests/test_recipes.py tests/test_memory.py
+    .venv/bin/python -m pytest -q tests/training/test_recipes.py tests/training/test_memory.py
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from minispark.defaults import auto_draft_vocab
-from minispark.errors import MinisparkError
+from minispark.core.defaults import auto_draft_vocab
+from minispark.core.errors import MinisparkError
 from minispark.model.draft_config import DraftConfig
 from minispark.training.recipes import TrainConfig, blame
 

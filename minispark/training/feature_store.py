@@ -18,7 +18,7 @@ resumes after any interruption; runs over the same answers may share one at once
 
     minispark train --recipe smollm2-dspark --answers data/answers/smollm2-135m-instruct \
         --out runs/draft-online max_anchors_per_sample=64 online_store=runs/features
-    .venv/bin/python -m pytest -q tests/test_online.py -k store
+    .venv/bin/python -m pytest -q tests/training/test_online.py -k store
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ import safetensors.torch
 import torch
 from safetensors import SafetensorError
 
-from minispark.atomic import sweep_abandoned, write_bytes_atomic, write_json_atomic
+from minispark.core.atomic import sweep_abandoned, write_bytes_atomic, write_json_atomic
 from minispark.data.cache_format import config_difference
-from minispark.errors import MinisparkError, json_reason
+from minispark.core.errors import MinisparkError, json_reason
 
 MANIFEST = "feature_store.json"
 FORMAT, FORMAT_VERSION = "minispark-feature-store", 1

@@ -39,7 +39,7 @@ holds), and L_ce skips labels outside S. That keeps the optimum honest: with p_d
 renormalised target is exactly minimising the true TV. The reported acceptance proxy ignores
 p_t(∉S) (optimistic by at most that mass); the held-out proxy (``heldout.py``) uses the full p_t.
 
-    .venv/bin/python -m pytest -q tests/test_losses.py
+    .venv/bin/python -m pytest -q tests/training/test_losses.py
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ an answer's prefill runs once, not once an epoch. :class:`MemoryReader` holds a 
 in memory with the ``CacheReader`` interface (held-out answer sets for the held-out proxy).
 
     minispark train --recipe tiny --answers runs/answers --out runs/draft-online
-    .venv/bin/python -m pytest -q tests/test_online.py
+    .venv/bin/python -m pytest -q tests/training/test_online.py
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from minispark.data.cache import pack_sample
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_format import Anchor, CacheFacts, CacheReader, config_hash, pack_shard
 from minispark.data.regenerate import Answer
-from minispark.errors import MinisparkError
-from minispark.identity import content_identity, dtype_name
+from minispark.core.errors import MinisparkError
+from minispark.core.identity import content_identity, dtype_name
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
 from minispark.training.feature_store import FeatureStore

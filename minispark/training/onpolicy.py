@@ -28,9 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from minispark.atomic import write_text_atomic
+from minispark.core.atomic import write_text_atomic
 from minispark.data.cache_format import CacheReader
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.model.draft_model import DraftModel
 from minispark.training.anchor_batches import make_batch
 from minispark.training.heldout import block_acceptance

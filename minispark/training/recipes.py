@@ -31,8 +31,8 @@ from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1
 from minispark import validate, validate_lists
-from minispark.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
-from minispark.errors import MinisparkError, json_reason
+from minispark.core.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
+from minispark.core.errors import MinisparkError, json_reason
 
 CHOICES = {
     "head": HEAD_TYPES,

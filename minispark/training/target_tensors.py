@@ -9,7 +9,7 @@ lm_head tensors from the safetensors files (their headers say where), and return
 :class:`~minispark.target.loading.Target` whose other weights are meta tensors. Anything that would run it
 fails loudly; ``init_layers`` other than ``random`` (copying decoder layers) loads the whole target instead.
 
-    .venv/bin/python -m pytest -q tests/test_target_tensors.py
+    .venv/bin/python -m pytest -q tests/training/test_target_tensors.py
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.target.loading import VLM_TYPES, Target, model_config
 
 #: Checkpoint key endings of the two tensors (every supported family names them so; VL checkpoints may

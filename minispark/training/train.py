@@ -43,13 +43,13 @@ import numpy as np
 import torch
 import torch.utils.checkpoint
 
-from minispark.atomic import adopt_written, foreign_entry, open_append, write_text_atomic
+from minispark.core.atomic import adopt_written, foreign_entry, open_append, write_text_atomic
 from minispark.data.answers import MANIFEST as ANSWERS_MANIFEST, AnswerSet
 from minispark.data.cache_format import CacheReader
 from minispark.data.provenance import sources_of_run, write_training_data
 from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import copy_drafter
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.validate import not_shipped, outside_inputs
 from minispark.training.losses import LossStats
 from minispark.training.onpolicy import ONPOLICY_FILE
@@ -58,7 +58,7 @@ from minispark.training.recipes import (TrainConfig)
 
 from minispark.training.trainer import (BEST_DIR, CHECKPOINT_NAME, DRAFTER_DIR, LATEST_FILE, METRICS_FILE,
                                         TRAIN_CONFIG_FILE, TRAINER_FILE, Trainer)
-from minispark.writer_lock import sole_writer
+from minispark.core.writer_lock import sole_writer
 
 
 @dataclass
@@ -369,7 +369,7 @@ class _Meter:
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            from minispark.defaults import make_console
+            from minispark.core.defaults import make_console
 
             self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),

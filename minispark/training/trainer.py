@@ -6,7 +6,7 @@ target's frozen embedding and lm_head, the data plan (a cache's anchors or an an
 the held-out proxy, and writes/reads ``checkpoint-NNNNNN/``, ``latest`` and ``best/``. The run around
 it (output directory rules, logging, early stopping) is ``training/train.py``'s.
 
-    .venv/bin/python -m pytest -q tests/test_train.py
+    .venv/bin/python -m pytest -q tests/training/test_train.py
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 import torch.utils.checkpoint
 
 from minispark.training.anchor_batches import AnchorPlan, Batch, make_batch
-from minispark.atomic import write_text_atomic
+from minispark.core.atomic import write_text_atomic
 from minispark.data.cache_format import CacheMismatchError, CacheReader, config_hash
 from minispark.target.compile_fallback import compile_or_eager
 from minispark.model.checkpoint import (apply_weights, drafter_vocab, read_weights, save_drafter,
@@ -34,9 +34,9 @@ from minispark.model.checkpoint import (apply_weights, drafter_vocab, read_weigh
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
-from minispark.errors import MinisparkError, first_line
+from minispark.core.errors import MinisparkError, first_line
 from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
-from minispark.identity import content_identity, same_target, target_id
+from minispark.core.identity import content_identity, same_target, target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
 from minispark.training.onpolicy import Replay, load_or_replay
 from minispark.training.online import OnlinePlan, OnlineSource, open_reader

@@ -15,10 +15,10 @@ from abc import ABC, abstractmethod
 
 import torch
 
-from minispark.defaults import DEFAULT_GAMMA
+from minispark.core.defaults import DEFAULT_GAMMA
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.draft_tree import TreeDrafts
-from minispark.errors import MinisparkError
+from minispark.core.errors import MinisparkError
 from minispark.serving.schedule import FixedLength
 from minispark.target.sampling import SamplingConfig
 

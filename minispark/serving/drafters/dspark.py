@@ -13,7 +13,7 @@ p_d stays an exact distribution over the N + E tokens, so verification stays los
 a drafter trained on the static set alone ranks those rows far below its top (``benchmarks/context_vocab.py``),
 so it drafts them almost never and only pays for scoring them.
 
-    .venv/bin/python -m pytest -q tests/test_draft_model.py -k checkpoint
+    .venv/bin/python -m pytest -q tests/model/test_draft_model.py -k checkpoint
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minispark.defaults import (DEFAULT_GAMMA, HYBRID_DSPARK_PRIOR, HYBRID_LOOKUP_PRIOR, HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM,
+from minispark.core.defaults import (DEFAULT_GAMMA, HYBRID_DSPARK_PRIOR, HYBRID_LOOKUP_PRIOR, HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM,
                                 HYBRID_PRIOR_ROUNDS)
 from minispark.serving.draft_block import DraftBlock, FixedBlock
 from minispark.serving.drafters.base import Drafter

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.core.errors import MinisparkError, first_line, json_reason
-from minispark.core.identity import PICKLE_WEIGHTS
+from minispark.core.defaults import PICKLE_WEIGHTS
 from minispark.validate import dangling_link, edited_text, expand_user, input_file
 
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).

@@ -17,6 +17,7 @@ import zlib
 from pathlib import Path
 from types import SimpleNamespace
 
+import pytest
 import torch
 import torch.nn.functional as F
 from scipy.stats import chi2, chisquare, poisson
@@ -498,3 +499,34 @@ def bomb_png(path: Path, side: int = 100_000) -> Path:
     path.write_bytes(b"\x89PNG\r\n\x1a\n" + _png_chunk(b"IHDR", header)
                      + _png_chunk(b"IDAT", zlib.compress(b"\0" * 64)) + _png_chunk(b"IEND", b""))
     return path
+
+
+#: A prompt of more tokens than the tiny models' 4096 positions.
+LONG_PROMPT = "word " * 5000
+
+
+def one_line_error(result) -> str:
+    """The one ``error:`` line a refused command printed (exit 2, no traceback, nothing on stdout)."""
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error: ")]
+    assert result.exit_code == 2, (result.exit_code, result.output, result.exception)
+    # One error line, last; anything before it is a one-line notice of what was loaded.
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
+    assert "Traceback" not in result.output and "§" not in result.output and not result.stdout.strip()
+    return errors[0]
+
+
+def full_disk(monkeypatch: pytest.MonkeyPatch, where: str = "") -> None:
+    """Make every fsync of a file whose path contains ``where`` fail as a full disk does (a filesystem
+    with delayed allocation reports ENOSPC there): what the atomic writers must turn into one line."""
+    import errno
+    import os
+
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if where in os.readlink(f"/proc/self/fd/{fd}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", failing)

@@ -22,6 +22,8 @@ MAX_TEMPERATURE = 100.0
 #: The lowest positive one: float32 logits divided by a temperature under ~1e-37 overflow (one under ~1e-45
 #: rounds to 0), so the softmax is NaN. 1e-30 leaves room for logits up to 1e8; the draw is the argmax long before.
 MIN_TEMPERATURE = 1e-30
+#: Weight files that unpickle arbitrary Python objects when loaded (hashed like safetensors, loaded only on opt-in).
+PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 #: The project's checkout (the package is installed editable beside its data).
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 #: Drafters shipped with minispark (found by ``generate.default_drafter``; never written by a command).

@@ -29,12 +29,10 @@ from typing import Any, Sequence
 import torch
 
 from minispark.core.atomic import file_sha256, write_json_atomic
-from minispark.core.defaults import user_dir
+from minispark.core.defaults import PICKLE_WEIGHTS, user_dir
 from minispark.core.errors import MinisparkError
 
 #: Stored dtype names → torch dtypes.
-#: Weight files that unpickle arbitrary Python objects when loaded (hashed like safetensors, loaded only on opt-in).
-PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: The short spellings the CLI and recipes accept.
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}

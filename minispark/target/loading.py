@@ -28,7 +28,8 @@ from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.threads import ThreadGovernor
 from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.core.errors import MinisparkError, first_line, out_of_memory
-from minispark.core.identity import PICKLE_WEIGHTS, files_hash, torch_dtype, weights_hash
+from minispark.core.defaults import PICKLE_WEIGHTS
+from minispark.core.identity import files_hash, torch_dtype, weights_hash
 from minispark.validate import device as validate_device, lone_surrogate
 from minispark.validate_models import allow_pickle_weights, target_location, target_weights
 

@@ -25,6 +25,7 @@ from minispark import validate
 from minispark.core.atomic import write_text_atomic
 from minispark.core.defaults import HELDOUT_FILE
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
+from minispark.core.drafter_spec import LOOKUP, NONE, DrafterSpec
 from minispark.core.errors import MinisparkError
 from minispark.data.prompts import PromptSample, load_prompts
 from minispark.target.embedded import EMBEDDED_SPELLINGS
@@ -119,8 +120,9 @@ def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list
     from minispark.serving.builder import default_mode
     from minispark.serving.generate import make_drafter, shipped_drafter
 
-    if drafter in ("lookup", "none"):
-        return drafter, "lookup" if drafter == "lookup" else "target", []
+    kind = None if drafter is None else DrafterSpec.parse(drafter).kind
+    if kind in (LOOKUP, NONE):
+        return drafter, "lookup" if kind == LOOKUP else "target", []
     if drafter is not None:
         return drafter, default_mode(make_drafter(drafter, target), True), []
     draft, spec, unusable = shipped_drafter(target)

@@ -13,6 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from minispark.core.drafter_spec import HYBRID, DrafterSpec, DrafterSpecError
 from minispark.core.errors import MinisparkError, first_line, json_reason
 from minispark.core.defaults import PICKLE_WEIGHTS
 from minispark.validate import dangling_link, edited_text, expand_user, input_file
@@ -25,36 +26,31 @@ MAX_IMAGE_ASPECT = 200
 ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
 
 
-def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, Any] | None = None) -> str | None:
-    """``none``, ``lookup``, ``hybrid``, ``hybrid:DIR``, or a directory DIR with ``config.json`` and
-    safetensors weights. ``drafting`` (flag → value, None when not given): flags that only shape drafting,
-    refused with ``none``, which drafts nothing (they would be ignored without a word)."""
+def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, Any] | None = None) -> DrafterSpec | None:
+    """``spec`` parsed (:class:`DrafterSpec`), its directory checked to hold ``config.json`` and safetensors weights.
+    ``drafting`` (flag → value, None when not given): flags that only shape drafting, refused with ``none``, which
+    drafts nothing (they would be ignored without a word)."""
+    if spec is None:
+        return None
+    try:
+        parsed = DrafterSpec.parse(spec)
+    except DrafterSpecError as exc:
+        raise MinisparkError(f"{flag} {exc}") from None
     given = [name for name, value in (drafting or {}).items() if value is not None]
-    if spec == "none" and given:
+    if not parsed.drafts and given:
         raise MinisparkError(f"{flag} none drafts nothing, so {', '.join(given)} would have no effect; drop "
                              f"{'it' if len(given) == 1 else 'them'} or choose a drafter")
-    if spec is None or spec in ("none", "lookup", "hybrid"):
-        return spec
-    if not spec.removeprefix("hybrid:").strip():  # Path("") is ".", which would be blamed instead
-        raise MinisparkError(f"{flag} {spec!r}: empty (expected none, lookup, hybrid, hybrid:DIR or a drafter "
-                             "directory)")
-    if spec.startswith("hybrid:"):
-        checkpoint(Path(drafter_directory(spec)), f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
-        return spec
-    dangling_link(Path(spec), flag)
-    if not Path(spec).exists():
+    if parsed.directory is None:
+        return parsed
+    if parsed.kind == HYBRID:
+        checkpoint(parsed.directory, f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
+        return parsed
+    dangling_link(parsed.directory, flag)
+    if not parsed.directory.exists():
         raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
                              "directory)")
-    checkpoint(Path(spec), flag)
-    return spec
-
-
-def drafter_directory(spec: str | None) -> str | None:
-    """The directory a ``--drafter`` spec names (DIR, or the DIR of ``hybrid:DIR``); None for ``none``, ``lookup``,
-    ``hybrid`` and no spec."""
-    if spec is None or spec in ("none", "lookup", "hybrid"):
-        return None
-    return spec.removeprefix("hybrid:")
+    checkpoint(parsed.directory, flag)
+    return parsed
 
 
 def checkpoint(path: Path, flag: str) -> Path:

@@ -33,6 +33,7 @@ from typer.main import get_command_name
 from minispark import validate, validate_lists, validate_models
 from minispark.core import defaults
 from minispark.core.defaults import DEFAULT_GAMMA, make_console
+from minispark.core.drafter_spec import DrafterSpec
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.core.errors import MinisparkError, out_of_memory
 
@@ -370,7 +371,8 @@ def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[
 
     validate.choice(dtype, "--dtype", validate.DTYPES)
     validate.device(device)
-    artifact = validate_models.drafter_directory(None if artifact is None else str(artifact))
+    if artifact is not None:  # a drafter names its directory in any form (DIR, hybrid:DIR); a run directory as is
+        artifact = DrafterSpec.parse(artifact).directory
     loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
     if loading.notice:
         err_console.print(f"[dim]{escape(loading.notice)}[/dim]", highlight=False, soft_wrap=True)
@@ -400,8 +402,8 @@ def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = No
     """``validate_models.drafter_spec``, and a drafter directory's ``calibration.json`` read whole, for the commands
     that serve a drafter (not ``calibrate``, which replaces it): a damaged one was refused only once the target had
     loaded."""
-    validate_models.drafter_spec(spec, drafting=drafting)
-    if directory := validate_models.drafter_directory(spec):
+    parsed = validate_models.drafter_spec(spec, drafting=drafting)
+    if parsed is not None and (directory := parsed.directory) is not None:
         from minispark.model.calibration import Calibration
         from minispark.model.drafter_dir import calibration_paths
 

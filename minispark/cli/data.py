@@ -13,7 +13,7 @@ from typing import Callable, Optional
 import typer
 
 from minispark import validate, validate_models
-from minispark.core.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.core.defaults import DEFAULT_GAMMA, MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.core.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt, TargetOpt, _check_prompts,
@@ -58,7 +58,7 @@ def cache(
     anchors_per_sample: int = typer.Option(32, "--anchors-per-sample", help="Anchor positions drawn per answer."),
     anchor_run: int = typer.Option(16, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
     window: int = typer.Option(32, "--window", help="Context rows stored before each anchor; 0 = full context."),
-    block: int = typer.Option(7, "--block", help="Draft block size γ."),
+    block: int = typer.Option(DEFAULT_GAMMA, "--block", help="Draft block size γ."),
     feature_dtype: str = typer.Option("bf16", "--feature-dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,

@@ -18,6 +18,7 @@ from rich.markup import escape
 from minispark import validate, validate_lists, validate_models
 from minispark.core import defaults
 from minispark.core.defaults import DEFAULT_THRESHOLD
+from minispark.core.drafter_spec import HYBRID, DrafterSpec
 from minispark.core.errors import MinisparkError
 from minispark.measuring.figures import is_own_figure
 
@@ -139,7 +140,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     from minispark.target.sampling import SamplingConfig
 
     trained = [name for name in names or () if name in DRAFTER_MODES]
-    if drafter == "none" and trained:  # each was skipped, with a notice, only once the target had loaded
+    if drafter is not None and not DrafterSpec.parse(drafter).drafts and trained:  # each was skipped, with a notice, only once the target had loaded
         one = len(trained) == 1
         raise MinisparkError(f"--modes {modes}: {', '.join(trained)} {'needs' if one else 'need'} a trained drafter, "
                              f"and --drafter none gives none; drop {'it' if one else 'them'} or give --drafter DIR")
@@ -166,7 +167,7 @@ def _bench_drafter(loaded: Any, drafter: Optional[str]) -> Optional[str]:
         if shipped is not None:
             err_console.print(f"[dim]drafter: {escape(str(shipped))} (shipped for this target; --drafter none to "
                               "leave it out)[/dim]")
-    elif drafter == "none":
+    elif not DrafterSpec.parse(drafter).drafts:
         drafter = None
     return drafter
 
@@ -176,7 +177,7 @@ def _with_drafter_modes(config: Any, drafter: str) -> Any:
     the hybrid modes for a hybrid drafter)."""
     from minispark.measuring.bench import BASELINE_MODES, BenchConfig
 
-    hybrid = ["hybrid", "hybrid-schedule"] if drafter.partition(":")[0] == "hybrid" else []
+    hybrid = ["hybrid", "hybrid-schedule"] if DrafterSpec.parse(drafter).kind == HYBRID else []
     return BenchConfig(**{**config.__dict__, "modes": BASELINE_MODES + ["fixed", "threshold", "schedule"] + hybrid})
 
 

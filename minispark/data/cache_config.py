@@ -13,7 +13,7 @@ from pathlib import Path
 
 from minispark import validate, validate_lists
 from minispark.data.cache_format import CACHE_DTYPES
-from minispark.core.defaults import HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
+from minispark.core.defaults import DEFAULT_GAMMA, HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
 from minispark.core.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.core.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig
@@ -52,7 +52,7 @@ class CacheConfig:
     anchors_per_sample: int = 32
     anchor_run: int = 16
     window: int = 32
-    block: int = 7
+    block: int = DEFAULT_GAMMA
     dtype: str = "bf16"
     target_dtype: str | None = None
     device: str | None = None

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from minispark.core.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_INT
+from minispark.core.defaults import DEFAULT_GAMMA, MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_INT
 from minispark.core.identity import DTYPES
 
 HeadType = Literal["none", "vanilla", "gated", "rnn"]
@@ -50,7 +50,7 @@ class DraftConfig:
     num_layers: int = 2
     rms_eps: float = 1e-6
     rope_theta: float = 1_000_000.0
-    block_size: int = 7
+    block_size: int = DEFAULT_GAMMA
     window: int = 0
     head: HeadType = "vanilla"
     markov_rank: int = 256

@@ -75,7 +75,7 @@ class ChatRequest:
     model: str
     messages: list[dict]
     max_tokens: int
-    temperature: float = 1.0
+    temperature: float = 1.0  # the OpenAI API's default when a request gives none (the CLI's is 0: greedy)
     top_p: float = 1.0
     stop: list[str] = field(default_factory=list)
     seed: int | None = None
@@ -217,12 +217,12 @@ def _decoding_fields(body: Any, limits: ServeLimits, read: tuple[str, ...], no_o
     if not isinstance(include_usage, bool):  # "no" was taken as true
         raise APIError(400, f"'stream_options.include_usage' must be true or false, got {_spelled(include_usage)}",
                        "stream_options")
-    temperature = _number(body, "temperature", 1.0, 0.0, 2.0)
+    temperature = _number(body, "temperature", ChatRequest.temperature, 0.0, 2.0)
     if 0 < temperature < defaults.MIN_TEMPERATURE:  # refused later, by the decoding thread: the request hung
         raise APIError(400, f"'temperature' {temperature:g}: a positive temperature must be at least "
                        f"{defaults.MIN_TEMPERATURE:g} (0 is greedy)", "temperature")
     return ChatRequest(model=model, messages=[], max_tokens=max_tokens, temperature=temperature,
-                       top_p=_number(body, "top_p", 1.0, 1e-6, 1.0), stop=stop, seed=seed, stream=stream,
+                       top_p=_number(body, "top_p", ChatRequest.top_p, 1e-6, 1.0), stop=stop, seed=seed, stream=stream,
                        include_usage=include_usage)
 
 

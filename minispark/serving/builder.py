@@ -41,6 +41,7 @@ from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
 from minispark.core.errors import MinisparkError
 from minispark.core.identity import DTYPE_ALIASES, device_name, dtype_name, target_id, target_quantization
+from minispark.core.drafter_spec import DrafterSpec
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.schedule import FixedLength, LengthMode, LengthPolicy, make_length_policy
@@ -147,7 +148,7 @@ def default_mode(drafter: Drafter, has_table: bool) -> str:
     return "schedule" if has_table else "threshold"
 
 
-def build_serving(target: Target, drafter: str | None = None, mode: str | None = None, gamma: int | None = None,
+def build_serving(target: Target, drafter: DrafterSpec | str | None = None, mode: str | None = None, gamma: int | None = None,
                   threshold: float | None = None, sps: Path | None = None,
                   sampling: SamplingConfig | None = None, strict: bool = False,
                   draft_skip: bool | None = None, side_by_side: Sequence[str] = ()) -> ServingSetup:
@@ -170,9 +171,10 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
         if draft is None:
             drafter = "lookup"
             hints.append(TRAIN_HINT.format(target=target.name))
+    spec = DrafterSpec.parse(drafter)
     if draft is None:
-        draft = make_drafter(drafter, target)
-    gamma = resolve_gamma(draft, drafter, gamma)
+        draft = make_drafter(spec, target)
+    gamma = resolve_gamma(draft, str(spec), gamma)
     if target.runtime == "int8" and not isinstance(draft, NoDrafter):
         hints.append(INT8_NOTICE)
     table, mismatch = matching_sps_table(target, sps, strict)
@@ -201,7 +203,7 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     hybrid = isinstance(draft, HybridDrafter)
     # calibrate (fixed mode) refits it instead; the hybrid prices c_1 in every mode
     if mode == "tree" or draft.has_confidence and (mode != "fixed" or hybrid):
-        directory = draft.model_dir if hybrid and draft.model_dir is not None else drafter
+        directory = draft.model_dir if hybrid and draft.model_dir is not None else spec.directory
         calibration, warning = load_calibration(directory, target_id(target.identity()), sampling)
         if warning:
             hints.append(warning)
@@ -213,7 +215,7 @@ def build_serving(target: Target, drafter: str | None = None, mode: str | None =
     # one request's tree rounds lost with it: rounds that verify the lookup branch alone accept too little
     skip = DraftSkip() if drafting and (mode == "schedule" if draft_skip is None else draft_skip) else None
     batch_skip = drafting and (mode in ("schedule", "tree") if draft_skip is None else draft_skip)
-    setup = ServingSetup(draft, drafter, mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip,
+    setup = ServingSetup(draft, str(spec), mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip,
                          batch_skip)
     if mode in ("schedule", "tree"):
         setup.sps_table = setup.schedule_table  # served (and estimated) on the curve it schedules with

@@ -39,6 +39,8 @@ import math
 import random
 from abc import ABC, abstractmethod
 
+from minispark.core.defaults import DEFAULT_GAMMA
+
 
 class SkipPolicy(ABC):
     """Asked before each round whether to run the drafter; told each round's outcome after it."""
@@ -143,7 +145,7 @@ class BatchDraftSkip:
 
 
 def simulate(stretches: list[tuple[int, float]], draft_cost: float = 0.5, verify_cost: float = 0.08,
-             gamma: int = 7, seed: int = 0) -> dict:
+             gamma: int = DEFAULT_GAMMA, seed: int = 0) -> dict:
     """Expected effect on synthetic text: ``stretches`` of (rounds, per-draft acceptance α).
 
     Costs are in target steps: a drafted round costs ``draft_cost`` plus a verify of 1 + ℓ tokens

@@ -22,13 +22,12 @@ from minispark.serving.drafters.base import Drafter, NoDrafter, default_policy
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
 from minispark.core.defaults import SHIPPED_DRAFTERS
+from minispark.core.drafter_spec import HYBRID, LOOKUP, NONE, TRAINED, DrafterSpec
 from minispark.core.errors import MinisparkError
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
 
-#: The ``--drafter`` spec of the hybrid drafter (``hybrid`` or ``hybrid:DIR``).
-HYBRID = "hybrid"
 #: Trained drafters shipped with the repository, one directory each (config.json + model.safetensors).
 DEFAULT_PROMPT = "Explain in a few sentences why the sky is blue, then list three other colours of the sky."
 
@@ -81,33 +80,35 @@ def shipped_drafter(target: Target) -> tuple[Drafter | None, str | None, str | N
     if shipped is None:
         return None, None, None
     try:
-        return make_drafter(str(shipped), target), str(shipped), None
+        return make_drafter(DrafterSpec(TRAINED, Path(shipped)), target), str(shipped), None
     except MinisparkError as exc:
         return None, None, f"shipped drafter not usable ({exc})"
 
 
-def make_drafter(spec: str, target: Target, precision: str | None = None) -> Drafter:
-    """``none``, ``lookup``, a DSpark checkpoint directory, or ``hybrid`` / ``hybrid:DIR`` (the lookup and
-    the shipped drafter / DIR, chosen per round: ``drafters/hybrid.py``); a DSpark drafter is served at
-    ``precision`` (``auto`` / ``float`` / ``int8``; default: ``minispark --draft-precision``, else ``auto``)."""
-    if spec == "none":
+def make_drafter(spec: DrafterSpec | str, target: Target, precision: str | None = None) -> Drafter:
+    """The drafter ``spec`` names (:class:`DrafterSpec`, or its text): none, the lookup, a DSpark checkpoint
+    directory, or the hybrid (the lookup and the shipped drafter / DIR, chosen per round: ``drafters/hybrid.py``);
+    a DSpark drafter is served at ``precision`` (``auto`` / ``float`` / ``int8``; default: ``minispark
+    --draft-precision``, else ``auto``)."""
+    spec = DrafterSpec.parse(spec)
+    if spec.kind == NONE:
         return NoDrafter()
-    if spec == "lookup":
+    if spec.kind == LOOKUP:
         return LookupDrafter()
-    if str(spec) == HYBRID or str(spec).startswith(HYBRID + ":"):
+    if spec.kind == HYBRID:
         from minispark.serving.drafters.hybrid import make_hybrid
 
-        directory = str(spec).partition(":")[2] or default_drafter(target)
+        directory = spec.directory or default_drafter(target)
         if directory is None:
             raise MinisparkError(f"--drafter {spec}: no trained drafter is shipped for {target.name}; "
                                  f"pass hybrid:DIR with a drafter directory")
         if not Path(directory).is_dir():
             raise MinisparkError(f"--drafter {spec}: {directory} is not a drafter directory")
-        hybrid = make_hybrid(make_drafter(str(directory), target, precision))
+        hybrid = make_hybrid(make_drafter(DrafterSpec(TRAINED, Path(directory)), target, precision))
         hybrid.model_dir = Path(directory)
         return hybrid
-    if Path(spec).is_dir():
-        return _trained_drafter(spec, target, precision)
+    if spec.directory.is_dir():
+        return _trained_drafter(str(spec.directory), target, precision)
     raise MinisparkError(f"--drafter {spec}: expected none, lookup, hybrid[:DIR] or a drafter checkpoint directory")
 
 
@@ -219,7 +220,7 @@ def generate(
 ) -> GenerateOutput:
     """Generate a reply to ``prompt`` (or ``messages``) with speculative decoding; ``skip``
     (draft-skip) leaves the drafter out of rounds where drafting is predicted not to pay."""
-    if isinstance(drafter, str):
+    if isinstance(drafter, (str, DrafterSpec)):
         drafter = make_drafter(drafter, target)
     if policy is None:
         policy = default_policy(drafter, gamma)

@@ -36,7 +36,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from minispark.core.defaults import DEFAULT_TREE_DRAFTS
+from minispark.core.defaults import DEFAULT_GAMMA, DEFAULT_TREE_DRAFTS
 from minispark.core.errors import MinisparkError
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.ngram import NgramMatch
@@ -306,7 +306,7 @@ def make_length_policy(
 
 
 def scheduler_cost_us(
-    rounds: int = 20_000, gamma: int = 7, requests: int = 8, seed: int = 0
+    rounds: int = 20_000, gamma: int = DEFAULT_GAMMA, requests: int = 8, seed: int = 0
 ) -> dict:
     """Micro-benchmark of scheduler overhead, in microseconds (for a bench command, not a test).
 

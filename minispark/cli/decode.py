@@ -16,6 +16,7 @@ from rich.markup import escape
 
 from minispark import validate, validate_models
 from minispark.core import defaults
+from minispark.server import limits
 from minispark.core.defaults import DEFAULT_THRESHOLD
 from minispark.core.errors import MinisparkError
 
@@ -196,16 +197,16 @@ def serve(
                                        "every request's tree nodes in tree mode, priced on the batched grid)."),
     gamma: Optional[int] = GammaOpt,
     sps: Optional[Path] = typer.Option(None, "--sps", help="SPS table JSON (default: the one for this device)."),
-    host: str = typer.Option(defaults.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
+    host: str = typer.Option(limits.SERVE_HOST, "--host", help="Address to bind; anything but loopback is "
                              "reachable from the network (use --api-key)."),
-    port: int = typer.Option(defaults.SERVE_PORT, "--port", help="TCP port."),
+    port: int = typer.Option(limits.SERVE_PORT, "--port", help="TCP port."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar=defaults.API_KEY_ENV,
                                           help="Require 'Authorization: Bearer KEY' on /v1 routes."),
     max_concurrent: Optional[int] = typer.Option(None, "--max-concurrent", help="Requests decoded together, "
                                                  "verified in one forward (default: 8 on CUDA, 4 on a CPU)."),
-    queue: int = typer.Option(defaults.SERVE_QUEUE, "--queue", help="Requests waiting for a slot before 429 (0: "
+    queue: int = typer.Option(limits.SERVE_QUEUE, "--queue", help="Requests waiting for a slot before 429 (0: "
                               "none wait; a request is served only when a slot is free)."),
-    max_tokens: int = typer.Option(defaults.SERVE_MAX_TOKENS, "--max-tokens", help="Largest max_tokens a request may ask."),
+    max_tokens: int = typer.Option(limits.SERVE_MAX_TOKENS, "--max-tokens", help="Largest max_tokens a request may ask."),
     image_dir: Optional[Path] = typer.Option(None, "--image-dir", help="Directory image_url file paths may name "
                                              "(default: none; data: URLs only, never a network fetch)."),
     allow_host: Optional[list[str]] = typer.Option(None, "--allow-host", help="A host name requests may address "
@@ -233,7 +234,7 @@ def serve(
         raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): holds {odd!r}, which no HTTP client can send in "
                              "an Authorization header (every request would be refused); use visible ASCII characters, "
                              "no space at either end")
-    validate.integer(max_concurrent, "--max-concurrent", 1, defaults.SERVE_MAX_SLOTS)
+    validate.integer(max_concurrent, "--max-concurrent", 1, limits.SERVE_MAX_SLOTS)
     validate.integer(queue, "--queue", 0)
     validate.integer(max_tokens, "--max-tokens", 1)
     validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
@@ -247,10 +248,10 @@ def serve(
     validate.schedule_mode(sps, False, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:
         err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)
-    slots = max_concurrent or defaults.serve_slots(loaded.device.type)
-    limits = ServeLimits(max_tokens=max_tokens, default_max_tokens=min(defaults.SERVE_DEFAULT_MAX_TOKENS, max_tokens),
-                         queue=queue)
-    config = ServeConfig(served_model_id(loaded), api_key=api_key, limits=limits, image_dir=image_dir,
+    slots = max_concurrent or limits.serve_slots(loaded.device.type)
+    request_limits = ServeLimits(max_tokens=max_tokens, queue=queue,
+                                 default_max_tokens=min(limits.SERVE_DEFAULT_MAX_TOKENS, max_tokens))
+    config = ServeConfig(served_model_id(loaded), api_key=api_key, limits=request_limits, image_dir=image_dir,
                          allowed_hosts=(*allowed, host), slots=slots)
     if host not in ("127.0.0.1", "localhost", "::1") and not api_key:
         err_console.print(f"notice: --host {host} is reachable from the network and no --api-key is set",

@@ -6,12 +6,7 @@ serving ones, ``measuring.profiler.ProfileConfig`` the profiling ones.
 """
 
 import os
-import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
-
-if TYPE_CHECKING:
-    from rich.console import Console
 
 #: Sampling temperature where none is given (``SamplingConfig``, generate, chat, bench): greedy.
 DEFAULT_TEMPERATURE = 0.0
@@ -226,52 +221,3 @@ PROFILE_WARMUP = 2
 PROFILE_DRIFT_BOUND = 0.10
 PROFILE_MAX_REMEASURE = 2
 PROFILE_COOLDOWN_S = 5.0
-
-
-#: Width of rich output written to a pipe or a file: rich's 80 columns would cut the bench table's cells
-#: and wrap every training log line.
-PIPED_WIDTH = 160
-
-
-def make_console(stderr: bool = False) -> "Console":
-    """The one way minispark makes a rich Console: the width rule below, and no ``:name:`` emoji
-    substitution, which rich applies even with ``markup=False`` and which turns a model's
-    ``a[start:end:step]`` into ``a[start🔚step]`` on screen."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    if stream is None:  # closed (`minispark ... >&-`): Python sets it to None, and every command failed at import
-        return Console(file=open(os.devnull, "w"), width=PIPED_WIDTH, emoji=False)
-    return Console(stderr=stderr, width=console_width(stream), emoji=False)
-
-
-def console_width(stream: TextIO) -> int | None:
-    """Width for a rich Console writing to ``stream``: rich's own (the terminal, or ``$COLUMNS``) on a
-    terminal or when ``$COLUMNS`` is set, else ``PIPED_WIDTH``."""
-    return None if stream.isatty() or "COLUMNS" in os.environ else PIPED_WIDTH
-
-
-#: `minispark serve`: loopback unless told otherwise; the limits every request is checked against (each
-#: refused with an OpenAI-style JSON error: 413 body/pixels, 400 messages/max_tokens, 429 queue, 503 draining).
-SERVE_HOST = "127.0.0.1"
-SERVE_PORT = 8000
-SERVE_MAX_BODY_BYTES = 16 * 1024 * 1024  # a few base64 images
-SERVE_BODY_TIMEOUT_S = 30.0  # a body shorter than its Content-Length held a handler open for ever
-SERVE_MAX_MESSAGES = 128
-SERVE_MAX_IMAGES = 8
-#: Pixels per image a request may send (413 past it); under it the target downscales each image to its own
-#: 6 GB-card budget (``image_max_pixels``) before the vision tower sees it.
-SERVE_MAX_IMAGE_PIXELS = 4_000_000
-SERVE_MAX_TOKENS = 2048  # the most max_tokens a request may ask for
-SERVE_DEFAULT_MAX_TOKENS = 256  # when it asks for none
-SERVE_QUEUE = 32  # requests waiting for a slot before 429
-#: --max-concurrent at most: every slot holds a KV cache of its context (a 3B Qwen-VL target, 4k tokens: ~150 MB
-#: each in bf16), and one verify forward pads them all; past this no single card holds them.
-SERVE_MAX_SLOTS = 256
-SERVE_DRAIN_S = 60.0  # Ctrl-C: how long in-flight requests get to finish
-
-
-def serve_slots(device_type: str) -> int:
-    """Requests in flight at once by default: a GPU verifies many rows for the price of one, a CPU
-    (2 cores here) is compute-bound past a few."""
-    return 8 if device_type == "cuda" else 4

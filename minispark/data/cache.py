@@ -368,7 +368,7 @@ class _Bar:
         if enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            from minispark.core.defaults import make_console
+            from minispark.core.console import make_console
 
             self.progress = Progress(TextColumn("cache"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("{task.fields[rates]}"), TextColumn("ETA"), TimeRemainingColumn(),

@@ -374,7 +374,7 @@ def synthetic_rollouts(
 
 
 if __name__ == "__main__":
-    from minispark.core.defaults import make_console
+    from minispark.core.console import make_console
 
     conf_, acc_, _ = synthetic_rollouts()
     fitted = fit_sts(conf_, acc_)

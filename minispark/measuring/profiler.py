@@ -303,7 +303,7 @@ def rich_progress(enabled: bool = True, label: str = "profile") -> Iterator[Prog
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from minispark.core.defaults import make_console
+    from minispark.core.console import make_console
 
     bar = Progress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TextColumn("ETA"),
                    TimeRemainingColumn(), TextColumn("{task.description}"), console=make_console(stderr=True))

@@ -249,7 +249,7 @@ def render_appendix_a(result: dict) -> Table:
 
 
 if __name__ == "__main__":
-    from minispark.core.defaults import make_console
+    from minispark.core.console import make_console
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("confidences", nargs="*", type=float, default=[C1, C2_AFTER[0]])

@@ -43,7 +43,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 
-from minispark.core import defaults
+from minispark.server.limits import SERVE_BODY_TIMEOUT_S, SERVE_DRAIN_S, SERVE_HOST, SERVE_PORT
 from minispark.core.atomic import abandoned, hold_lock
 from minispark.core.errors import DuplicateKey, MinisparkError, json_reason, unique_keys
 from minispark.server.guard import Guard
@@ -69,7 +69,7 @@ class ServeConfig:
     image_dir: Path | None = None
     allowed_hosts: tuple[str, ...] = ()  # Host names served besides IP addresses and localhost (guard.py)
     slots: int = 1
-    drain_s: float = defaults.SERVE_DRAIN_S
+    drain_s: float = SERVE_DRAIN_S
 
 
 def server_url(host: str, port: int) -> str:
@@ -82,7 +82,7 @@ def served_model_id(target: Target) -> str:
     return Path(target.name).name if "/" in target.name and Path(target.name).is_dir() else target.name
 
 
-async def read_body(request: Request, limit: int, timeout_s: float = defaults.SERVE_BODY_TIMEOUT_S) -> object:
+async def read_body(request: Request, limit: int, timeout_s: float = SERVE_BODY_TIMEOUT_S) -> object:
     """The JSON body, refusing one larger than ``limit`` bytes (413) before reading it all, and one that has not
     arrived whole within ``timeout_s`` seconds (408)."""
     header = request.headers.get("content-length")
@@ -430,8 +430,8 @@ async def _stream(job: Job, shape: ResponseShape, completion_id: str, model: str
         job.cancelled.set()  # a no-op once done; frees the slot when the client went away mid-stream
 
 
-def run_server(target: Target, setup: ServingSetup, config: ServeConfig, host: str = defaults.SERVE_HOST,
-               port: int = defaults.SERVE_PORT) -> None:
+def run_server(target: Target, setup: ServingSetup, config: ServeConfig, host: str = SERVE_HOST,
+               port: int = SERVE_PORT) -> None:
     """Serve until Ctrl-C (SIGINT/SIGTERM): then in-flight requests finish (up to ``config.drain_s``); a second
     Ctrl-C answers them 503 and exits at once (:func:`stopping_server`)."""
     import uvicorn

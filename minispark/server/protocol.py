@@ -34,6 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 from minispark import validate, validate_models
 from minispark.core import defaults
+from minispark.server import limits
 from minispark.core.errors import MinisparkError
 
 
@@ -55,16 +56,16 @@ class APIError(Exception):
 
 @dataclass(frozen=True)
 class ServeLimits:
-    """What one request may ask for (the defaults' home is :mod:`minispark.core.defaults`)."""
+    """What one request may ask for (its defaults: :mod:`minispark.server.limits`)."""
 
-    max_body_bytes: int = defaults.SERVE_MAX_BODY_BYTES
-    body_timeout_s: float = defaults.SERVE_BODY_TIMEOUT_S
-    max_messages: int = defaults.SERVE_MAX_MESSAGES
-    max_images: int = defaults.SERVE_MAX_IMAGES
-    max_image_pixels: int = defaults.SERVE_MAX_IMAGE_PIXELS
-    max_tokens: int = defaults.SERVE_MAX_TOKENS
-    default_max_tokens: int = defaults.SERVE_DEFAULT_MAX_TOKENS
-    queue: int = defaults.SERVE_QUEUE
+    max_body_bytes: int = limits.SERVE_MAX_BODY_BYTES
+    body_timeout_s: float = limits.SERVE_BODY_TIMEOUT_S
+    max_messages: int = limits.SERVE_MAX_MESSAGES
+    max_images: int = limits.SERVE_MAX_IMAGES
+    max_image_pixels: int = limits.SERVE_MAX_IMAGE_PIXELS
+    max_tokens: int = limits.SERVE_MAX_TOKENS
+    default_max_tokens: int = limits.SERVE_DEFAULT_MAX_TOKENS
+    queue: int = limits.SERVE_QUEUE
 
 
 @dataclass

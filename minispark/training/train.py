@@ -369,7 +369,7 @@ class _Meter:
         if progress:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            from minispark.core.defaults import make_console
+            from minispark.core.console import make_console
 
             self.bar = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
                                 TextColumn("{task.fields[info]}"), TextColumn("ETA"), TimeRemainingColumn(),

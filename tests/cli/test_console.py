@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 
-from minispark.core.defaults import PIPED_WIDTH, console_width
+from minispark.core.console import PIPED_WIDTH, console_width
 
 
 class _Terminal(io.StringIO):
@@ -29,7 +29,7 @@ def test_width_rule(monkeypatch):
 
 def test_a_piped_progress_log_line_is_not_wrapped():
     """The trainer's progress console (stderr) prints a 120-character line on one line when piped."""
-    code = ("import sys; from rich.console import Console; from minispark.core.defaults import console_width; "
+    code = ("import sys; from rich.console import Console; from minispark.core.console import console_width; "
             "Console(stderr=True, width=console_width(sys.stderr)).print('x' * 120)")
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
     err = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stderr
@@ -39,7 +39,7 @@ def test_a_piped_progress_log_line_is_not_wrapped():
 def test_model_text_is_printed_verbatim_not_as_emoji():
     """rich turns ``:name:`` into emoji even with markup off; every minispark console prints it as is."""
     from minispark.cli.app import console as cli_console, err_console as cli_err_console
-    from minispark.core.defaults import make_console
+    from minispark.core.console import make_console
 
     text = 'print(a[start:end:step], b[1:x:2], "ok:cat:ok")'
     for console in (make_console(), make_console(stderr=True), cli_console, cli_err_console):

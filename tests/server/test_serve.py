@@ -23,7 +23,7 @@ import httpx
 import openai
 import pytest
 
-from minispark.core import defaults
+from minispark.server import limits
 from minispark.server.app import SCRATCH_PREFIX, LocalServer, ServeConfig, scratch_dir, served_model_id
 from minispark.server.protocol import ServeLimits
 from minispark.serving.builder import ServingSetup, build_serving
@@ -263,7 +263,7 @@ def test_a_failed_forward_answers_500_and_the_next_request_is_served(llama: Targ
 
 
 def test_binds_loopback_only_and_stops_by_itself(llama: Target) -> None:
-    assert defaults.SERVE_HOST == "127.0.0.1"
+    assert limits.SERVE_HOST == "127.0.0.1"
     local = LocalServer(llama, build_serving(llama, "none"), ServeConfig(served_model_id(llama)), lifetime_s=1.5)
     with local as url:
         assert local.host == "127.0.0.1" and url.startswith("http://127.0.0.1:")

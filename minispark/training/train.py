@@ -215,9 +215,9 @@ def _log_plan(trainer: Trainer, config: TrainConfig, reader: CacheReader | Onlin
 
     estimate = estimate_memory(replace(config, tie_embeddings=trainer.dims.tie_embeddings), draft=trainer.draft_config)
     if trainer.draft_config.draft_vocab:
-        chosen = (f"{config.init_from}'s vocabulary ({trainer.draft_config.draft_vocab} tokens)" if config.init_from else
-                  f"the {trainer.draft_config.draft_vocab} most frequent answer tokens")
-        log(f"draft vocabulary: {chosen} cover {trainer.vocab_coverage:.2%} of the training answers")
+        chosen = (f"{config.init_from}'s vocabulary ({trainer.draft_config.draft_vocab} tokens) covers" if config.init_from
+                  else f"the {trainer.draft_config.draft_vocab} most frequent answer tokens cover")
+        log(f"draft vocabulary: {chosen} {trainer.vocab_coverage:.2%} of the training answers")
     if trainer.replay is not None:
         log(f"on-policy: {trainer.replay.rounds} round anchors of {trainer.replay.anchors_scored} replayed "
             f"(τ {trainer.replay.tau:.3f} on the training answers)")

@@ -1,6 +1,6 @@
 # One-command entry points for a fresh machine (see README.md).
 #   make demo   create .venv, install everything, show the speedup on held-out prompts (minispark demo)
-#   make test   create .venv, install everything, run the test suite
+#   make test   create .venv, install everything, run the test suite (one worker per core: pytest-xdist)
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -24,10 +24,10 @@ demo: setup
 	$(VENV)/bin/minispark demo
 
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n auto
 
 test-all: setup
-	$(PY) -m pytest -q -m ''
+	$(PY) -m pytest -q -n auto -m ''
 
 # make bench BENCH_ARGS="--drafter runs/draft/drafter --prompts examples/prompts/demo.jsonl"
 bench: setup

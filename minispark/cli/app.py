@@ -35,7 +35,8 @@ from minispark.core import defaults
 from minispark.core.console import make_console
 from minispark.core.defaults import DEFAULT_GAMMA
 from minispark.core.drafter_spec import DrafterSpec
-from minispark.target.embedded import EMBEDDED_SPELLINGS
+from minispark.target.embedded import EMBEDDED_NAME
+from minispark.target.target_ref import DIRECTORY, EMBEDDED, TargetRef
 from minispark.core.errors import MinisparkError, out_of_memory
 
 from .process import STDOUT_NAME, Terminated, sigterm_interrupts, stdout_full, stdout_named
@@ -341,9 +342,10 @@ def _load(target: Optional[str], dtype: Optional[str], device: Optional[str], lo
 
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
-    if target in EMBEDDED_SPELLINGS:
-        what = "the embedded SmolLM2-135M-Instruct"
-    elif validate_models.target_location(target) is not None:
+    kind = TargetRef.parse(target).kind
+    if kind == EMBEDDED:
+        what = f"the embedded {EMBEDDED_NAME}"
+    elif kind == DIRECTORY:
         what = f"target {target}"
     else:  # say so before the network is touched: a hub id is downloaded unless already cached
         what = f"hub model {target} (downloading from the Hugging Face Hub unless cached)"
@@ -393,10 +395,9 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
     defaults.env_dir(defaults.SPS_TABLES_ENV)  # where tables are looked up (a file there hides them all)
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
-    if target not in EMBEDDED_SPELLINGS:
-        location = validate_models.target_location(target)
-        if location is not None:
-            validate_models.target_weights(location, target)
+    ref = TargetRef.parse(target)
+    if ref.kind == DIRECTORY:
+        validate_models.target_weights(ref.directory, target)
 
 
 def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = None) -> Optional[str]:

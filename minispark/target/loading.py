@@ -25,13 +25,13 @@ from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.plain_prompts import transcript
 from minispark.target.session import PromptInputs, TargetSession
+from minispark.target.target_ref import DIRECTORY, TargetRef
 from minispark.target.threads import ThreadGovernor
-from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
 from minispark.core.errors import MinisparkError, first_line, out_of_memory
 from minispark.core.defaults import PICKLE_WEIGHTS
 from minispark.core.identity import files_hash, torch_dtype, weights_hash
 from minispark.validate import device as validate_device, lone_surrogate
-from minispark.validate_models import allow_pickle_weights, target_location, target_weights
+from minispark.validate_models import allow_pickle_weights, target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 
@@ -348,14 +348,10 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)
     image_max_pixels()  # $MINISPARK_MAX_PIXELS checked on every target, not only once a vision one encodes an image
-    if source in (None, "", "embedded", EMBEDDED_NAME):
-        name, location = EMBEDDED_NAME, embedded_model_dir()
-    else:
-        location = target_location(source)
-        # A local directory is named by its resolved path, so every spelling of it is one target.
-        name = str(location.resolve()) if location is not None else source
-        if location is not None:
-            target_weights(location, source)
+    ref = TargetRef.parse(source)
+    name, location = ref.name, ref.local_directory()
+    if ref.kind == DIRECTORY:
+        target_weights(location, source)
     ref = str(location) if location is not None else name
     config = model_config(ref, source, trust_remote_code)
     model_type = config.model_type

@@ -183,20 +183,18 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
     (or the embedded model) by its weights hash, a hub id by name (a hub id's weights are checked when
     the drafter loads)."""
     from minispark.target.embedded import EMBEDDED_SPELLINGS
-    from minispark.validate_models import target_location
+    from minispark.target.target_ref import TargetRef
 
-    if target in EMBEDDED_SPELLINGS:
-        from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
-        current = target_id({"name": EMBEDDED_NAME, "weights_hash": weights_hash(embedded_model_dir())})
-    else:
+    if target not in EMBEDDED_SPELLINGS:
         hub_source = not Path(record.source).is_absolute() and not Path(record.source).exists()
         if not Path(target).exists() and hub_source and target != record.source:  # two hub ids: by name
             raise MinisparkError(f"--target {target}: {what} was trained for {record.source}; omit --target "
                                  "to load that one")
-        location = target_location(target)
-        if location is None:  # a hub id: its weights are checked when the drafter loads
-            return
-        current = target_id({"name": str(location.resolve()), "weights_hash": weights_hash(location)})
+    ref = TargetRef.parse(target)
+    location = ref.local_directory()
+    if location is None:  # a hub id: its weights are checked when the drafter loads
+        return
+    current = target_id({"name": ref.name, "weights_hash": weights_hash(location)})
     if not same_target(record.identity, current):
         raise MinisparkError(f"--target {target}: {what} was trained for {record.source} ({record.identity}), "
                              "another target; omit --target to load that one")
@@ -238,11 +236,10 @@ def bf16_weight_bytes(location: Path) -> int | None:
 def context_limit_before_loading(target: str | None) -> int | None:
     """:func:`~minispark.target.loading.context_limit` of a local or embedded target, from its config alone (no
     weights load); None for a hub id, which only its load may fetch."""
-    from minispark.target.embedded import EMBEDDED_SPELLINGS, embedded_model_dir
     from minispark.target.loading import context_limit, model_config
-    from minispark.validate_models import target_location
+    from minispark.target.target_ref import TargetRef
 
-    location = embedded_model_dir() if target in EMBEDDED_SPELLINGS else target_location(target)
+    location = TargetRef.parse(target).local_directory()
     return None if location is None else context_limit(model_config(str(location), target))
 
 
@@ -251,9 +248,9 @@ def auto_4bit_notice(target: str | None, device: str | None, dtype: str | None, 
     """On CUDA with no quantization or fp32 flag: a one-line notice when 4-bit should be chosen, else None."""
     if load_in_4bit or load_in_8bit or dtype is not None or _device_type(device) != "cuda" or target is None:
         return None
-    from minispark.validate_models import target_location
+    from minispark.target.target_ref import TargetRef
 
-    location = target_location(target)
+    location = TargetRef.parse(target).directory
     weights = bf16_weight_bytes(location) if location is not None else None
     if weights is None:
         return None

@@ -28,15 +28,14 @@ EMBED_SUFFIX, HEAD_SUFFIX = "embed_tokens.weight", "lm_head.weight"
 
 def _locate(source: str | None) -> tuple[str, Path]:
     """(name, local directory) of ``source`` as ``load_target`` names them (a hub id from the HF cache)."""
-    from minispark.target.embedded import EMBEDDED_NAME, EMBEDDED_SPELLINGS, embedded_model_dir
-    from minispark.validate_models import target_location, target_weights
+    from minispark.target.target_ref import DIRECTORY, HUB, TargetRef
+    from minispark.validate_models import target_weights
 
-    if source in EMBEDDED_SPELLINGS:
-        return EMBEDDED_NAME, embedded_model_dir()
-    location = target_location(source)
-    if location is not None:
-        target_weights(location, source)
-        return str(location.resolve()), location
+    ref = TargetRef.parse(source)
+    if ref.kind == DIRECTORY:
+        target_weights(ref.directory, source)
+    if ref.kind != HUB:
+        return ref.name, ref.local_directory()
     from huggingface_hub import snapshot_download
 
     return source, Path(snapshot_download(source, allow_patterns=["*.json", "*.safetensors", "*.txt", "*.jinja",

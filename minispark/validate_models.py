@@ -16,6 +16,7 @@ from typing import Any
 from minispark.core.drafter_spec import HYBRID, DrafterSpec, DrafterSpecError
 from minispark.core.errors import MinisparkError, first_line, json_reason
 from minispark.core.defaults import PICKLE_WEIGHTS
+from minispark.core.settings import settings
 from minispark.validate import dangling_link, edited_text, expand_user, input_file
 
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
@@ -23,7 +24,6 @@ MAX_IMAGE_PIXELS = 64_000_000
 #: Longer side over shorter side at most: Qwen-VL's resize (qwen-vl-utils, the processors) raises a ValueError
 #: past it, from inside the target's encode.
 MAX_IMAGE_ASPECT = 200
-ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
 
 
 def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, Any] | None = None) -> DrafterSpec | None:
@@ -174,14 +174,9 @@ def target_weights(location: Path, source: str) -> None:
     if any(location.glob("*.safetensors")):
         return
     pickled = sorted(p.name for pattern in PICKLE_WEIGHTS for p in location.glob(pattern))
-    if pickled and not allow_pickle_weights():
+    if pickled and not settings().allow_pickle_weights:
         raise MinisparkError(f"--target {source}: weights are pickle files ({pickled[0]}), which can run code when "
                              "loaded; convert them to safetensors, or pass --allow-pickle-weights if you trust them")
     if not pickled:
         raise MinisparkError(f"--target {source}: no weights (no *.safetensors file beside config.json); "
                              "an incomplete download or copy?")
-
-
-def allow_pickle_weights() -> bool:
-    """Whether ``minispark --allow-pickle-weights`` (or its environment variable) was given."""
-    return os.environ.get(ALLOW_PICKLE_ENV, "") == "1"

@@ -34,6 +34,7 @@ from minispark import validate, validate_lists, validate_models
 from minispark.core import defaults
 from minispark.core.console import make_console
 from minispark.core.defaults import DEFAULT_GAMMA
+from minispark.core.settings import Settings, settings, use
 from minispark.core.drafter_spec import DrafterSpec
 from minispark.target.embedded import EMBEDDED_NAME
 from minispark.target.target_ref import DIRECTORY, EMBEDDED, TargetRef
@@ -143,18 +144,12 @@ def main(
         "OpenMP's threads stall beside a busy process)"),
 ) -> None:
     """DSpark speculative decoding for local vision-language models."""
-    if allow_pickle_weights:
-        os.environ[validate_models.ALLOW_PICKLE_ENV] = "1"  # read by target loading, here and in any subprocess
-    if draft_precision is not None:
-        if draft_precision not in defaults.DRAFT_PRECISIONS:
-            raise typer.BadParameter(f"{draft_precision!r} is not one of {', '.join(defaults.DRAFT_PRECISIONS)}",
-                                     param_hint="--draft-precision")
-        os.environ[defaults.DRAFT_PRECISION_ENV] = draft_precision
-    if runtime is not None:
-        if runtime not in defaults.TARGET_RUNTIMES:
-            raise typer.BadParameter(f"{runtime!r} is not one of {', '.join(defaults.TARGET_RUNTIMES)}",
-                                     param_hint="--runtime")
-        os.environ[defaults.TARGET_RUNTIME_ENV] = runtime
+    if draft_precision is not None and draft_precision not in defaults.DRAFT_PRECISIONS:
+        raise typer.BadParameter(f"{draft_precision!r} is not one of {', '.join(defaults.DRAFT_PRECISIONS)}",
+                                 param_hint="--draft-precision")
+    if runtime is not None and runtime not in defaults.TARGET_RUNTIMES:
+        raise typer.BadParameter(f"{runtime!r} is not one of {', '.join(defaults.TARGET_RUNTIMES)}",
+                                 param_hint="--runtime")
     if max_pixels is not None:
         if max_pixels < defaults.IMAGE_MIN_PIXELS:
             raise typer.BadParameter(f"{max_pixels} is below the smallest budget, {defaults.IMAGE_MIN_PIXELS} "
@@ -162,12 +157,30 @@ def main(
         if max_pixels > validate.MAX_INT:  # past a C int the image processors' arithmetic overflows
             raise typer.BadParameter(f"{max_pixels} is above the largest budget, {validate.MAX_INT}",
                                      param_hint="--max-pixels")
-        os.environ[defaults.IMAGE_MAX_PIXELS_ENV] = str(max_pixels)  # read where images are encoded
     if threads is not None:
         if not 1 <= threads <= validate.MAX_INT:
             raise typer.BadParameter(f"{threads} is not a thread count (a whole number >= 1)", param_hint="--threads")
-        # before torch is imported (OpenMP sizes its pool from it), and read where a target is loaded
-        os.environ[defaults.THREADS_ENV] = os.environ["OMP_NUM_THREADS"] = str(threads)
+        os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported: OpenMP sizes its pool from it
+    # the command builds the settings from these and the variables (its errors are one line) and installs them
+    ctx = _current_context()
+    if ctx is not None:
+        ctx.obj = {"runtime": runtime, "draft_precision": draft_precision, "max_pixels": max_pixels,
+                   "allow_pickle_weights": allow_pickle_weights, "threads": threads}
+
+
+def _current_context() -> Any:
+    try:  # typer vendors click from 0.25 on
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+    return get_current_context(silent=True)
+
+
+def _settings() -> Settings:
+    """The settings of this command: the global flags given, the rest from their variables."""
+    ctx = _current_context()
+    given = ctx.find_root().obj if ctx is not None and isinstance(ctx.find_root().obj, dict) else {}
+    return Settings.from_environment(**given)
 
 
 def one_line_errors(command: Callable) -> Callable:
@@ -181,8 +194,8 @@ def one_line_errors(command: Callable) -> Callable:
 
         try:
             _check_typed_paths(kwargs)
-            with removed_if_left_empty(kwargs.get("out")), warnings.catch_warnings(), stdout_named(), \
-                    sigterm_interrupts(command.__name__ in RESUME_HINTS):
+            with use(_settings()), removed_if_left_empty(kwargs.get("out")), warnings.catch_warnings(), \
+                    stdout_named(), sigterm_interrupts(command.__name__ in RESUME_HINTS):
                 warnings.showwarning = _one_line_warning
                 return command(*args, **kwargs)
         except PermissionError as exc:  # a file, or a directory on its path (behind a symlink), this user may not use
@@ -245,12 +258,7 @@ def _with_resume(message: str, command: Callable, kwargs: dict[str, Any]) -> str
 def _check_typed_paths(kwargs: dict[str, Any]) -> None:
     """Every path option and argument as typed (``validate.typed_path``): one place for every command, before
     anything else is checked or loaded."""
-    try:  # typer vendors click from 0.25 on
-        from typer._click.globals import get_current_context
-    except ImportError:
-        from click import get_current_context
-
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     typed = ctx.meta.get(TYPED_KEY, {}) if ctx is not None else {}
     for param in ctx.command.params if typed else ():
         flag = param.opts[0] if param.param_type_name == "option" else param.name.upper()
@@ -267,12 +275,7 @@ def _check_typed_paths(kwargs: dict[str, Any]) -> None:
 
 def typed_on_command_line(name: str) -> bool:
     """Whether the option ``name`` (its parameter name, ``out``) was typed, not left at its default."""
-    try:  # typer vendors click from 0.25 on
-        from typer._click.globals import get_current_context
-    except ImportError:
-        from click import get_current_context
-
-    ctx = get_current_context(silent=True)
+    ctx = _current_context()
     return ctx is not None and name in ctx.meta.get(TYPED_KEY, {})
 
 
@@ -389,8 +392,7 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
     read later: a bad value is one line on any target, before anything loads)."""
     validate.choice(dtype, "--dtype", validate.DTYPES)
     validate.device(device)
-    defaults.image_max_pixels()
-    defaults.draft_precision()
+    settings()  # built from the variables: a bad one is one line before anything loads
     defaults.env_dir(defaults.USER_DIR_ENV)  # where the embedded target is converted to
     defaults.env_dir(defaults.SPS_TABLES_ENV)  # where tables are looked up (a file there hides them all)
     if load_in_4bit and load_in_8bit:

@@ -91,11 +91,13 @@ CALIBRATION_MIN_ROUNDS = 100
 #: Weights of a served DSpark drafter: ``auto`` = int8 where the CPU kernel runs (a proposal there is
 #: memory-bound; see ``model/draft_quant.py``), the checkpoint's float dtype elsewhere.
 DRAFT_PRECISIONS = ("auto", "float", "int8")
-#: Set by ``minispark --draft-precision`` (read where drafters are loaded, here and in subprocesses).
+#: ``minispark --draft-precision``'s variable (read by ``core.settings``).
 DRAFT_PRECISION_ENV = "MINISPARK_DRAFT_PRECISION"
-#: Set by ``minispark --threads N``: a fixed count of torch CPU threads (``OMP_NUM_THREADS``, the user's own setting,
-#: fixes it too). Unset: the count follows the cores other processes leave free (``target/threads.py``).
+#: A fixed count of torch CPU threads (``minispark --threads N``; ``OMP_NUM_THREADS``, the user's own setting, fixes
+#: it too). Unset: the count follows the cores other processes leave free (``target/threads.py``).
 THREADS_ENV = "MINISPARK_THREADS"
+#: ``minispark --allow-pickle-weights``'s variable: "1" lets target weights stored as pickle load.
+ALLOW_PICKLE_ENV = "MINISPARK_ALLOW_PICKLE_WEIGHTS"
 #: Where ``serve --api-key`` may come from instead.
 API_KEY_ENV = "MINISPARK_API_KEY"
 

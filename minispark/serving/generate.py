@@ -116,7 +116,7 @@ def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafte
     """The DSpark drafter in directory ``spec`` (see :func:`make_drafter`), its directory read once. One in
     DeepSpec's layout is first checked against the whole target (its depth too) without reading the
     weights, for one-line errors naming the key."""
-    from minispark.core.defaults import draft_precision
+    from minispark.core.settings import settings
     from minispark.core.identity import target_id
     from minispark.model.deepspec import check_against_target
     from minispark.model.draft_quant import quantize_int8
@@ -131,7 +131,7 @@ def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafte
     if found.kind == DEEPSPEC:
         check_against_target(found, target)
     try:
-        precision = precision or draft_precision()
+        precision = precision or settings().draft_precision
         int8 = int8_supported(target.device)
         if precision == "int8" and not int8:
             raise MinisparkError(f"--draft-precision int8: no int8 kernel for {target.device.type} in this "

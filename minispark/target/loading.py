@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import torch
 
-from minispark.core.defaults import fixed_threads, image_max_pixels
+from minispark.core.settings import settings
 from minispark.target.compiled import StaticSteps
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.plain_prompts import transcript
@@ -31,7 +31,7 @@ from minispark.core.errors import MinisparkError, first_line, out_of_memory
 from minispark.core.defaults import PICKLE_WEIGHTS
 from minispark.core.identity import files_hash, torch_dtype, weights_hash
 from minispark.validate import device as validate_device, lone_surrogate
-from minispark.validate_models import allow_pickle_weights, target_weights
+from minispark.validate_models import target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 
@@ -62,9 +62,9 @@ class Target:
         # the compiled runtime's step forward and static KV caches (sessions take theirs from here)
         self.static_steps = StaticSteps(self.model, self.decoder, self.final_norm, self.device) \
             if runtime == "compiled" else None
-        self.max_pixels: int | None = None  # pixel budget per image; None: ``defaults.image_max_pixels()``
+        self.max_pixels: int | None = None  # pixel budget per image; None: ``settings().max_pixels``
         # on a CPU, torch's threads follow the cores other processes leave free unless a count is fixed
-        fixed = fixed_threads()
+        fixed = settings().threads
         if fixed is not None and self.device.type == "cpu":
             torch.set_num_threads(fixed)
         self.threads = ThreadGovernor() if fixed is None and self.device.type == "cpu" else None
@@ -213,12 +213,12 @@ class Target:
 
     def _budgeted_images(self, messages: list[dict]) -> list[Any] | None:
         """The messages' images read by qwen-vl-utils, each downscaled to the pixel budget
-        (``self.max_pixels``, default ``defaults.image_max_pixels()``) unless its item sets its own
+        (``self.max_pixels``, default ``settings().max_pixels``) unless its item sets its own
         ``max_pixels``; one warning line (a CLI ``notice:``) per image made smaller."""
         from PIL import Image
         from qwen_vl_utils import process_vision_info
 
-        budget = self.max_pixels or image_max_pixels()
+        budget = self.max_pixels or settings().max_pixels
         # Copies with the budget added: the caller's messages (a conversation's history) stay as they were.
         messages = [{**m, "content": [{"max_pixels": budget, **i} if isinstance(i, dict) and i.get("type") == "image"
                                       else i for i in m["content"]]} if isinstance(m.get("content"), list) else m
@@ -347,7 +347,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     if load_in_4bit and load_in_8bit:
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     runtime = requested_runtime(runtime)
-    image_max_pixels()  # $MINISPARK_MAX_PIXELS checked on every target, not only once a vision one encodes an image
+    settings()  # its variables checked on every target, not only once a vision one encodes an image
     ref = TargetRef.parse(source)
     name, location = ref.name, ref.local_directory()
     if ref.kind == DIRECTORY:
@@ -360,7 +360,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
     torch_device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, torch_device)
     kwargs: dict[str, Any] = {"dtype": torch_dtype, "trust_remote_code": trust_remote_code}
-    if not allow_pickle_weights():
+    if not settings().allow_pickle_weights:
         kwargs["use_safetensors"] = True  # a hub repo with only pickle weights is refused too
     if load_in_4bit or load_in_8bit:
         kwargs["quantization_config"] = BitsAndBytesConfig(

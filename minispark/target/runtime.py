@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
 from typing import Iterator
 
@@ -36,14 +35,15 @@ from torch import nn
 
 from minispark.core.defaults import PACKED_TIED_MAX_BYTES, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
 from minispark.core.errors import MinisparkError
+from minispark.core.settings import settings
 from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
 from minispark.target import compile_fallback
 from minispark.target.int8 import int8_matmul, int8_rows, int8_supported
 
 
 def requested_runtime(runtime: str | None = None) -> str:
-    """The runtime asked for: the argument, else ``minispark --runtime`` / its variable, else auto."""
-    value = runtime or os.environ.get(TARGET_RUNTIME_ENV) or "auto"
+    """The runtime asked for: the argument, else the settings' (``minispark --runtime`` / its variable, else auto)."""
+    value = runtime or settings().runtime
     if value not in TARGET_RUNTIMES:
         raise MinisparkError(f"--runtime / ${TARGET_RUNTIME_ENV}: {value!r} is not one of "
                              f"{', '.join(TARGET_RUNTIMES)}")

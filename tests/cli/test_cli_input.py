@@ -219,9 +219,6 @@ def test_a_user_dir_that_cannot_take_the_hash_memo_fails_nothing(tiny_dir, tmp_p
 
 
 def test_a_blocked_malicious_pickle_is_one_line(tiny_dir, tmp_path, monkeypatch) -> None:
-    from minispark.validate_models import ALLOW_PICKLE_ENV
-
-    monkeypatch.setenv(ALLOW_PICKLE_ENV, "0")  # --allow-pickle-weights sets it; restored after the test
     evil = tmp_path / "evil"
     evil.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):  # whole but for its weights

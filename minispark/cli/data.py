@@ -13,8 +13,9 @@ from typing import Callable, Optional
 import typer
 
 from minispark import validate, validate_models
-from minispark.core.defaults import DEFAULT_GAMMA, MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
+from minispark.core.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.core.errors import MinisparkError
+from minispark.data.cache_config import CacheConfig
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt, TargetOpt, _check_prompts,
                   _check_target_flags, _load, _print_json, app, console, err_console, one_line_errors)
@@ -54,23 +55,30 @@ def cache(
     temperature: float = RegenTemperatureOpt,
     top_p: float = RegenTopPOpt,
     top_k: int = RegenTopKOpt,
-    layers: str = typer.Option("auto", "--layers", help="auto | comma-separated decoder layer ids (never the last)."),
-    anchors_per_sample: int = typer.Option(32, "--anchors-per-sample", help="Anchor positions drawn per answer."),
-    anchor_run: int = typer.Option(16, "--anchor-run", help="Anchors drawn as runs of this many consecutive tokens."),
-    window: int = typer.Option(32, "--window", help="Context rows stored before each anchor; 0 = full context."),
-    block: int = typer.Option(DEFAULT_GAMMA, "--block", help="Draft block size γ."),
-    feature_dtype: str = typer.Option("bf16", "--feature-dtype", help="Stored feature dtype: bf16 | fp16 | fp32."),
+    layers: str = typer.Option(CacheConfig.layers, "--layers",
+                               help="auto | comma-separated decoder layer ids (never the last)."),
+    anchors_per_sample: int = typer.Option(CacheConfig.anchors_per_sample, "--anchors-per-sample",
+                                           help="Anchor positions drawn per answer."),
+    anchor_run: int = typer.Option(CacheConfig.anchor_run, "--anchor-run",
+                                   help="Anchors drawn as runs of this many consecutive tokens."),
+    window: int = typer.Option(CacheConfig.window, "--window",
+                               help="Context rows stored before each anchor; 0 = full context."),
+    block: int = typer.Option(CacheConfig.block, "--block", help="Draft block size γ."),
+    feature_dtype: str = typer.Option(CacheConfig.dtype, "--feature-dtype",
+                                      help="Stored feature dtype: bf16 | fp16 | fp32."),
     dtype: Optional[str] = DtypeOpt,
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
     load_in_8bit: bool = EightBitOpt,
-    batch_size: int = typer.Option(0, "--batch-size", help="Answers regenerated together; 0 = auto (64 on a CPU, what "
-                                   "fits a quarter of free GPU memory, an existing cache's own when growing it)."),
-    samples_per_shard: int = typer.Option(64, "--samples-per-shard", help="Samples per shard file (the unit a "
-                                          "resume keeps)."),
+    batch_size: int = typer.Option(CacheConfig.batch_size, "--batch-size", help="Answers regenerated together; "
+                                   "0 = auto (64 on a CPU, what fits a quarter of free GPU memory, an existing "
+                                   "cache's own when growing it)."),
+    samples_per_shard: int = typer.Option(CacheConfig.samples_per_shard, "--samples-per-shard",
+                                          help="Samples per shard file (the unit a resume keeps)."),
     seed: int = SeedOpt,
-    split: str = typer.Option("train", "--split", help="train | heldout (an evaluation cache of held-out prompts)."),
-    source: str = typer.Option("regenerate", "--source",
+    split: str = typer.Option(CacheConfig.split, "--split",
+                              help="train | heldout (an evaluation cache of held-out prompts)."),
+    source: str = typer.Option(CacheConfig.source, "--source",
                                help="regenerate (the target answers) | text (teacher-force each line's assistant turn)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Estimate disk use and exit."),
     force: bool = typer.Option(False, "--force", help="Start even if the disk check fails."),
@@ -79,7 +87,7 @@ def cache(
     """Regenerate answers with the target and cache its features for sampled anchor windows only."""
     from dataclasses import replace
 
-    from minispark.data.cache import CacheConfig, build_cache, check_out, estimate_cache
+    from minispark.data.cache import build_cache, check_out, estimate_cache
     from minispark.data.cache_config import default_prompts
     from minispark.data.regenerate import check_answer_room
 

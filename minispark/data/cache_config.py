@@ -10,17 +10,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from minispark import validate, validate_lists
-from minispark.data.cache_format import CACHE_DTYPES
 from minispark.core.defaults import DEFAULT_GAMMA, HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
 from minispark.core.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.core.errors import MinisparkError
-from minispark.target.sampling import SamplingConfig
 
+if TYPE_CHECKING:
+    from minispark.target.sampling import SamplingConfig
 
 
 SPLITS = ("train", "heldout")
+#: Stored feature dtypes (``cache_format.CACHE_DTYPES`` maps them to torch's; this module stays free of torch, so
+#: the CLI reads its defaults for ``--help``).
+FEATURE_DTYPES = ("bf16", "fp16", "fp32")
 SOURCES = ("regenerate", "text")
 
 
@@ -79,12 +83,14 @@ class CacheConfig:
             raise MinisparkError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.split not in SPLITS:
             raise MinisparkError(f"--split: {self.split!r} is not one of {', '.join(SPLITS)}")
-        if self.dtype not in CACHE_DTYPES:
-            raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(CACHE_DTYPES)})")
+        if self.dtype not in FEATURE_DTYPES:
+            raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(FEATURE_DTYPES)})")
         _ = self.sampling, self.layer_ids  # both raise MinisparkError on bad values
 
     @property
-    def sampling(self) -> SamplingConfig:
+    def sampling(self) -> "SamplingConfig":
+        from minispark.target.sampling import SamplingConfig
+
         return SamplingConfig(self.temperature, top_k=self.top_k, top_p=self.top_p)
 
     @property

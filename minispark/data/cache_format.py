@@ -35,6 +35,7 @@ import safetensors.torch
 import torch
 
 from minispark import __version__
+from minispark.data.cache_config import FEATURE_DTYPES
 from minispark.data.cache_windows import WindowLayout, full_bytes
 # file_sha256: re-exported for the cache modules
 from minispark.core.atomic import file_sha256, minispark_artifact, write_bytes_atomic
@@ -43,7 +44,7 @@ from minispark.core.errors import MinisparkError, json_reason
 FORMAT = "minispark-cache"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
-CACHE_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+CACHE_DTYPES = dict(zip(FEATURE_DTYPES, (torch.bfloat16, torch.float16, torch.float32)))
 _ST_DTYPES = {"BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32, "I64": torch.int64,
               "I32": torch.int32, "U8": torch.uint8}
 _NP_VIEW = {torch.bfloat16: np.uint16, torch.float16: np.float16, torch.float32: np.float32,

@@ -3,7 +3,7 @@
 every option, every help text).
 
     .venv/bin/python -m pytest -q tests/cli/test_readme.py
-    .venv/bin/python tests/cli/test_readme.py --write     # regenerate docs/cli.md's CLI reference
+    .venv/bin/python -m tests.cli.test_readme --write     # regenerate docs/cli.md's CLI reference
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def readme_section(text: str) -> str:
 
 def test_cli_reference_matches_the_app():
     section = readme_section(CLI_DOC.read_text())
-    assert section == cli_reference(), "docs/cli.md is stale: run `python tests/cli/test_readme.py --write`"
+    assert section == cli_reference(), "docs/cli.md is stale: run `python -m tests.cli.test_readme --write`"
     group = _command()  # and, spelled out: every command and every option name appears in it
     for name, command in group.commands.items():
         assert f"minispark {name}" in section

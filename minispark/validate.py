@@ -18,11 +18,11 @@ import re
 from pathlib import Path
 from typing import Any, Sequence
 
-from minispark.core.defaults import MAX_INT  # flags are refused past it (its home is defaults)
+from minispark.core.defaults import DTYPE_SPELLINGS, MAX_INT  # flags are refused past MAX_INT
 from minispark.core.errors import MinisparkError, first_line
 from minispark.core.writer_lock import check_free
 
-DTYPES = ("fp32", "bf16", "fp16")
+DTYPES = tuple(DTYPE_SPELLINGS)
 MODES = ("fixed", "threshold", "schedule", "tree")
 DEVICE_PATTERN = re.compile(r"auto|cpu|mps|cuda(:\d+)?")
 MAX_SEED = 2**32 - 1

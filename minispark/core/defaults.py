@@ -17,6 +17,9 @@ MAX_TEMPERATURE = 100.0
 #: The lowest positive one: float32 logits divided by a temperature under ~1e-37 overflow (one under ~1e-45
 #: rounds to 0), so the softmax is NaN. 1e-30 leaves room for logits up to 1e8; the draw is the argmax long before.
 MIN_TEMPERATURE = 1e-30
+#: The short dtype spellings the CLI, recipes and records use → torch's names (``identity.DTYPES`` maps those to
+#: torch dtypes): the one table of dtype spellings.
+DTYPE_SPELLINGS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: Weight files that unpickle arbitrary Python objects when loaded (hashed like safetensors, loaded only on opt-in).
 PICKLE_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 #: The project's checkout (the package is installed editable beside its data).

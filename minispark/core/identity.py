@@ -29,13 +29,11 @@ from typing import Any, Sequence
 import torch
 
 from minispark.core.atomic import file_sha256, write_json_atomic
-from minispark.core.defaults import PICKLE_WEIGHTS, user_dir
+from minispark.core.defaults import DTYPE_SPELLINGS, PICKLE_WEIGHTS, user_dir
 from minispark.core.errors import MinisparkError
 
 #: Stored dtype names → torch dtypes.
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-#: The short spellings the CLI and recipes accept.
-DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 #: Legacy feature-cache manifest spellings of the quantization (``--load-in-4bit`` loads nf4).
 _LEGACY_QUANTIZATION = {None: "none", "4bit": "bnb-4bit-nf4", "8bit": "bnb-8bit"}
 
@@ -45,9 +43,9 @@ def dtype_name(dtype: torch.dtype | str) -> str:
     if isinstance(dtype, torch.dtype):
         name = str(dtype).removeprefix("torch.")
     else:
-        name = DTYPE_ALIASES.get(dtype, dtype)
+        name = DTYPE_SPELLINGS.get(dtype, dtype)
     if name not in DTYPES:
-        raise MinisparkError(f"unknown dtype {dtype!r} (choose from {', '.join([*DTYPE_ALIASES, *DTYPES])})")
+        raise MinisparkError(f"unknown dtype {dtype!r} (choose from {', '.join([*DTYPE_SPELLINGS, *DTYPES])})")
     return name
 
 

@@ -40,7 +40,8 @@ from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
 from minispark.core.errors import MinisparkError
-from minispark.core.identity import DTYPE_ALIASES, device_name, dtype_name, target_id, target_quantization
+from minispark.core.defaults import DTYPE_SPELLINGS
+from minispark.core.identity import device_name, dtype_name, target_id, target_quantization
 from minispark.core.drafter_spec import DrafterSpec
 from minispark.target.sampling import SamplingConfig
 from minispark.serving.draft_tree import TreePolicy
@@ -113,7 +114,7 @@ def profile_command(target: Target, max_tokens: int | None = None) -> str:
         words += ["--target", target.name]
     dtype = dtype_name(target.dtype)
     if dtype != ("float32" if target.device.type == "cpu" else "bfloat16"):  # not what profile loads by default
-        words += ["--dtype", next(alias for alias, name in DTYPE_ALIASES.items() if name == dtype)]
+        words += ["--dtype", next(alias for alias, name in DTYPE_SPELLINGS.items() if name == dtype)]
     if max_tokens is not None:
         words += ["--max-tokens", str(max(max_tokens, PROFILE_MIN_TOKENS))]
     return shlex.join(words)

@@ -10,14 +10,15 @@ import math
 from typing import Any
 
 from minispark.core.errors import MinisparkError
-from minispark.core.identity import DTYPE_ALIASES, DTYPES
+from minispark.core.defaults import DTYPE_SPELLINGS
+from minispark.core.identity import DTYPES
 from minispark.validate_lists import SPS_RANGE
 
 SCHEMA_VERSION = 1
 _REQUIRED_METADATA = ("torch", "driver", "date")
 #: A table's dtype: a stored name, an alias, or INLINE_DTYPE (a table of hand-given rates, measured on no target).
 INLINE_DTYPE = "n/a"
-_DTYPE_NAMES = (*DTYPES, *DTYPE_ALIASES, INLINE_DTYPE)
+_DTYPE_NAMES = (*DTYPES, *DTYPE_SPELLINGS, INLINE_DTYPE)
 #: Fields a table may leave out (tables written before they existed).
 _OPTIONAL = ("batched",)
 

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from minispark.core.defaults import DTYPE_SPELLINGS
 from minispark.core.errors import MinisparkError, json_reason
 from minispark.core.identity import same_target, target_id, weights_hash
 from minispark.validate import edited_text
@@ -31,8 +32,7 @@ EXPORTED_TARGET_KEY = "minispark_target"
 #: transients, the drafter and the CUDA context (the bf16 weights must fit *with* this to stay bf16).
 AUTO_4BIT_HEADROOM = 1.5e9
 #: ``dtype`` names as manifests record them (torch's) → the ``--dtype`` spelling.
-DTYPE_FLAGS = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "bf16": "bf16", "fp16": "fp16",
-               "fp32": "fp32"}
+DTYPE_FLAGS = {**{name: short for short, name in DTYPE_SPELLINGS.items()}, **{short: short for short in DTYPE_SPELLINGS}}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import typer
 from minispark import validate, validate_models
 from minispark.core.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.core.errors import MinisparkError
+from minispark.data.answer_config import AnswerConfig
 from minispark.data.cache_config import CacheConfig
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, JsonOpt, SeedOpt, TargetOpt, _check_prompts,
@@ -132,16 +133,17 @@ def answers(
     device: Optional[str] = DeviceOpt,
     load_in_4bit: bool = FourBitOpt,
     load_in_8bit: bool = EightBitOpt,
-    batch_size: int = typer.Option(0, "--batch-size", help="Rows sampled together; 0 = auto (64, or the set's own "
-                                   "when growing it)."),
-    samples_per_shard: int = typer.Option(256, "--samples-per-shard", help="Answers per shard file (the unit a "
-                                          "resume keeps)."),
+    batch_size: int = typer.Option(AnswerConfig.batch_size, "--batch-size", help="Rows sampled together; 0 = auto "
+                                   "(64, or the set's own when growing it)."),
+    samples_per_shard: int = typer.Option(AnswerConfig.samples_per_shard, "--samples-per-shard",
+                                          help="Answers per shard file (the unit a resume keeps)."),
     seed: int = SeedOpt,
-    split: str = typer.Option("train", "--split", help="train | heldout (an evaluation set of held-out prompts)."),
+    split: str = typer.Option(AnswerConfig.split, "--split",
+                              help="train | heldout (an evaluation set of held-out prompts)."),
     as_json: bool = JsonOpt,
 ) -> None:
     """Regenerate answers with the target and store them as token ids (no features: training computes them)."""
-    from minispark.data.answers import AnswerConfig, build_answers, check_out
+    from minispark.data.answers import build_answers, check_out
     from minispark.data.cache_config import default_prompts
     from minispark.data.regenerate import check_answer_room
 

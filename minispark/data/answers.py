@@ -38,9 +38,8 @@ from minispark.data.cache_format import (config_difference, config_hash, file_sh
 from minispark.data.prompts import (PromptSample, encode_within_context, load_prompts, prompt_file_hash,
                                     refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
-from minispark.core.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
 from minispark.core.errors import MinisparkError
-from minispark.target.sampling import SamplingConfig
+from minispark.data.answer_config import AnswerConfig
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
 from minispark.core.writer_lock import sole_writer
@@ -74,45 +73,6 @@ def check_out(out: Path, flag: str = "--out") -> Path:
     if (out / MANIFEST).is_file():
         _read_manifest(out)  # an answers.json of another tool: one line naming it
     return out
-
-
-@dataclass
-class AnswerConfig:
-    """Everything ``minispark answers`` takes (sampling defaults as ``minispark cache``)."""
-
-    prompts: Path
-    out: Path
-    target: str | None = None
-    num_samples: int | None = None
-    max_new_tokens: int = REGEN_MAX_NEW_TOKENS
-    temperature: float = REGEN_TEMPERATURE
-    top_p: float = REGEN_TOP_P
-    top_k: int = REGEN_TOP_K
-    batch_size: int = 0
-    samples_per_shard: int = 256
-    seed: int = 0
-    split: str = "train"
-    target_dtype: str | None = None
-    device: str | None = None
-    load_in_4bit: bool = False
-    load_in_8bit: bool = False
-
-    def __post_init__(self) -> None:
-        self.prompts, self.out = Path(self.prompts), Path(self.out)
-        for flag, value, minimum in (("--num-samples", 1 if self.num_samples is None else self.num_samples, 1),
-                                     ("--max-new-tokens", self.max_new_tokens, 1),
-                                     ("--batch-size", self.batch_size, 0),
-                                     ("--samples-per-shard", self.samples_per_shard, 1)):
-            if value < minimum:
-                raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
-        validate.integer(self.num_samples, "--num-samples", 1, MAX_SAMPLES)
-        if self.split not in ("train", "heldout"):
-            raise MinisparkError(f"--split: {self.split!r} is not one of train, heldout")
-        _ = self.sampling  # raises on a bad temperature / top-p / top-k
-
-    @property
-    def sampling(self) -> SamplingConfig:
-        return SamplingConfig(self.temperature, top_k=self.top_k, top_p=self.top_p)
 
 
 @dataclass

@@ -151,7 +151,7 @@ def test_image_command_attaches_to_next_message(vlm_with_drafter, test_image) ->
         ChatREPL(conversation, setup, Console(file=output, width=200), read_line).run()
     assert "image not found: no-such.png" in output.getvalue()
     assert f"{test_image.parent}: a directory, not an image file" in output.getvalue()  # said "image not found"
-    assert "a name of 304 bytes in the path" in output.getvalue()  # its OSError ended the chat (fourteenth probe)
+    assert "a name of 304 bytes in the path" in output.getvalue()  # its OSError ended the chat
     assert [t.images for t in conversation.turns] == [[str(test_image)], []]
     assert output.getvalue().rstrip().endswith("1 attached image not sent: no message followed")  # then Ctrl-D
 

@@ -78,8 +78,8 @@ def test_help_texts_close_their_parentheses() -> None:
 
 
 def test_help_texts_survive_rich_markup() -> None:
-    """typer renders help as rich markup, where '[default: auto]' is a style tag and vanished from --help (the
-    ninth probe: --runtime, --draft-precision, --max-pixels, simulate's --draws and --seed lost their defaults)."""
+    """typer renders help as rich markup, where '[default: auto]' is a style tag and vanished from --help
+    (--runtime, --draft-precision, --max-pixels, simulate's --draws and --seed lost their defaults)."""
     import typer.main
 
     group = typer.main.get_command(app)

@@ -53,7 +53,7 @@ def test_bad_input_is_one_line(files: dict[str, str], argv: list[str], needle: s
 
 def test_import_of_a_minispark_drafter_says_it_needs_none(tiny_trained_drafter, tmp_path) -> None:
     """import loaded the target before finding that its SOURCE was a minispark drafter, and did not say it needs no
-    import (the ninth probe)."""
+    import."""
     target, drafter = tiny_trained_drafter
     error = one_line_error(CliRunner().invoke(app, ["import", str(drafter), "--out", str(tmp_path / "imported")]))
     assert "not a DeepSpec drafter" in error and "it is a minispark drafter already: give it to --drafter" in error

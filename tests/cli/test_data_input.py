@@ -158,7 +158,6 @@ CASES = [
     ("train-cache-empty", ["train", "--recipe", "tiny", "--cache", ""], "--cache '': empty"),  # blamed --out,
     ("cache-mix-part-empty", ["cache-mix", "", "{emptydir}", "--out", "{out}"], "PARTS '': empty"),
     ("train-cache-loop", ["train", "--recipe", "tiny", "--cache", "{looplink}"], "looplink: is a symlink to"),
-    # round 8: the sixth probe
     ("answers-prompts-huge-number", ["answers", "--prompts", "{hugeint.jsonl}", "--out", "{out}"],
      "hugeint.jsonl:1: malformed JSON: a number too long to read"),  # a ValueError traceback,
     ("train-all-loss-weights-zero", ["train", "--recipe", "tiny", "alpha_ce=0", "alpha_tv=0", "alpha_conf=0"],
@@ -174,7 +173,6 @@ CASES = [
      "override 'mask_token_id=-1': mask_token_id, vocab_size: a token id in [0, 49152)"),  # blamed the recipe file,
     ("train-draft-vocab-above-vocab", ["train", "--recipe", "tiny", "--dry-run", "draft_vocab=99999999"],
      "override 'draft_vocab=99999999'"),
-    # round 13: the eleventh probe
     ("cache-layers-digit-grouping", ["cache", "--layers", "1_0"], "--layers: expected 'auto' or comma-separated layer "
      "ids, got '1_0'"),  # was layer 10,
     ("cache-layers-other-digits", ["cache", "--layers", "\u0663"], "--layers: expected 'auto'"),  # was layer 3,
@@ -236,7 +234,7 @@ def test_a_prompt_that_fills_the_context_is_refused_by_answers_and_cache(tiny_di
 
 def test_a_set_grown_under_the_int8_runtime_is_refused(tiny_dir, files, tmp_path, monkeypatch) -> None:
     """--runtime int8 is another target (int8 weights), but an answer set or a cache built without it grew under it
-    without a word, its samples from two targets (the ninth probe); sets built without int8 keep their identity."""
+    without a word, its samples from two targets; sets built without int8 keep their identity."""
     from minispark.core.defaults import TARGET_RUNTIME_ENV
     from minispark.target.int8 import int8_supported
 
@@ -303,7 +301,7 @@ def test_resume_without_a_run_is_refused_for_the_recipes_own_out_too(tmp_path) -
 
 
 def test_a_full_disk_after_a_checkpoint_says_to_resume(tiny_trained_drafter, tmp_path, monkeypatch) -> None:
-    """Fifteenth probe: a disk that filled at train's second checkpoint said "run the command again", which was
+    """A disk that filled at train's second checkpoint said "run the command again", which was
     then refused ("already holds a training run; pass --resume")."""
     argv = ["train", "--recipe", "tiny", "steps=4", "checkpoint_every=2", "--no-progress", "--cache",
             str(tiny_trained_drafter[1].parents[1] / "cache"), "--out", str(tmp_path / "run")]
@@ -409,7 +407,7 @@ def test_what_minispark_wrote_is_still_resumed(tiny_dir, tmp_path) -> None:
 
 def test_train_sizes_the_target_contradicts_are_one_line(tiny_trained_drafter, tmp_path) -> None:
     """A draft vocabulary larger than the target's was a ValueError from DraftConfig; past the recipe's own
-    vocab_size it is refused when the recipe loads, naming the override (the eighth probe)."""
+    vocab_size it is refused when the recipe loads, naming the override."""
     target, drafter = tiny_trained_drafter
     cache = drafter.parents[1] / "cache"
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
@@ -418,7 +416,7 @@ def test_train_sizes_the_target_contradicts_are_one_line(tiny_trained_drafter, t
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
                                                     str(tmp_path / "run"), "draft_vocab=99999999", "vocab_size=none"]))
     # past the target's vocabulary (the recipe sets no vocab_size): the override is named, not "recipe 'tiny' with
-    # its command-line overrides" (the ninth probe)
+    # its command-line overrides"
     assert "override 'draft_vocab=99999999', against the target's sizes where the recipe sets none" in error
     assert "draft_vocab must be in [0, 49152], got 99999999" in error
     error = one_line_error(CliRunner().invoke(app, ["train", "--recipe", "tiny", "--cache", str(cache), "--out",
@@ -580,8 +578,8 @@ def test_a_metrics_line_cut_by_a_kill_is_dropped_on_resume(tiny_trained_drafter,
 
 
 def test_a_damaged_metrics_line_is_dropped_on_resume(tiny_trained_drafter, tmp_path) -> None:
-    """A metrics.jsonl line that is not UTF-8 (damaged bytes) made --resume a UnicodeDecodeError traceback (the
-    ninth probe); it is dropped, as a line cut by a kill is, and the run resumes."""
+    """A metrics.jsonl line that is not UTF-8 (damaged bytes) made --resume a UnicodeDecodeError traceback; it is
+    dropped, as a line cut by a kill is, and the run resumes."""
     drafter = Path(tiny_trained_drafter[1])
     run = shutil.copytree(drafter.parent, tmp_path / "run", symlinks=True)
     whole = (run / "metrics.jsonl").read_text()
@@ -594,7 +592,7 @@ def test_a_damaged_metrics_line_is_dropped_on_resume(tiny_trained_drafter, tmp_p
 
 def test_teacher_forcing_a_template_that_renders_the_answer_apart_names_the_file(tiny_dir, tmp_path) -> None:
     """A chat template that renders an assistant turn with another header than its generation prompt: the error
-    said 'line 1: ...' without the prompt file (the ninth probe)."""
+    said 'line 1: ...' without the prompt file."""
     target = shutil.copytree(tiny_dir("llama"), tmp_path / "target")
     template = target / "chat_template.jinja"
     header = "<|im_start|>{{ message['role'] }}"
@@ -642,7 +640,7 @@ def test_a_damaged_cache_manifest_is_one_line(tiny_trained_drafter, tmp_path, da
     ("shard-outside", "a shard named '/etc/passwd', not a file of its directory"),  # '/etc/passwd: missing or truncated'
     ("shard-of-another-set", "a shard named '../other/answers-00000.safetensors'"),  # trained on without a word
     ("shards-object", "'shards' is not a list"),
-    # the eighth probe: KeyError and TypeError tracebacks, a count taken as it came, a version that read "1 (... 1)"
+    # KeyError and TypeError tracebacks, a count taken as it came, a version that read "1 (... 1)"
     ("no-config", "'config' is not an object; the manifest is damaged: regenerate the answers"),
     ("target-null", "'config.target' is not an object naming the target"),
     ("shard-bytes-text", "shard answers-00000.safetensors: 'bytes' is '1097', not a count"),

@@ -110,7 +110,7 @@ CASES = [
     ("chat-blank-system", ["chat", "--system", "  "], "--system: empty"),
     ("gen-temperature-huge", ["generate", "--temperature", "1e308"], "--temperature must be a finite number in [0, 100]"),
     ("chat-temperature-huge", ["chat", "--temperature", "1e308"], "--temperature"),
-    # round 5: a re-run of the probe
+    # a re-run of the probe
     ("gen-drafter-empty-string", ["generate", "--drafter", ""], "--drafter '': empty"),  # not "--drafter .",
     ("gen-drafter-hybrid-empty", ["generate", "--drafter", "hybrid:"], "--drafter 'hybrid:': empty"),
     ("gen-temperature-subnormal", ["generate", "--temperature", "1e-320"], "a positive temperature must be at least"),
@@ -153,7 +153,6 @@ CASES = [
      "this run decodes in fixed mode"),  # lookup has no confidences: fixed is chosen after loading,
     ("chat-drafter-none-with-threshold", ["chat", "--drafter", "none", "--threshold", "0.9"],
      "so --threshold would have no effect"),
-    # round 9: the seventh probe
     ("gen-drafter-none-with-draft-skip", ["generate", "--drafter", "none", "--draft-skip"],
      "--drafter none drafts nothing, so --draft-skip would have no effect"),  # ignored without a word,
     ("chat-drafter-none-with-no-draft-skip", ["chat", "--drafter", "none", "--no-draft-skip"],
@@ -166,10 +165,9 @@ CASES = [
      "unreadable config (a number too long to read (more than 4300 digits))"),  # advised set_int_max_str_digits,
     ("gen-drafter-record-huge-number", ["generate", "--drafter", "{bigrecord}"],
      "bigrecord/target.json: not a target record (a number too long to read"),
-    # round 14: the twelfth probe's leftover, refused before the target (here: one that does not exist)
+    # refused before the target (here: one that does not exist)
     ("gen-drafter-calibration-damaged", ["generate", "--prompt", "hi", "--drafter", "{badcal}", "--target", "{missing}"],
      "badcal/calibration.json: not readable as JSON"),
-    # round 14: the twelfth probe
     ("serve-host-empty", ["serve", "--host", ""], "--host '': empty; give an address"),  # "--host : not an address",
     ("gen-drafter-a-target", ["generate", "--drafter", "{notokenizer}", "--target", "{missing}", "--prompt", "hi"],
      "a transformers model's config (model_type 'llama'), not a drafter's"),  # refused only once the target loaded,
@@ -324,7 +322,7 @@ def test_chat_keeps_its_internal_re_prefill_out_of_the_answer(tiny_dir, monkeypa
 
 
 def test_ctrl_c_in_a_streamed_answer_ends_its_line(tiny_dir, monkeypatch) -> None:
-    """Fifteenth probe: Ctrl-C while generate streamed printed "interrupted" onto the answer's last word."""
+    """Ctrl-C while generate streamed printed "interrupted" onto the answer's last word."""
     import minispark.serving.generate
 
     def streams_then_interrupted(*args, on_text, **kwargs):
@@ -567,7 +565,7 @@ def test_bitsandbytes_notices_stay_out_of_the_answer(tiny_dir, caplog, flag: str
                                       "--prompt", "hi", "--max-new-tokens", "3", flag])
     assert result.exit_code == 0, result.output
     assert not [r.getMessage() for r in caplog.records if r.name.startswith("bitsandbytes")]
-    # the fourteenth probe: the kernels package bitsandbytes loads through logged its offline trust check
+    # the kernels package bitsandbytes loads through logged its offline trust check
     assert "publisher trust check" not in result.output
 
 

@@ -133,7 +133,6 @@ CASES = [
      "holds a minispark-answers manifest (answers.json)"),
     ("sim-conf-longer-than-table", ["simulate", "--conf", "0.9,0.8,0.7", "--sps-inline", "1,0.5"],
      "--conf: 3 draft positions need steps per second for up to 4 tokens"),  # not "lower --gamma",
-    # round 6: a fourth probe
     ("sim-sps-tokens-not-from-one", ["simulate", "--conf", "0.9", "--sps", "{tokens5.json}"],
      "field 'tokens': must start at 1"),  # not "1 tokens is outside the profiled range ...; lower --gamma",
     ("sim-sps-inline-subnormal", ["simulate", "--conf", "0.9", "--sps-inline", "1e-320,1e-320"],
@@ -150,14 +149,12 @@ CASES = [
     ("cal-plot-someones-file", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                 "{full.png}"], "full.png: exists and is not a figure minispark wrote"),
     ("profile-plot-someones-file", ["profile", "--plot", "{afile}"], "exists and is not a figure minispark wrote"),
-    # fifth probe: the awkward ones
     ("bench-plot-not-png", ["bench", "--plot", "{dir}/figure.txt"], "give a name ending in .png"),  # PNG bytes under .txt,
-    # round 7: paths as typed, before typer's Path drops a trailing '/'
+    # paths as typed, before typer's Path drops a trailing '/'
     ("bench-plot-trailing-slash", ["bench", "--plot", "{dir}/figs/"], "figs/: names a directory (it ends with '/')"),
     ("cal-plot-trailing-slash", ["calibrate", "--drafter", "{fakedrafter}", "--prompts", "{ok.jsonl}", "--plot",
                                  "{dir}/figs/"], "figs/: names a directory"),  # said 'figs: ... ending in .png',
     ("bench-prompts-trailing-slash", ["bench", "--prompts", "{ok.jsonl}/"], "ok.jsonl/: names a directory"),
-    # round 7: the fifth probe
     ("bench-prompts-deep", ["bench", "--prompts", "{deep.jsonl}"], "deep.jsonl:1: malformed JSON: nested too deeply"),
     ("bench-prompts-duplicate-key", ["bench", "--prompts", "{dupkey.jsonl}"],
      "dupkey.jsonl:1: key 'prompt' given twice"),  # the last one was used without a word,
@@ -183,17 +180,15 @@ CASES = [
      "'resized_height' must be a whole number in [28"),  # a ZeroDivisionError traceback,
     ("bench-prompts-resized-alone", ["bench", "--prompts", "{resizedalone.jsonl}"],
      "'resized_height' and 'resized_width' go together"),  # one alone was ignored without a word,
-    # round 10: the eighth probe
     ("sim-sps-dtype-free-text", ["simulate", "--conf", "0.9", "--sps", "{dtypetable.json}"],
      "field 'dtype': expected one of float32, bfloat16, float16"),  # accepted, then matched no run,
     ("cal-calibration-json-dir", ["calibrate", "--drafter", "{caldir}", "--prompts", "{ok.jsonl}"],
      "its calibration.json is a directory, where calibrate writes the fit"),  # a traceback after the rollouts,
     ("bench-drafter-calibration-damaged", ["bench", "--drafter", "hybrid:{badcal}", "--target", "{missing}"],
      "badcal/calibration.json: not readable as JSON"),
-    # round 11: the ninth probe
     ("sim-conf-past-inline", ["simulate", "--sps-inline", "1,0.5", "--conf", "0.9,0.8,0.7"],
      "up to 4 tokens, but --sps-inline gives them for 1..2"),  # said "the SPS table", where none was given,
-    # round 16: the fourteenth probe: a flag no --modes mode reads was ignored, yet printed (γ=999)
+    # a flag no --modes mode reads was ignored, yet printed (γ=999)
     ("bench-gamma-without-a-drafting-mode", ["bench", "--modes", "target,hf", "--gamma", "999"],
      "--gamma 999: --modes target,hf drafts nothing"),
     ("bench-sps-without-a-schedule-mode", ["bench", "--modes", "target,lookup", "--sps", "{tokens5.json}"],

@@ -440,7 +440,7 @@ def _out_commands(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path, out
 def test_a_second_writer_of_the_same_out_is_refused(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
                                                     tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     command: str) -> None:
-    """Fifteenth probe: two `train` runs into one --out (another terminal, a resume while the first ran) both ran
+    """Two `train` runs into one --out (another terminal, a resume while the first ran) both ran
     to the end, one metrics.jsonl of both runs' lines and the drafter of the last; two `answers` mixed two seeds'
     shards. The second is refused while the first holds the directory, under any spelling of it."""
     import subprocess
@@ -478,7 +478,7 @@ def test_the_writer_lock_is_held_once_per_process_and_released(tmp_path: Path, m
 @pytest.mark.parametrize("command", ["cache", "answers", "cache-mix", "train", "demo"])
 def test_no_command_writes_into_the_shipped_directories(tiny_dir, prompts: Path, spelled_cache: Path, cache: Path,
                                                        command: str) -> None:
-    """Fifteenth probe: cache, answers, cache-mix, train and demo --train wrote into drafters/ and recipes/ (a new
+    """Cache, answers, cache-mix, train and demo --train wrote into drafters/ and recipes/ (a new
     subdirectory there), where export, import, profile and the figures refuse."""
     from minispark.core.defaults import PROMPTS_DIR, RECIPE_DIR, SHIPPED_DRAFTERS, SHIPPED_TABLES
 

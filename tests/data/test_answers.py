@@ -170,7 +170,7 @@ def test_kill_resume_and_grow_keep_earlier_shards(llama, prompt_file, tmp_path):
 
 def test_a_shard_renamed_before_its_manifest_entry_is_kept(llama, prompt_file, tmp_path, monkeypatch):
     """Ctrl-C between a shard's rename and the manifest's write: the rerun the hint prints ("run the same command
-    again to resume") refused the shard as not listed in answers.json (twelfth probe)."""
+    again to resume") refused the shard as not listed in answers.json."""
     import minispark.data.answers as answers
 
     real, writes = answers._write_manifest, []

@@ -112,7 +112,7 @@ def test_shard_renamed_but_not_listed_is_adopted(llama, prompt_file, clean, tmp_
 @pytest.mark.parametrize("listed", ["none", "all but the last"])
 def test_the_last_shard_renamed_but_not_listed_is_adopted_and_listed(llama, prompt_file, clean, tmp_path,
                                                                      listed: str) -> None:
-    """Fifteenth probe: a kill (or Ctrl-C) after the last shard's rename, before the manifest listed it, left a
+    """A kill (or Ctrl-C) after the last shard's rename, before the manifest listed it, left a
     rerun with nothing to build, which never wrote the manifest: it reported the whole cache and left no
     manifest (`demo --train` then failed in train: "manifest.json: missing"), or one short of its last shard."""
     out = tmp_path / "cache"

@@ -29,7 +29,7 @@ def read_served_body(body: bytes) -> object:
     ("logprobs", True, "'logprobs' true: this server does not apply it; leave it out (or send false)"),
     ("top_k", 20, "'top_k' 20"),
     ("tools", [{"type": "function"}], "'tools'"),
-    # the ninth probe: asked for a tool call, a legacy function call or audio, and got text without a word
+    # asked for a tool call, a legacy function call or audio, and got text without a word
     ("tool_choice", "required", "'tool_choice' \"required\": this server does not apply it"),
     ("functions", [{"name": "f"}], "'functions'"),
     ("function_call", {"name": "f"}, "'function_call'"),
@@ -51,8 +51,8 @@ def test_serve_refuses_what_it_would_not_apply(tmp_path, field, value, says) -> 
 
 
 def test_serve_refuses_two_token_limits_that_disagree(tmp_path) -> None:
-    """max_tokens 2 with max_completion_tokens 3 was answered with 3 tokens, the other ignored without a word (the
-    ninth probe); the same number twice asks for one thing."""
+    """max_tokens 2 with max_completion_tokens 3 was answered with 3 tokens, the other ignored without a word; the
+    same number twice asks for one thing."""
     from minispark.server.protocol import APIError, ServeLimits, parse_chat_request
 
     body = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, "max_completion_tokens": 3}

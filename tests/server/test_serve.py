@@ -303,7 +303,7 @@ def test_a_value_the_decoder_would_refuse_is_a_400(field: str, value, says: str,
 
 def test_a_value_is_named_as_json_and_a_null_stream_is_the_default(tmp_path: Path) -> None:
     """A 400 spelled the value as Python does (None, True, '2'), and 'stream': null was refused where every other
-    null field is its default (twelfth probe)."""
+    null field is its default."""
     from minispark.server.protocol import APIError, parse_chat_request
 
     for field, value, says in (("max_tokens", True, "got true"), ("seed", "1", 'got "1"'),
@@ -340,7 +340,7 @@ def test_a_text_part_without_text_and_a_body_not_utf8_say_what_is_wrong(tmp_path
 
 
 def test_the_printed_url_of_an_ipv6_host_is_a_url() -> None:
-    """`serve --host ::1` printed 'on http://::1:8000/v1', which no client parses (sixteenth probe)."""
+    """`serve --host ::1` printed 'on http://::1:8000/v1', which no client parses."""
     from minispark.server.app import server_url
 
     assert server_url("::1", 8000) == "http://[::1]:8000" and server_url("127.0.0.1", 80) == "http://127.0.0.1:80"
@@ -349,7 +349,7 @@ def test_the_printed_url_of_an_ipv6_host_is_a_url() -> None:
 
 def test_a_client_gone_before_its_body_is_a_400_not_a_logged_traceback() -> None:
     """A Content-Length the client never sent in full: starlette's ClientDisconnect went up to uvicorn, which logged
-    'Exception in ASGI application' and its traceback (twelfth probe)."""
+    'Exception in ASGI application' and its traceback."""
     import asyncio
 
     from starlette.requests import ClientDisconnect
@@ -464,7 +464,7 @@ def test_a_blank_user_message_is_a_400_naming_it(content, tmp_path: Path) -> Non
 
 
 def test_a_killed_servers_temporary_directory_goes_when_the_next_starts(tmp_path: Path, monkeypatch) -> None:
-    """Fifteenth probe: a SIGKILLed server left its /tmp/minispark-serve-* (with the images of the requests in
+    """A SIGKILLed server left its /tmp/minispark-serve-* (with the images of the requests in
     flight) for ever. The next server removes it, and never one a live server holds or one just made."""
     import tempfile
 

@@ -110,7 +110,6 @@ CASES = [
     ("train-recipe-top-level-key", ["train", "--recipe", "{toplevel.toml}"], "put it under [train]"),
     ("train-recipe-dir", ["train", "--recipe", "{emptydir}"], "is a directory"),
     ("cache-mix-same-twice", ["cache-mix", "{emptydir}", "{emptydir}/", "--out", "{out}"], "given twice"),
-    # round 4
     ("cache-out-foreign", ["cache", "--out", "{userdir}"], "holds notes.txt, which minispark did not write"),
     ("answers-out-foreign", ["answers", "--out", "{userdir}"], "holds notes.txt, which minispark did not write"),
     ("cache-mix-out-foreign", ["cache-mix", "{emptydir}", "--out", "{userdir}"], "holds notes.txt, which minispark"),

@@ -93,7 +93,6 @@ CASES = [
     # numbers past what torch and numpy take, or past the target's context
     ("gen-seed-huge", ["generate", "--seed", "99999999999999999999999"], "--seed"),
     ("chat-seed-huge", ["chat", "--seed", "4294967296"], "--seed"),
-    # round 3 of the probe: found by a re-run
     ("gen-sps-not-utf8", ["generate", "--sps", "{full.png}"], "--sps"),  # an image given as the table,
     ("serve-sps-not-utf8", ["serve", "--sps", "{full.png}"], "not UTF-8 text"),
     ("gen-target-no-tokenizer", ["generate", "--target", "{notokenizer}", "--drafter", "none"],

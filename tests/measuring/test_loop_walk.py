@@ -1,4 +1,4 @@
-"""The walked greedy loop (``training/loop_walk.py``) equals the real loop's rounds, one by one, on a tiny target.
+"""The walked greedy loop (``measuring/loop_walk.py``) equals the real loop's rounds, one by one, on a tiny target.
 
     .venv/bin/python -m pytest -q tests/measuring/test_loop_walk.py
 """

@@ -33,7 +33,7 @@ def branching(tree: DraftTree) -> int:
     return max((len(tree.children(n)) for n in range(len(tree))), default=0)
 
 
-@pytest.mark.parametrize("temperature", [0.7, 1.0])
+@pytest.mark.parametrize("temperature", [pytest.param(0.7, marks=pytest.mark.slow), 1.0])
 def test_tree_sampling_matches_target_joint(temperature: float) -> None:
     sampling = SamplingConfig(temperature)
     counts = empirical_joint(sampling, 4000, 3, drafter=TreeFakeDrafter(), policy_factory=tree_policy)

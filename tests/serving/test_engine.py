@@ -69,6 +69,7 @@ EMBEDDED_PROMPTS = [
 ]
 
 
+@pytest.mark.slow  # the embedded target's parity in the default run: test_shipped_drafter.py
 def test_greedy_parity_embedded_smollm2(embedded_target: Target) -> None:
     target = embedded_target
     for prompt in EMBEDDED_PROMPTS:

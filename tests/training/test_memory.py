@@ -28,7 +28,8 @@ SMALL = replace(TINY, hidden_size=256, vocab_size=8192, num_heads=4, num_kv_head
                 max_new_tokens=64, batch_anchors=32, chunk_anchors=4, feature_layers=[1, 2, 3])
 
 
-@pytest.mark.parametrize("config", [TINY, SMALL, replace(SMALL, grad_checkpointing=True, optimizer="adamw8bit")],
+@pytest.mark.parametrize("config", [TINY, SMALL, pytest.param(replace(SMALL, grad_checkpointing=True,
+                                                                     optimizer="adamw8bit"), marks=pytest.mark.slow)],
                          ids=["tiny", "small", "small-ckpt-8bit"])
 def test_prediction_matches_measured_peak(config):
     predicted = estimate_memory(config).predicted_peak
@@ -37,7 +38,8 @@ def test_prediction_matches_measured_peak(config):
     assert abs(ratio - 1) <= 0.20, f"measured {measured / 1e6:.1f} MB, predicted {predicted / 1e6:.1f} MB"
 
 
-@pytest.mark.parametrize("config", [SMALL, replace(SMALL, draft_vocab=1024)], ids=["full-vocab", "draft-vocab"])
+@pytest.mark.parametrize("config", [SMALL, pytest.param(replace(SMALL, draft_vocab=1024), marks=pytest.mark.slow)],
+                         ids=["full-vocab", "draft-vocab"])
 def test_heldout_evaluation_stays_inside_the_training_peak(config):
     config = replace(config, heldout_cache="synthetic")
     train, heldout = measure_cpu_heldout(config)

@@ -11,12 +11,13 @@ cold drafter, on the changed target's own held-out answers.
 4. every drafter is walked as the greedy loop walks (``measuring/loop_walk.py``: the last 12 chat / 12 code held-out
    prompts, 96 tokens), and the shipped drafter on the original target beside them.
 
-Each row (one per steps and learning rates) goes to ``benchmarks/results/changed_target.json``: the τ the change cost the shipped drafter, and the
+Each row (one per answers, steps and learning rates) goes to ``benchmarks/results/changed_target.json``: the τ the change cost the shipped drafter, and the
 share of it the warm start recovered. Each step is skipped when its output is already complete, so an interrupted
 run resumes.
 
     .venv/bin/python benchmarks/changed_target.py --answers 512 --steps 600      # ~2 h of one CPU thread
     .venv/bin/python benchmarks/changed_target.py --steps 300 --warm-lr 1e-3        # another row, same target
+    .venv/bin/python benchmarks/changed_target.py --category code --answers 1024 --steps 500   # code answers only
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from minispark.core.atomic import write_json_atomic
+from minispark.core.atomic import write_json_atomic, write_text_atomic
 
 import loop_walk  # the sibling benchmark (benchmarks/ is the script's directory): it keeps every walk
 
 OUT = Path("runs/changed-target")
 SHIPPED = Path("drafters/smollm2-135m-dspark")
+CORPUS = Path("examples/prompts/corpus.jsonl")
 ORIGINAL_HELDOUT = Path("data/answers/smollm2-135m-instruct-heldout-t0")
 RECIPE = "smollm2-dspark"
 RESULTS = Path("benchmarks/results/changed_target.json")
@@ -63,11 +65,22 @@ def complete(answers: Path) -> bool:
     return manifest.is_file() and bool(json.loads(manifest.read_text()).get("complete"))
 
 
-def regenerate(target: Path, num_answers: int) -> tuple[Path, Path]:
-    answers, heldout = OUT / "answers", OUT / "heldout-t0"
+def corpus_prompts(category: str) -> Path:
+    """The corpus's prompts of one category, in a file of their own (the corpus read as the CLI reads it)."""
+    out = OUT / f"prompts-{category}.jsonl"
+    if not out.is_file():
+        lines = [line for line in CORPUS.read_text().splitlines()
+                 if line.strip() and json.loads(line)["category"] == category]
+        write_text_atomic(out, "\n".join(lines) + "\n")
+    return out
+
+
+def regenerate(target: Path, num_answers: int, category: str | None) -> tuple[Path, Path]:
+    answers, heldout = OUT / (f"answers-{category}-{num_answers}" if category else "answers"), OUT / "heldout-t0"
     if not complete(answers):
+        prompts = ("--prompts", str(corpus_prompts(category))) if category else ()
         cli("answers", "--target", str(target), "--out", str(answers), "--num-samples", str(num_answers),
-            "--max-new-tokens", "256")
+            "--max-new-tokens", "256", *prompts)
     if not complete(heldout):
         cli("answers", "--target", str(target), "--split", "heldout", "--out", str(heldout), "--temperature", "0",
             "--max-new-tokens", str(WALK_TOKENS))
@@ -111,13 +124,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--finetune-steps", type=int, default=200)
     parser.add_argument("--answers", type=int, default=512, help="answers the changed target regenerates")
+    parser.add_argument("--category", help="answer only the corpus prompts of this category (default: all)")
     parser.add_argument("--steps", type=int, default=600, help="training steps of the warm and the cold drafter")
     parser.add_argument("--warm-lr", type=float, default=WARM_LR, help=f"the warm start's peak (default {WARM_LR})")
     parser.add_argument("--cold-lr", type=float, default=COLD_LR, help=f"the cold start's peak (default {COLD_LR})")
     args = parser.parse_args()
     target = finetuned(args.finetune_steps)
-    answers, heldout = regenerate(target, args.answers)
-    names = {"warm": f"warm-{args.steps}-{args.warm_lr:g}", "cold": f"cold-{args.steps}-{args.cold_lr:g}"}
+    answers, heldout = regenerate(target, args.answers, args.category)
+    tag = f"-{args.category}-{args.answers}" if args.category else ""
+    names = {"warm": f"warm-{args.steps}-{args.warm_lr:g}{tag}", "cold": f"cold-{args.steps}-{args.cold_lr:g}{tag}"}
     warm = train(names["warm"], target, answers, args.steps, args.warm_lr, warm=True)
     cold = train(names["cold"], target, answers, args.steps, args.cold_lr, warm=False)
     original = walk(SHIPPED, ORIGINAL_HELDOUT, None)
@@ -125,13 +140,15 @@ def main() -> None:
              "cold": walk(OUT / names["cold"] / "drafter", heldout, target)}
     lost = {c: original[c] - walks["shipped"][c] for c in WALK_CATEGORIES}
     row = {"finetune": json.loads((target / "finetune.json").read_text()), "answers": args.answers,
+           "category": args.category,
            "steps": args.steps, "lr": {"warm": args.warm_lr, "cold": args.cold_lr},
            "train": {"warm": warm, "cold": cold}, "walk_original_target": original, "walk_changed_target": walks,
            "lost": {c: round(v, 4) for c, v in lost.items()},
            "recovered": {c: round((walks["warm"][c] - walks["shipped"][c]) / lost[c], 3) if lost[c] > 0 else None
                          for c in WALK_CATEGORIES}}
     rows = json.loads(RESULTS.read_text()) if RESULTS.is_file() else []
-    rows = [r for r in rows if (r.get("steps"), r.get("lr")) != (row["steps"], row["lr"])] + [row]
+    key = ("steps", "lr", "answers", "category")
+    rows = [r for r in rows if tuple(r.get(k) for k in key) != tuple(row[k] for k in key)] + [row]
     write_json_atomic(RESULTS, rows)
     print(json.dumps(row, indent=1), flush=True)
 

@@ -23,13 +23,14 @@ import torch
 from rich.console import Console
 from rich.markup import escape
 
+from minispark.wording import for_user
 from minispark.core.atomic import write_json_atomic
 from minispark.serving.conversation import Conversation, Turn
 from minispark.serving.engine import GenerationStats
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.serving.builder import ServingSetup
 from minispark.serving.sps import SPSTable, SPSTableError
-from minispark.validate import dangling_link, expand_user, utf8_text
+from minispark.core.checks import dangling_link, expand_user, utf8_text
 
 COMMANDS = {
     "/image PATH": "attach an image to your next message",
@@ -129,7 +130,7 @@ class ChatREPL:
             try:  # stdin read with surrogateescape (a C locale): a Latin-1 "é" arrives as half a character, which
                 utf8_text(line, "that line")  # the target refused after 'assistant ›' as "a lone surrogate"
             except MinisparkError as exc:
-                self.error(str(exc))
+                self.error(exc.template)
                 continue
             if not self.handle(line.strip()):
                 self.unsent()
@@ -189,7 +190,7 @@ class ChatREPL:
                 turn = self.conversation.say(text, self.pending, on_text=on_text, interrupt=interrupted)
         except MinisparkError as exc:
             self.console.print()
-            self.error(str(exc))
+            self.error(exc.template)
             return
         self.pending = []
         self.console.print()
@@ -217,7 +218,7 @@ class ChatREPL:
             file = expand_user(path, "/image")
             dangling_link(file, "/image")  # and a name too long: its OSError, from is_dir below, ended the chat
         except MinisparkError as exc:
-            self.error(str(exc))
+            self.error(exc.template)
             return
         if not self.conversation.target.is_vlm:
             self.error(f"target {self.conversation.target.name} is text-only: it cannot take images")
@@ -253,11 +254,11 @@ class ChatREPL:
     def save(self, path: str) -> None:
         data = {**self.conversation.to_json(), "drafter_spec": self.setup.drafter_spec, "mode": self.setup.mode}
         try:
-            inputs = {"--target": self.conversation.target.name, "--drafter": self.setup.drafter_spec}
+            inputs = {option("target"): self.conversation.target.name, option("drafter"): self.setup.drafter_spec}
             written = write_json_atomic(_save_path(path, inputs, self.saved), data)
             self.saved.add(written.resolve())
         except MinisparkError as exc:
-            self.error(str(exc))
+            self.error(exc.template)
             return
         except OSError as exc:
             self.error(f"/save {path}: {exc.strerror or exc}")
@@ -272,7 +273,7 @@ class ChatREPL:
         self.console.print("  Ctrl-C stops the current answer and keeps the conversation.", highlight=False)
 
     def error(self, message: str) -> None:
-        self.console.print(f"[red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+        self.console.print(f"[red]error:[/] {escape(for_user(message))}", highlight=False, soft_wrap=True)
 
 
 def _save_path(path: str, inputs: dict[str, Any] | None = None, mine: set[Path] = frozenset()) -> Path:
@@ -280,7 +281,7 @@ def _save_path(path: str, inputs: dict[str, Any] | None = None, mine: set[Path] 
     never another session's saved conversation, a directory, a path under a file, someone's other file, a
     name with a control character, or a file among ``inputs`` (the target's and the drafter's directories) or
     what minispark ships."""
-    from minispark.validate import not_shipped, output_file, typed_path
+    from minispark.core.checks import not_shipped, output_file, typed_path
 
     file = output_file(expand_user(typed_path(path, "/save", names_file=True), "/save"), "/save", inputs)
     not_shipped(file, "/save", "save the conversation elsewhere")
@@ -300,7 +301,7 @@ def _save_path(path: str, inputs: dict[str, Any] | None = None, mine: set[Path] 
 
 def _image_problem(path: Path) -> str | None:
     """Why ``path`` cannot be attached (corrupt, truncated, far too large), or None."""
-    from minispark.validate_models import image
+    from minispark.core.model_files import image
 
     try:
         image(path, "/image")

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from minispark import validate
+from minispark.core import checks
 from minispark.core.atomic import write_text_atomic
 from minispark.core.defaults import HELDOUT_FILE
 from minispark.measuring.bench import BenchConfig, BenchPrompt, Mode, ProgressFn, build_modes, run_bench
 from minispark.core.drafter_spec import LOOKUP, NONE, DrafterSpec
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.data.prompts import PromptSample, load_prompts
 from minispark.target.embedded import EMBEDDED_SPELLINGS
 from minispark.target.loading import Target, load_target
@@ -47,11 +47,11 @@ def demo_samples(count: int, path: str | Path = HELDOUT_FILE, skip: int = 0) -> 
     """The last ``count`` chat/code prompts of the held-out file (after dropping the last ``skip``
     of them), in file order. Held-out prompts never enter a training cache."""
     if count < 1:
-        raise MinisparkError(f"--num-prompts must be >= 1, got {count}")
+        raise MinisparkError(f"{option('num_prompts')} must be >= 1, got {count}")
     chosen = [s for s in load_prompts(path) if s.category in DEMO_CATEGORIES and not s.images]
     chosen = chosen[: len(chosen) - skip]
     if len(chosen) < count:
-        raise MinisparkError(f"{path}: only {len(chosen)} chat/code prompts, --num-prompts asks for {count}")
+        raise MinisparkError(f"{path}: only {len(chosen)} chat/code prompts, {option('num_prompts')} asks for {count}")
     return chosen[-count:]
 
 
@@ -240,8 +240,8 @@ class _Stages:
         number = f"[{STAGES.index(stage) + 1}/{len(STAGES)}] {stage}"
         marker = self.marker(stage)
         if marker is not None and marker["settings"] != settings and stage in RESUMING_STAGES:
-            raise MinisparkError(f"--out {self.dir.parent}: its {stage} stage was made with other settings; "
-                                 "choose another --out (or delete that one)")
+            raise MinisparkError(f"{option('out')} {self.dir.parent}: its {stage} stage was made with other settings; "
+                                 f"choose another {option('out')} (or delete that one)")
         if marker is not None and marker["settings"] == settings and not self.ran:
             self.log(f"{number}: reused (finished in an earlier run; {marker['seconds']:.0f} s then)")
             return marker["result"]
@@ -401,11 +401,11 @@ def _chat_stage(run: _Pipeline, sps: Path, prompt: str) -> dict:
             "tau": turn.stats.tau}
 
 
-def check_out(out: Path, flag: str = "--out") -> Path:
+def check_out(out: Path, flag: str = option("out")) -> Path:
     """``out`` is a directory the pipeline may write into: new, empty, or an earlier pipeline's (only
     ``PIPELINE_WRITES``; each stage checks its own subdirectory). A directory of someone else's files is
     refused before anything loads, rather than filled beside them."""
-    return validate.resumable_dir(out, flag, PIPELINE_WRITES)
+    return checks.resumable_dir(out, flag, PIPELINE_WRITES)
 
 
 def run_pipeline(out: str | Path = "runs/demo", sizes: PipelineSizes | None = None, *, target: str | None = None,

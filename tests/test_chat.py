@@ -324,7 +324,7 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
     target_dir, drafter_dir = vlm_with_drafter
     target = load_target(str(target_dir))
     block = build_serving(target, str(drafter_dir)).gamma
-    with pytest.raises(MinisparkError, match=f"--gamma {block + 1}: .*at most {block}") as error:
+    with pytest.raises(MinisparkError, match=f"gamma {block + 1}: .*at most {block}") as error:
         build_serving(target, str(drafter_dir), gamma=block + 1)
     assert "\n" not in str(error.value)
     assert build_serving(target, "lookup").gamma == 7
@@ -334,7 +334,7 @@ def test_builder_gamma_sps_and_calibration_checks(vlm_with_drafter, tmp_path: Pa
     setup = build_serving(target, str(drafter_dir), "schedule", sps=table)
     [warning] = [h for h in setup.hints if h.startswith("--sps")]
     assert "device 'some-gpu'" in warning and "target 'another-model'" in warning and "\n" not in warning
-    with pytest.raises(MinisparkError, match="--sps .*profiled for another setup"):
+    with pytest.raises(MinisparkError, match="sps .*profiled for another setup"):
         build_serving(target, str(drafter_dir), "schedule", sps=table, strict=True)
 
     identity = target_id(target.identity())

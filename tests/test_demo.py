@@ -28,7 +28,7 @@ def test_demo_samples_are_the_heldout_chat_and_code_tail():
     assert [s.category for s in samples] in (["code", "chat", "code"], ["chat", "code", "chat"])
     assert all(s.id.startswith("heldout-") for s in samples)
     assert demo_samples(2, skip=1)[-1].id == samples[-2].id  # skip drops the tail, for disjoint stages
-    with pytest.raises(MinisparkError, match="--num-prompts"):
+    with pytest.raises(MinisparkError, match="num_prompts"):
         demo_samples(0)
 
 

@@ -28,15 +28,14 @@ FORBIDDEN = ("measuring.bench", "measuring.bench_report", "cli", "measuring.prof
 #: Each layer is a tuple of top-level names under minispark/ ("" is the package itself).
 LAYERS = (
     ("core", ("", "core"), ()),
-    ("checks", ("validate", "validate_lists", "validate_models"), ("core",)),
-    ("target", ("target",), ("core", "checks")),
-    ("model", ("model",), ("core", "checks", "target")),
-    ("serving", ("serving",), ("core", "checks", "target", "model")),
-    ("data", ("data",), ("core", "checks", "target", "model")),
-    ("training", ("training",), ("core", "checks", "target", "model", "data")),
-    ("measuring", ("measuring",), ("core", "checks", "target", "model", "serving", "data", "training")),
-    ("app", ("cli", "chat", "demo", "server"),
-     ("core", "checks", "target", "model", "serving", "data", "training", "measuring")),
+    ("target", ("target",), ("core",)),
+    ("model", ("model",), ("core", "target")),
+    ("serving", ("serving",), ("core", "target", "model")),
+    ("data", ("data",), ("core", "target", "model")),
+    ("training", ("training",), ("core", "target", "model", "data")),
+    ("measuring", ("measuring",), ("core", "target", "model", "serving", "data", "training")),
+    ("app", ("cli", "chat", "demo", "server", "wording"),
+     ("core", "target", "model", "serving", "data", "training", "measuring")),
 )
 
 

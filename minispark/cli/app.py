@@ -30,23 +30,24 @@ from rich.markup import escape
 from typer.core import TyperCommand, TyperGroup
 from typer.main import get_command_name
 
-from minispark import validate, validate_lists, validate_models
+from minispark.core import checks, check_lists, model_files
 from minispark.core import defaults
 from minispark.core.console import make_console
 from minispark.core.defaults import DEFAULT_GAMMA
 from minispark.core.settings import Settings, settings, use
 from minispark.core.drafter_spec import DrafterSpec
 from minispark.target.embedded import EMBEDDED_NAME
-from minispark.target.target_ref import DIRECTORY, EMBEDDED, TargetRef
+from minispark.target.target_ref import DIRECTORY, EMBEDDED, TargetRef, target_weights
 from minispark.core.errors import MinisparkError, out_of_memory
 
+from minispark.wording import for_user, running
 from .process import STDOUT_NAME, Terminated, sigterm_interrupts, stdout_full, stdout_named
 
 
 class PlainHelp:
     """Help that shows what to type: no ``<bool>`` after a flag, and a repeatable option as its
     element (``--image <path>``, ``PARTS... <str>``), not ``<list[Path]>``; and every number option (the global
-    ones too) read by the project's one rule of numbers in text, ``validate_lists.typed_number``."""
+    ones too) read by the project's one rule of numbers in text, ``check_lists.typed_number``."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
         typed, _, _ = self.make_parser(ctx).parse_args(args=list(args))
@@ -54,12 +55,16 @@ class PlainHelp:
             for param in self.params:
                 kind = param.type_descriptor.annotation  # ``int | None`` reads as int
                 if kind in (int, float) and param.name in typed:
-                    validate_lists.typed_number(str(typed[param.name]), param.opts[0], whole=kind is int)
+                    check_lists.typed_number(str(typed[param.name]), param.opts[0], whole=kind is int)
         except MinisparkError as exc:  # before typer converts it (click's own errors would come after)
-            _print_error(str(exc))
+            _print_error(exc.template)
             raise typer.Exit(2) from None
         ctx.meta[TYPED_KEY] = typed  # for :func:`_check_typed_paths`: typer's ``Path`` drops a trailing '/'
         return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: Any) -> Any:
+        with running(ctx):  # the library's option names are worded as this command's flags
+            return super().invoke(ctx)
 
     def get_params(self, ctx: Any) -> list:
         params = super().get_params(ctx)
@@ -114,7 +119,7 @@ FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image", "--recipe"})
 #: String options and arguments that are paths, checked like the ``Path`` ones.
 PATH_TEXTS = frozenset({"--target", "--drafter", "--recipe", "PARTS"})
 #: Path options where an empty string is a value of its own: --target '' is the embedded target, and
-#: --drafter '' has its own refusal (``validate_models.drafter_spec``).
+#: --drafter '' has its own refusal (``model_files.drafter_spec``).
 EMPTY_MEANS = frozenset({"--target", "--drafter"})
 
 
@@ -154,11 +159,11 @@ def main(
         if max_pixels < defaults.IMAGE_MIN_PIXELS:
             raise typer.BadParameter(f"{max_pixels} is below the smallest budget, {defaults.IMAGE_MIN_PIXELS} "
                                      "(4 visual tokens)", param_hint="--max-pixels")
-        if max_pixels > validate.MAX_INT:  # past a C int the image processors' arithmetic overflows
-            raise typer.BadParameter(f"{max_pixels} is above the largest budget, {validate.MAX_INT}",
+        if max_pixels > checks.MAX_INT:  # past a C int the image processors' arithmetic overflows
+            raise typer.BadParameter(f"{max_pixels} is above the largest budget, {checks.MAX_INT}",
                                      param_hint="--max-pixels")
     if threads is not None:
-        if not 1 <= threads <= validate.MAX_INT:
+        if not 1 <= threads <= checks.MAX_INT:
             raise typer.BadParameter(f"{threads} is not a thread count (a whole number >= 1)", param_hint="--threads")
         os.environ["OMP_NUM_THREADS"] = str(threads)  # before torch is imported: OpenMP sizes its pool from it
     # the command builds the settings from these and the variables (its errors are one line) and installs them
@@ -218,7 +223,7 @@ def one_line_errors(command: Callable) -> Callable:
             raise typer.Exit(2) from None
         except MinisparkError as exc:
             full = isinstance(exc, (NoSpaceError, FileTooLargeError))
-            _print_error(_with_resume(str(exc), command, kwargs) if full else str(exc))
+            _print_error(_with_resume(str(exc), command, kwargs) if full else exc.template)
             raise typer.Exit(2) from None
         except (MemoryError, RuntimeError) as exc:  # sizes past this machine's memory (a recipe's, a batch's)
             message = out_of_memory(exc)
@@ -256,7 +261,7 @@ def _with_resume(message: str, command: Callable, kwargs: dict[str, Any]) -> str
 
 
 def _check_typed_paths(kwargs: dict[str, Any]) -> None:
-    """Every path option and argument as typed (``validate.typed_path``): one place for every command, before
+    """Every path option and argument as typed (``checks.typed_path``): one place for every command, before
     anything else is checked or loaded."""
     ctx = _current_context()
     typed = ctx.meta.get(TYPED_KEY, {}) if ctx is not None else {}
@@ -270,7 +275,7 @@ def _check_typed_paths(kwargs: dict[str, Any]) -> None:
         for text in texts if isinstance(texts, (list, tuple)) else [texts]:
             if text == "" and flag in EMPTY_MEANS:
                 continue
-            validate.typed_path(str(text), flag, names_file=flag in FILE_FLAGS)
+            checks.typed_path(str(text), flag, names_file=flag in FILE_FLAGS)
 
 
 def typed_on_command_line(name: str) -> bool:
@@ -283,19 +288,20 @@ def _permission_denied(exc: PermissionError) -> str:
     name = exc.filename or "a file"
     real = os.path.realpath(name) if exc.filename else name
     via = f" (it leads to {real})" if real != os.path.abspath(name) else ""
-    if exc.filename and validate.read_only_file_system(real):  # no user may write there: permissions are not why
+    if exc.filename and checks.read_only_file_system(real):  # no user may write there: permissions are not why
         return f"{name}{via}: read-only file system; write it elsewhere"
     return f"{name}{via}: permission denied; this user may not read or write it, or a directory on its path"
 
 
 def _print_error(message: str) -> None:
-    message = " ".join(message.split())  # one line, whatever the library put in it
+    message = " ".join(for_user(message).split())  # one line, whatever the library put in it
     err_console.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
 
 
 def _one_line_warning(message: Warning | str, category: type, filename: str, lineno: int, file: Any = None,
                       line: str | None = None) -> None:
-    err_console.print(f"notice: {' '.join(str(message).split())}", highlight=False, soft_wrap=True, markup=False)
+    err_console.print(f"notice: {' '.join(for_user(str(message)).split())}", highlight=False, soft_wrap=True,
+                      markup=False)
 
 
 def json_safe(value: Any) -> Any:
@@ -375,8 +381,8 @@ def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[
     records filled in (``target.remembered.resolve_loading``); a contradicting --target is one line, exit 2."""
     from minispark.target.remembered import resolve_loading
 
-    validate.choice(dtype, "--dtype", validate.DTYPES)
-    validate.device(device)
+    checks.choice(dtype, "--dtype", checks.DTYPES)
+    checks.device(device)
     if artifact is not None:  # a drafter names its directory in any form (DIR, hybrid:DIR); a run directory as is
         artifact = DrafterSpec.parse(artifact).directory
     loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
@@ -390,8 +396,8 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
     """The target flags every loading command shares, checked before anything is loaded (with
     $MINISPARK_MAX_PIXELS, $MINISPARK_DRAFT_PRECISION, $MINISPARK_CACHE and $MINISPARK_SPS_TABLES, which are only
     read later: a bad value is one line on any target, before anything loads)."""
-    validate.choice(dtype, "--dtype", validate.DTYPES)
-    validate.device(device)
+    checks.choice(dtype, "--dtype", checks.DTYPES)
+    checks.device(device)
     settings()  # built from the variables: a bad one is one line before anything loads
     defaults.env_dir(defaults.USER_DIR_ENV)  # where the embedded target is converted to
     defaults.env_dir(defaults.SPS_TABLES_ENV)  # where tables are looked up (a file there hides them all)
@@ -399,14 +405,14 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
         raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
     ref = TargetRef.parse(target)
     if ref.kind == DIRECTORY:
-        validate_models.target_weights(ref.directory, target)
+        target_weights(ref.directory, target)
 
 
 def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = None) -> Optional[str]:
-    """``validate_models.drafter_spec``, and a drafter directory's ``calibration.json`` read whole, for the commands
+    """``model_files.drafter_spec``, and a drafter directory's ``calibration.json`` read whole, for the commands
     that serve a drafter (not ``calibrate``, which replaces it): a damaged one was refused only once the target had
     loaded."""
-    parsed = validate_models.drafter_spec(spec, drafting=drafting)
+    parsed = model_files.drafter_spec(spec, drafting=drafting)
     if parsed is not None and (directory := parsed.directory) is not None:
         from minispark.model.calibration import Calibration
         from minispark.model.drafter_dir import calibration_paths
@@ -429,7 +435,7 @@ def checked_sps(path: Optional[Path], flag: str = "--sps") -> Optional[Path]:
 def _check_prompts(prompts: Optional[Path]) -> list[Any]:
     """A --prompts file parsed whole (every line, every image) before the target loads: a bad line
     costs milliseconds, not the minutes a large target takes to load. Its samples (none without a file)."""
-    if validate.input_file(prompts, "--prompts") is None:
+    if checks.input_file(prompts, "--prompts") is None:
         return []
     from minispark.data.prompts import load_prompts
 

@@ -13,7 +13,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 
-from minispark import validate, validate_models
+from minispark.core import checks, model_files
 from minispark.core.errors import MinisparkError
 
 from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, TargetOpt, _load, _remembered, app, console,
@@ -38,9 +38,9 @@ def import_(
     from minispark.model.deepspec import deepspec_dir
     from minispark.model.deepspec_convert import import_deepspec
 
-    validate_models.checkpoint(source, "SOURCE")
-    validate.replaceable_dir(out, "--out", source, by="import")
-    validate.integer(window, "--window", 0)
+    model_files.checkpoint(source, "SOURCE")
+    checks.replaceable_dir(out, "--out", source, by="import")
+    checks.integer(window, "--window", 0)
     deepspec_dir(source)  # a minispark drafter given to import: refused before the target loads
     # a directory minispark exported records its target (minispark_target): loaded when --target is not given
     target, dtype, load_in_4bit, load_in_8bit = _remembered(source, target, dtype, device, load_in_4bit, load_in_8bit,
@@ -67,8 +67,8 @@ def export(
 
     if fmt != "deepspec":
         raise MinisparkError(f"--format {fmt!r}: only 'deepspec' is supported")
-    validate_models.checkpoint(drafter_dir, "DRAFTER_DIR")
-    validate.replaceable_dir(out, "--out", drafter_dir, by="export")
+    model_files.checkpoint(drafter_dir, "DRAFTER_DIR")
+    checks.replaceable_dir(out, "--out", drafter_dir, by="export")
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter_dir, target, dtype, device, load_in_4bit,
                                                             load_in_8bit, "DRAFTER_DIR")
     report = export_deepspec(drafter_dir, _load(target, dtype, device, load_in_4bit, load_in_8bit), out)

@@ -12,9 +12,9 @@ from typing import Callable, Optional
 
 import typer
 
-from minispark import validate, validate_models
+from minispark.core import checks, model_files
 from minispark.core.defaults import MAX_TEMPERATURE, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.data.answer_config import AnswerConfig
 from minispark.data.cache_config import CacheConfig
 
@@ -37,9 +37,9 @@ def _check_regeneration(prompts: Optional[Path], out: Path, temperature: float, 
     _check_prompts(prompts)
     check_out(out)
     # shards among the model's files, as profile and train refuse (--target '' is the embedded target, no path)
-    validate.outside_inputs(out, "--out", {"--target": target or None})
-    validate.temperature(temperature)
-    validate.seed(seed)
+    checks.outside_inputs(out, "--out", {"--target": target or None})
+    checks.temperature(temperature)
+    checks.seed(seed)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
 
 
@@ -101,8 +101,8 @@ def cache(
             window=window, block=block, dtype=feature_dtype, target_dtype=dtype, device=device,
             load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit, batch_size=batch_size,
             samples_per_shard=samples_per_shard, seed=seed, split=split, source=source, force=force)
-    except MinisparkError as exc:  # CacheConfig names the stored dtype --dtype in the library
-        raise MinisparkError(str(exc).replace("--dtype", "--feature-dtype")) from None
+    except MinisparkError as exc:  # CacheConfig names the stored dtype ``dtype``; this command's flag for it differs
+        raise MinisparkError(exc.template.replace(option("dtype"), option("feature_dtype"))) from None
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     check_answer_room(loaded, max_new_tokens)
     if prompts is None:
@@ -155,7 +155,7 @@ def answers(
                           device=device, load_in_4bit=load_in_4bit, load_in_8bit=load_in_8bit)
     for value, flag in ((num_samples, "--num-samples"), (max_new_tokens, "--max-new-tokens"),
                         (batch_size, "--batch-size"), (samples_per_shard, "--samples-per-shard")):
-        validate.integer(value, flag, 0)  # the upper bound; AnswerConfig checked each minimum
+        checks.integer(value, flag, 0)  # the upper bound; AnswerConfig checked each minimum
     loaded = _load(target, dtype, device, load_in_4bit, load_in_8bit)
     check_answer_room(loaded, max_new_tokens)
     if prompts is None:
@@ -175,11 +175,11 @@ def cache_mix(
     """Mix finished training caches (e.g. regenerated answers and teacher-forced text) into one cache."""
     from minispark.data.cache_mix import mix_caches, parse_part
 
-    validate.output_dir(out)
-    validate.integer(samples_per_shard, "--samples-per-shard", 1)
+    checks.output_dir(out)
+    checks.integer(samples_per_shard, "--samples-per-shard", 1)
     specs = [parse_part(spec) for spec in parts]
     for spec in specs:
-        validate.input_dir(spec.directory, "PARTS")
+        checks.input_dir(spec.directory, "PARTS")
     manifest = mix_caches(out, specs, samples_per_shard=samples_per_shard, log=err_console.print)
     totals = manifest["totals"]
     if as_json:
@@ -220,7 +220,7 @@ def train(
         raise MinisparkError("--cache and --answers: train on a feature cache or on an answer set, not both")
     overrides = list(ctx.args)
     if answers_dir is not None:
-        validate.input_dir(answers_dir, "--answers")
+        checks.input_dir(answers_dir, "--answers")
         from minispark.data.answers import AnswerSet
 
         AnswerSet(answers_dir, verify=False)  # not an answer set: one line naming its manifest, before --out
@@ -228,20 +228,20 @@ def train(
     if init_from is not None:
         overrides.append(f"init_from={init_from}")
     config = load_recipe(recipe, overrides)
-    validate.input_dir(heldout_cache, "--heldout-cache")
+    checks.input_dir(heldout_cache, "--heldout-cache")
     if heldout_cache is not None:
         config.heldout_cache = str(heldout_cache)
     if config.init_from:  # before the dry run's estimate too: it says what the run would do
         from minispark.model.checkpoint import init_from_config
 
-        validate_models.checkpoint(Path(config.init_from), "init_from")
+        model_files.checkpoint(Path(config.init_from), "init_from")
         init_from_config(config.init_from)
     if dry_run:
         breakdown = estimate_memory(config)
         _print_json(breakdown.to_json()) if as_json else console.print(breakdown.describe(), markup=False)
         return
-    validate.input_dir(cache_dir, "--cache")
-    validate.output_dir(out)
+    checks.input_dir(cache_dir, "--cache")
+    checks.output_dir(out)
     report = run_train(config, cache_dir, out, resume=resume, progress=not no_progress and not as_json,
                        log=lambda line: err_console.print(line, highlight=False, markup=False, soft_wrap=True))
     _print_json(report.to_json()) if as_json else console.print(report.summary(), highlight=False, markup=False)

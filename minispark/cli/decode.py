@@ -14,7 +14,7 @@ from typing import Any, Optional, Sequence
 import typer
 from rich.markup import escape
 
-from minispark import validate, validate_models
+from minispark.core import checks, model_files
 from minispark.core import defaults
 from minispark.server import limits
 from minispark.core.defaults import DEFAULT_THRESHOLD
@@ -38,7 +38,7 @@ ThresholdOpt = typer.Option(None, "--threshold", help=f"Confidence threshold in 
 
 def _check_images(images: list[Path]) -> None:
     for path in images:
-        validate_models.image(path)
+        model_files.image(path)
 
 
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
@@ -46,22 +46,22 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
                    top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = (),
                    draft_skip: Optional[bool] = None, strict: bool = False) -> None:
     """The flags generate and chat share."""
-    validate.prompt(prompt)
-    validate.stop_strings(stop)
+    checks.prompt(prompt)
+    checks.stop_strings(stop)
     _check_images(images)
     skip_flag = "--draft-skip" if draft_skip else "--no-draft-skip"  # either is ignored by a drafter that drafts nothing
     checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
                                        skip_flag: draft_skip, "--strict": strict or None})
-    validate.choice(mode, "--mode", validate.MODES)
-    validate.integer(gamma, "--gamma", 1)
+    checks.choice(mode, "--mode", checks.MODES)
+    checks.integer(gamma, "--gamma", 1)
     if threshold is not None:
-        validate.number(threshold, "--threshold", 0.0, 1.0)
-    validate.threshold_mode(threshold, mode)
-    validate.schedule_mode(sps, strict, mode)
+        checks.number(threshold, "--threshold", 0.0, 1.0)
+    checks.threshold_mode(threshold, mode)
+    checks.schedule_mode(sps, strict, mode)
     checked_sps(sps)
-    validate.sampling(temperature, top_p, top_k)
-    validate.seed(seed)
-    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+    checks.sampling(temperature, top_p, top_k)
+    checks.seed(seed)
+    checks.integer(max_new_tokens, "--max-new-tokens", 1)
 
 
 def _decoding_target(drafter: Optional[str], target: Optional[str], dtype: Optional[str], device: Optional[str],
@@ -112,8 +112,8 @@ def generate(
     sampling = SamplingConfig(temperature, top_k=top_k, top_p=top_p)
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
-    validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
-    validate.schedule_mode(sps, strict, setup.mode)
+    checks.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
+    checks.schedule_mode(sps, strict, setup.mode)
     for hint in setup.hints:  # one line each, verbatim (a path may hold "[")
         err_console.print(f"[dim]{escape(hint)}[/dim]", highlight=False, soft_wrap=True)
     draft, policy = setup.drafter, setup.policy
@@ -168,7 +168,7 @@ def chat(
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
     _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
                    max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
-    validate.system_message(system)
+    checks.system_message(system)
     from minispark.chat import ChatREPL
     from minispark.serving.conversation import Conversation
     from minispark.target.sampling import SamplingConfig
@@ -179,8 +179,8 @@ def chat(
     if image and not loaded.is_vlm:
         raise MinisparkError(f"--image: target {loaded.name} is text-only ({loaded.model_type})")
     setup = build_serving(loaded, drafter, mode, gamma, threshold, sps, sampling, strict, draft_skip=draft_skip)
-    validate.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
-    validate.schedule_mode(sps, strict, setup.mode)
+    checks.threshold_mode(threshold, setup.mode)  # the mode chosen for the run (--mode not given)
+    checks.schedule_mode(sps, strict, setup.mode)
     with Conversation(loaded, setup.drafter, policy=setup.policy, sampling=sampling, max_new_tokens=max_new_tokens,
                       system=system, stop_strings=stop, seed=seed, skip=setup.skip) as conversation:
         ChatREPL(conversation, setup, console, show_stats=stats).run(images=image)
@@ -219,11 +219,11 @@ def serve(
 ) -> None:
     """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health); Ctrl-C drains."""
     checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
-    validate.choice(mode, "--mode", validate.MODES)
-    validate.integer(gamma, "--gamma", 1)
-    validate.schedule_mode(sps, False, mode)
+    checks.choice(mode, "--mode", checks.MODES)
+    checks.integer(gamma, "--gamma", 1)
+    checks.schedule_mode(sps, False, mode)
     checked_sps(sps)
-    port = validate.listen_address(host, port)  # --port 0: the free port picked now, printed below
+    port = checks.listen_address(host, port)  # --port 0: the free port picked now, printed below
     # an empty variable (`export MINISPARK_API_KEY=$KEY` with KEY unset) reads as no key at all: serving open
     if (api_key is not None and not api_key.strip()) or (api_key is None and os.environ.get(defaults.API_KEY_ENV) == ""):
         raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): empty; omit it (and unset the variable) to serve "
@@ -234,18 +234,18 @@ def serve(
         raise MinisparkError(f"--api-key (or ${defaults.API_KEY_ENV}): holds {odd!r}, which no HTTP client can send in "
                              "an Authorization header (every request would be refused); use visible ASCII characters, "
                              "no space at either end")
-    validate.integer(max_concurrent, "--max-concurrent", 1, limits.SERVE_MAX_SLOTS)
-    validate.integer(queue, "--queue", 0)
-    validate.integer(max_tokens, "--max-tokens", 1)
-    validate.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
-    allowed = tuple(validate.host_name(name, "--allow-host") for name in allow_host or ())
+    checks.integer(max_concurrent, "--max-concurrent", 1, limits.SERVE_MAX_SLOTS)
+    checks.integer(queue, "--queue", 0)
+    checks.integer(max_tokens, "--max-tokens", 1)
+    checks.input_dir(image_dir, "--image-dir")  # a missing one was "not a directory"
+    allowed = tuple(checks.host_name(name, "--allow-host") for name in allow_host or ())
     from minispark.server.app import ServeConfig, run_server, served_model_id, server_url  # seconds: after the checks
     from minispark.server.protocol import ServeLimits
     from minispark.serving.builder import build_serving
 
     loaded = _decoding_target(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     setup = build_serving(loaded, drafter, mode, gamma, sps=sps)
-    validate.schedule_mode(sps, False, setup.mode)  # the mode chosen for the run (--mode not given)
+    checks.schedule_mode(sps, False, setup.mode)  # the mode chosen for the run (--mode not given)
     for hint in setup.hints:
         err_console.print(f"notice: {hint}", highlight=False, soft_wrap=True, markup=False)
     slots = max_concurrent or limits.serve_slots(loaded.device.type)
@@ -279,8 +279,8 @@ def demo(
     from minispark.demo import PipelineSizes, check_out, render_demo, run_demo, run_pipeline
     from minispark.measuring.profiler import rich_progress
 
-    validate.integer(num_prompts, "--num-prompts", 1)
-    validate.integer(max_new_tokens, "--max-new-tokens", 1)
+    checks.integer(num_prompts, "--num-prompts", 1)
+    checks.integer(max_new_tokens, "--max-new-tokens", 1)
     if not train:
         if typed_on_command_line("out"):  # the plain demo writes nothing: --out was ignored without a word
             raise MinisparkError(f"--out {out}: only demo --train writes a pipeline directory (the plain demo keeps "

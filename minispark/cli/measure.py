@@ -15,7 +15,7 @@ from typing import Any, Optional
 import typer
 from rich.markup import escape
 
-from minispark import validate, validate_lists, validate_models
+from minispark.core import checks, check_lists, model_files
 from minispark.core import defaults
 from minispark.core.defaults import DEFAULT_THRESHOLD
 from minispark.core.drafter_spec import HYBRID, DrafterSpec
@@ -28,12 +28,12 @@ from .app import (DeviceOpt, DtypeOpt, EightBitOpt, FourBitOpt, GammaOpt, JsonOp
 
 
 def figure_file(path: Path | None, flag: str = "--plot", inputs: dict[str, Any] | None = None) -> Path | None:
-    """``--plot``: a PNG to write (``validate.output_file``), never among what minispark ships
-    (``validate.not_shipped``), that replaces an existing file only if minispark wrote that one (a figure of an
+    """``--plot``: a PNG to write (``checks.output_file``), never among what minispark ships
+    (``checks.not_shipped``), that replaces an existing file only if minispark wrote that one (a figure of an
     earlier run): someone's image or document of the same name is refused, not replaced."""
-    path = validate.output_file(path, flag, inputs)
+    path = checks.output_file(path, flag, inputs)
     if path is not None:  # bench and calibrate wrote a figure among the shipped tables (a link to them)
-        validate.not_shipped(path, flag, "write the figure elsewhere")
+        checks.not_shipped(path, flag, "write the figure elsewhere")
     if path is not None and (path.is_file() or path.is_symlink()) and not is_own_figure(path):
         raise MinisparkError(f"{flag} {path}: exists and is not a figure minispark wrote; choose another name "
                              "(or delete it)")
@@ -111,12 +111,12 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
                   plot: Optional[Path], strict: bool = False) -> tuple[Any, bool]:
     """bench, resolving its inputs: every flag checked and the ``BenchConfig`` built before the target loads;
     with whether --modes named the modes (if not, :func:`_with_drafter_modes` adds the drafter's)."""
-    validate.integer(num_prompts, "--num-prompts", 1)  # the numbers first: before any import that takes seconds
+    checks.integer(num_prompts, "--num-prompts", 1)  # the numbers first: before any import that takes seconds
     for value, flag in ((max_new_tokens, "--max-new-tokens"), (gamma, "--gamma")):
-        validate.integer(value, flag, 1)
-    validate.integer(repeats, "--repeats", 1, defaults.BENCH_MAX_REPEATS)
-    validate.sampling(temperature, top_p, top_k)
-    validate.seed(seed)
+        checks.integer(value, flag, 1)
+    checks.integer(repeats, "--repeats", 1, defaults.BENCH_MAX_REPEATS)
+    checks.sampling(temperature, top_p, top_k)
+    checks.seed(seed)
     checked_drafter(drafter)
     samples = _check_prompts(prompts)
     if category is not None and prompts is None:
@@ -127,9 +127,9 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
     if category is not None and category not in categories:  # after the load, it said "no prompt ... usable"
         has = f"its categories: {', '.join(categories)}" if categories else 'no line has a "category" key'
         raise MinisparkError(f"--category {category}: no line of --prompts {prompts} is of it ({has})")
-    names = None if modes is None else validate_lists.items(modes, "--modes", "mode")
+    names = None if modes is None else check_lists.items(modes, "--modes", "mode")
     if names is not None:
-        validate_lists.distinct_items(names, "--modes")
+        check_lists.distinct_items(names, "--modes")
     if threshold is not None and names is not None and "threshold" not in names:  # it would be ignored without a word
         raise MinisparkError(f"--threshold {threshold:g}: only the threshold mode uses it, and --modes {modes} leaves "
                              "it out; drop --threshold or add threshold to --modes")
@@ -150,7 +150,7 @@ def _bench_config(drafter: Optional[str], prompts: Optional[Path], num_prompts: 
                              f"{modes} leaves them out; drop {'it' if len(table_flags) == 1 else 'them'} or add "
                              "schedule to --modes")
     checked_sps(sps)
-    validate.output_file(plot, "--plot")
+    checks.output_file(plot, "--plot")
     config = BenchConfig(modes=names or BASELINE_MODES, max_new_tokens=max_new_tokens, gamma=gamma,
                          threshold=DEFAULT_THRESHOLD if threshold is None else threshold, sampling=SamplingConfig(temperature, top_k=top_k, top_p=top_p),
                          repeats=repeats, seed=seed)  # checks the rest before the target loads
@@ -254,13 +254,13 @@ def profile(
     config = _profile_config(contexts, max_tokens, rounds, warmup, drift_bound, max_remeasure, cooldown, seed, threads,
                              note, allow_busy, out, plot, batch_requests)
     if drafter is not None:
-        validate_models.checkpoint(drafter, "--drafter")
+        model_files.checkpoint(drafter, "--drafter")
         if target is None and read_record(drafter) is None:  # else the embedded target would be profiled instead
             raise MinisparkError(f"--drafter {drafter}: records no target (a drafter from before records, or an "
                                  "import); give its target with --target")
     figure_file(plot, "--plot", {"--drafter": drafter, "--target": target})
     if out is not None:  # a table inside the model directories is never looked up there
-        validate.outside_inputs(out, "--out", {"--drafter": drafter, "--target": target})
+        checks.outside_inputs(out, "--out", {"--drafter": drafter, "--target": target})
     target, dtype, load_in_4bit, load_in_8bit = _remembered(drafter, target, dtype, device, load_in_4bit, load_in_8bit)
     _check_target_flags(target, dtype, device, load_in_4bit, load_in_8bit)
     load_in_4bit = _auto_4bit(target, dtype, device, load_in_4bit, load_in_8bit)
@@ -299,25 +299,25 @@ def _profile_config(contexts: str, max_tokens: int, rounds: int, warmup: int, dr
     """profile's measuring flags checked (before anything loads) and its ``ProfileConfig``."""
     from minispark.measuring.profiler import ProfileConfig
 
-    lengths = validate_lists.integers(contexts, "--contexts", 0, distinct=True)
-    counts = (validate_lists.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS,
+    lengths = check_lists.integers(contexts, "--contexts", 0, distinct=True)
+    counts = (check_lists.integers(batch_requests, "--batch-requests", 2, defaults.PROFILE_MAX_BATCH_REQUESTS,
                                 distinct=True) if batch_requests.strip() else [])
-    validate.one_line(note, "--note")
-    validate.number(drift_bound, "--drift-bound", 0.0, low_open=True)
-    validate.number(cooldown, "--cooldown", 0.0, 3600.0)
-    validate.integer(threads, "--threads", 1)
+    checks.one_line(note, "--note")
+    checks.number(drift_bound, "--drift-bound", 0.0, low_open=True)
+    checks.number(cooldown, "--cooldown", 0.0, 3600.0)
+    checks.integer(threads, "--threads", 1)
     for value, flag, minimum in ((rounds, "--rounds", 1), (warmup, "--warmup", 0),
                                  (max_remeasure, "--max-remeasure", 0)):
-        validate.integer(value, flag, minimum)
+        checks.integer(value, flag, minimum)
     if threads is not None and threads > (os.cpu_count() or 1):
         raise MinisparkError(f"--threads {threads}: this machine has {os.cpu_count()} CPUs (a table keyed to more "
                              "threads than it can run is never matched)")
     if max_tokens < defaults.PROFILE_MIN_TOKENS:
         raise MinisparkError(f"--max-tokens {max_tokens}: schedule mode verifies up to γ + 1 = "
                              f"{defaults.PROFILE_MIN_TOKENS} tokens per round; profile at least that many")
-    validate.seed(seed)
-    validate.output_dir(out)
-    validate.output_file(plot, "--plot")
+    checks.seed(seed)
+    checks.output_dir(out)
+    checks.output_file(plot, "--plot")
     return ProfileConfig(contexts=lengths, max_tokens=max_tokens, batch_requests=counts,
                          rounds=rounds, warmup=warmup, drift_bound=drift_bound, max_remeasure=max_remeasure,
                          cooldown_s=cooldown, seed=seed, note=note, allow_busy=allow_busy)
@@ -375,28 +375,28 @@ def calibrate(
 def _check_calibration(drafter: Path, prompts: Path, num_prompts: int, gamma: Optional[int], temperature: float,
                        max_new_tokens: int, min_rounds: int, seed: int, plot: Optional[Path]) -> None:
     """calibrate's flags, checked before the target loads (the numbers before any import that takes seconds)."""
-    validate.integer(num_prompts, "--num-prompts", 1)
-    validate.integer(gamma, "--gamma", 1)
-    validate.integer(max_new_tokens, "--max-new-tokens", 1)
-    validate.integer(min_rounds, "--min-rounds", 1)
-    validate.seed(seed)
-    temperature = validate.temperature(temperature)
+    checks.integer(num_prompts, "--num-prompts", 1)
+    checks.integer(gamma, "--gamma", 1)
+    checks.integer(max_new_tokens, "--max-new-tokens", 1)
+    checks.integer(min_rounds, "--min-rounds", 1)
+    checks.seed(seed)
+    temperature = checks.temperature(temperature)
     from minispark.data.provenance import warn_if_trained_on
     from minispark.model.drafter_dir import calibration_name
     from minispark.target.sampling import SamplingConfig
 
-    validate_models.checkpoint(drafter, "--drafter")
+    model_files.checkpoint(drafter, "--drafter")
     # cp -rL: the contents, also through a symlink to the shipped directory (cp -r would copy the link)
-    validate.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
+    checks.not_shipped(drafter, "--drafter", f"copy it (cp -rL {shlex.quote(str(drafter))} my-drafter) and "
                          "calibrate the copy")
-    validate.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
+    checks.writable(drafter, "--drafter")  # calibration.json goes there: refused after the rollouts, naming a temp file
     name = calibration_name(temperature)
     if (drafter / name).is_dir():  # the same, as a traceback
         raise MinisparkError(f"--drafter {drafter}: its {name} is a directory, where calibrate writes "
                              "the fit; move it away")
     samples = _check_prompts(prompts)
     warn_if_trained_on(drafter, prompts, samples, num_prompts)  # a notice now, not after the rollouts
-    validate.output_file(plot, "--plot")
+    checks.output_file(plot, "--plot")
     SamplingConfig(temperature)  # the temperature alone, as a sampling setting
 
 
@@ -443,12 +443,12 @@ def simulate(
     from minispark.measuring.simulate import appendix_a as run_appendix_a, render_appendix_a, render_theta_table, theta_table
     from minispark.serving.sps import SPSTable
 
-    validate.seed(seed)
+    checks.seed(seed)
     if appendix_a:
         given = [flag for flag, value in (("--conf", conf), ("--sps", sps), ("--sps-inline", sps_inline)) if value is not None]
         if given:  # the counterexample has its own confidences and costs: these would be ignored
             raise MinisparkError(f"--appendix-a runs a fixed counterexample; {', '.join(given)} cannot be used with it")
-        validate.integer(draws, "--draws", 1, defaults.APPENDIX_A_MAX_DRAWS)
+        checks.integer(draws, "--draws", 1, defaults.APPENDIX_A_MAX_DRAWS)
         result = run_appendix_a(**{key: value for key, value in (("draws", draws), ("seed", seed)) if value is not None})
         _print_json(result) if as_json else console.print(render_appendix_a(result))
         return
@@ -458,13 +458,13 @@ def simulate(
                              f"{'it' if len(given) == 1 else 'them'} or add --appendix-a")
     if conf is None:
         raise MinisparkError("--conf is required (or use --appendix-a)")
-    confidences = validate_lists.floats(conf, "--conf", low=0.0, high=1.0)
+    confidences = check_lists.floats(conf, "--conf", low=0.0, high=1.0)
     if sps is not None and sps_inline is not None:
         raise MinisparkError("--sps and --sps-inline are exclusive; give one")
     if sps is not None:
         table = SPSTable.load(checked_sps(sps))
     elif sps_inline is not None:
-        table = SPSTable.from_inline(validate_lists.sps_values(sps_inline))
+        table = SPSTable.from_inline(check_lists.sps_values(sps_inline))
     else:
         raise MinisparkError("give --sps FILE or --sps-inline 1.0,0.5,...")
     result = theta_table(confidences, table, source=f"--sps {sps}" if sps is not None else "--sps-inline")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 #: Sampling temperature where none is given (``SamplingConfig``, generate, chat, bench): greedy.
 DEFAULT_TEMPERATURE = 0.0
-#: The highest sampling temperature any command takes (``validate.temperature``): the logits a model
+#: The highest sampling temperature any command takes (``checks.temperature``): the logits a model
 #: produces span some tens of nats, which T 100 already shrinks to under one (near-uniform draws);
 #: a larger value (1e308) is a typo, not a setting.
 MAX_TEMPERATURE = 100.0
@@ -121,7 +121,7 @@ STATIC_CACHE_TOKENS = 4096
 IMAGE_MAX_PIXELS = 1280 * 28 * 28
 IMAGE_MAX_PIXELS_ENV = "MINISPARK_MAX_PIXELS"
 #: The largest count or size a flag takes (a C int): a token count, window, budget or batch this large is a
-#: typo (``validate`` refuses past it; torch and numpy would overflow a C long instead of refusing).
+#: typo (``core.checks`` refuses past it; torch and numpy would overflow a C long instead of refusing).
 MAX_INT = 2**31 - 1
 #: The smallest budget accepted: qwen-vl-utils' floor of 4 visual tokens (4 × 28²).
 IMAGE_MIN_PIXELS = 4 * 28 * 28
@@ -162,22 +162,22 @@ def image_max_pixels() -> int:
     """The pixel budget asked for by ``minispark --max-pixels`` or its variable, else ``IMAGE_MAX_PIXELS``.
     Every target load reads it (``load_target``, the CLI's target checks), not only a vision target's first
     image, so a bad value is one line on any target, before anything loads."""
-    from minispark.core.errors import MinisparkError
+    from minispark.core.errors import MinisparkError, option
 
     value = os.environ.get(IMAGE_MAX_PIXELS_ENV) or str(IMAGE_MAX_PIXELS)
     if not (value.isascii() and value.isdigit()) or not IMAGE_MIN_PIXELS <= int(value) <= MAX_INT:
-        raise MinisparkError(f"--max-pixels / ${IMAGE_MAX_PIXELS_ENV}: {value!r} is not a whole number of pixels "
+        raise MinisparkError(f"{option('max_pixels')} / ${IMAGE_MAX_PIXELS_ENV}: {value!r} is not a whole number of pixels "
                              f"in [{IMAGE_MIN_PIXELS}, {MAX_INT}]")
     return int(value)
 
 
 def draft_precision() -> str:
     """The drafter precision asked for by ``minispark --draft-precision`` or its environment variable."""
-    from minispark.core.errors import MinisparkError
+    from minispark.core.errors import MinisparkError, option
 
     value = os.environ.get(DRAFT_PRECISION_ENV, "auto") or "auto"
     if value not in DRAFT_PRECISIONS:
-        raise MinisparkError(f"--draft-precision / ${DRAFT_PRECISION_ENV}: {value!r} is not one of "
+        raise MinisparkError(f"{option('draft_precision')} / ${DRAFT_PRECISION_ENV}: {value!r} is not one of "
                              f"{', '.join(DRAFT_PRECISIONS)}")
     return value
 

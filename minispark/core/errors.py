@@ -1,17 +1,76 @@
-"""The one exception type user-facing errors are raised as.
+"""The exception types user-facing errors are raised as, worded in the library's terms.
 
-The CLI prints a ``MinisparkError`` as a single line (naming the file, line or flag at fault) and
-exits non-zero; anything else is a bug and keeps its traceback.
+The CLI prints a ``MinisparkError`` as a single line (naming the file, line or flag at fault) and exits 2;
+anything else is a bug and keeps its traceback. The library names an option by its own name (a config field,
+a function's parameter), written ``option("heldout_cache")`` inside the message; the error reads
+``heldout_cache`` to a Python caller and ``--heldout-cache`` once the CLI words it (``worded``), so flags are
+spelled in one place, the CLI's declarations.
+
+    .venv/bin/python -m pytest -q tests/core/test_errors.py
 """
+
+from __future__ import annotations
+
+import re
+from typing import Callable
+
+#: An option named inside a message: a name between shift-out and shift-in (control characters: no flag value or path a
+#: one-line error quotes can hold: control characters are refused at the edge).
+_OPTION = re.compile("\x0e([a-z0-9_]+)\x0f")
+
+
+def option(name: str) -> str:
+    """A reference to the library option ``name`` inside an error message (see the module docstring)."""
+    return f"\x0e{name}\x0f"
+
+
+def worded(text: str, name_of: Callable[[str], str]) -> str:
+    """``text`` with each option reference (``option``) named by ``name_of(option)``."""
+    return _OPTION.sub(lambda match: name_of(match[1]), text)
 
 
 class MinisparkError(Exception):
-    """A user-facing error with a one-line message."""
+    """A user-facing error with a one-line message, which may name options (``option``)."""
+
+    @property
+    def template(self) -> str:
+        """The message with its option references (what ``worded`` names)."""
+        return str(self.args[0]) if self.args else ""
+
+    @property
+    def options(self) -> tuple[str, ...]:
+        """The options the message names, first mention first."""
+        return tuple(dict.fromkeys(_OPTION.findall(self.template)))
+
+    def worded(self, name_of: Callable[[str], str]) -> str:
+        """The message with each option named by ``name_of(option)`` (the CLI: its flag)."""
+        return worded(self.template, name_of)
+
+    def __str__(self) -> str:
+        return self.worded(lambda name: name)
+
+    def __format__(self, spec: str) -> str:
+        # an error quoted in another's message (f"{exc}") keeps its references, so the outer one words them all
+        return format(self.template, spec)
+
+
+class OptionError(MinisparkError):
+    """A value refused for an option: ``field`` is the option the message names first, ``value`` what was
+    given (None where the message says it)."""
+
+    def __init__(self, message: str, value: object = None) -> None:
+        super().__init__(message)
+        self.value = value
+
+    @property
+    def field(self) -> str | None:
+        return self.options[0] if self.options else None
 
 
 def first_line(exc: BaseException) -> str:
-    """The first line of ``exc``'s message (its type's name when it has none): what a one-line error quotes."""
-    text = str(exc).strip()
+    """The first line of ``exc``'s message (its type's name when it has none): what a one-line error quotes
+    (a ``MinisparkError``'s with its option references)."""
+    text = format(exc, "").strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 

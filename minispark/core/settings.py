@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from minispark.core import defaults
 from minispark.core.defaults import ALLOW_PICKLE_ENV, IMAGE_MAX_PIXELS, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Settings:
         here: a bad value is one line naming the flag and the variable)."""
         runtime = runtime or os.environ.get(TARGET_RUNTIME_ENV) or "auto"
         if runtime not in TARGET_RUNTIMES:
-            raise MinisparkError(f"--runtime / ${TARGET_RUNTIME_ENV}: {runtime!r} is not one of "
+            raise MinisparkError(f"{option('runtime')} / ${TARGET_RUNTIME_ENV}: {runtime!r} is not one of "
                                  f"{', '.join(TARGET_RUNTIMES)}")
         return cls(runtime=runtime, draft_precision=draft_precision or defaults.draft_precision(),
                    max_pixels=max_pixels or defaults.image_max_pixels(),

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterator
 
 from minispark.core.defaults import user_dir
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 
 try:
     import fcntl
@@ -40,7 +40,7 @@ def lock_file(path: str | Path) -> Path:
 
 
 @contextlib.contextmanager
-def sole_writer(path: str | Path, flag: str = "--out") -> Iterator[None]:
+def sole_writer(path: str | Path, flag: str = option("out")) -> Iterator[None]:
     """Hold the lock of the output directory ``path`` for the ``with`` block; refuse (``flag`` names it) while
     another process holds it."""
     resolved = Path(path).resolve()
@@ -60,7 +60,7 @@ def sole_writer(path: str | Path, flag: str = "--out") -> Iterator[None]:
             os.close(fd)
 
 
-def check_free(path: str | Path, flag: str = "--out") -> None:
+def check_free(path: str | Path, flag: str = option("out")) -> None:
     """Refuse ``path`` while another process writes it: the check a command makes before its target loads."""
     if Path(path).resolve() not in _HELD:
         fd = _take(path, flag)

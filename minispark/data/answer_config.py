@@ -10,9 +10,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minispark import validate
+from minispark.core import checks
 from minispark.core.defaults import MAX_SAMPLES, REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.data.cache_config import SPLITS
 
 if TYPE_CHECKING:
@@ -42,15 +42,15 @@ class AnswerConfig:
 
     def __post_init__(self) -> None:
         self.prompts, self.out = Path(self.prompts), Path(self.out)
-        for flag, value, minimum in (("--num-samples", 1 if self.num_samples is None else self.num_samples, 1),
-                                     ("--max-new-tokens", self.max_new_tokens, 1),
-                                     ("--batch-size", self.batch_size, 0),
-                                     ("--samples-per-shard", self.samples_per_shard, 1)):
+        for flag, value, minimum in ((option("num_samples"), 1 if self.num_samples is None else self.num_samples, 1),
+                                     (option("max_new_tokens"), self.max_new_tokens, 1),
+                                     (option("batch_size"), self.batch_size, 0),
+                                     (option("samples_per_shard"), self.samples_per_shard, 1)):
             if value < minimum:
                 raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
-        validate.integer(self.num_samples, "--num-samples", 1, MAX_SAMPLES)
+        checks.integer(self.num_samples, option("num_samples"), 1, MAX_SAMPLES)
         if self.split not in SPLITS:
-            raise MinisparkError(f"--split: {self.split!r} is not one of {', '.join(SPLITS)}")
+            raise MinisparkError(f"{option('split')}: {self.split!r} is not one of {', '.join(SPLITS)}")
         _ = self.sampling  # raises on a bad temperature / top-p / top-k
 
     @property

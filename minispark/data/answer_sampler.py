@@ -17,6 +17,8 @@ Text targets only (M-RoPE prompts with images go through ``regenerate``).
 
 from __future__ import annotations
 
+from minispark.core.errors import option
+
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -184,7 +186,7 @@ def iter_answers(target: Target, prompts: Mapping[int, PromptInputs], seeds: Map
     (default an eighth of the batch) so each prefill is a small batch, not a row.
     """
     if max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+        raise ValueError(f"{option('max_new_tokens')} must be >= 1, got {max_new_tokens}")
     if target.uses_mrope:
         raise ValueError("iter_answers takes text targets; M-RoPE targets regenerate through generate")
     eos = set(target.eos_token_ids)

@@ -31,14 +31,16 @@ import numpy as np
 import safetensors.torch
 import torch
 
-from minispark import __version__, validate
+from minispark import __version__
+
+from minispark.core import checks
 from minispark.core.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.cache_format import (config_difference, config_hash, file_sha256, int8_runtime,
                                          read_format_manifest)
 from minispark.data.prompts import (PromptSample, encode_within_context, load_prompts, prompt_file_hash,
                                     refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.data.answer_config import AnswerConfig
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
@@ -64,12 +66,12 @@ def shard_name(index: int) -> str:
 WRITES = (MANIFEST, "answers-*.safetensors", f".{MANIFEST}.*.tmp", ".answers-*.tmp")
 
 
-def check_out(out: Path, flag: str = "--out") -> Path:
+def check_out(out: Path, flag: str = option("out")) -> Path:
     """``out`` is a directory an answer build may write into: not a symlink, and new, empty, or an answer
     set's own (only ``WRITES``, and an answer-set manifest if it has one). A directory of someone else's
     files is refused, before any target loads, rather than filled with shards beside them."""
     out = refuse_symlink(out, flag)
-    validate.resumable_dir(out, flag, WRITES)
+    checks.resumable_dir(out, flag, WRITES)
     if (out / MANIFEST).is_file():
         _read_manifest(out)  # an answers.json of another tool: one line naming it
     return out
@@ -304,11 +306,11 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
     if manifest is not None:
         if (differs := config_difference(manifest["config"], cfg)) is not None:
             key, was, now = differs
-            raise AnswerSetError(f"{out / MANIFEST}: --out holds answers built with a different {key} "
-                                 f"({was!r}, now {now!r}); use another --out")
+            raise AnswerSetError(f"{out / MANIFEST}: {option('out')} holds answers built with a different {key} "
+                                 f"({was!r}, now {now!r}); use another {option('out')}")
         if manifest["totals"]["samples"] > sum(counts):
-            raise AnswerSetError(f"{out / MANIFEST}: --out already holds {manifest['totals']['samples']} answers; "
-                                 f"--num-samples {sum(counts)} would shrink it (an answer set only grows)")
+            raise AnswerSetError(f"{out / MANIFEST}: {option('out')} already holds {manifest['totals']['samples']} answers; "
+                                 f"{option('num_samples')} {sum(counts)} would shrink it (an answer set only grows)")
         listed = {e["file"]: e for e in manifest["shards"]}
     for stale in [*out.glob(".answers-*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
         stale.unlink()  # our own atomic write cut short by a kill
@@ -321,7 +323,7 @@ def _finished_shards(out: Path, manifest: dict[str, Any] | None, cfg: dict[str, 
         if entry is None:  # our writes list a shard right after renaming it: stopped between the two, or not ours
             entry = _unlisted_shard(path, k, count, config_hash(cfg))
         if entry is None:
-            raise AnswerSetError(f"{path}: exists but is not listed in {MANIFEST}; use another --out")
+            raise AnswerSetError(f"{path}: exists but is not listed in {MANIFEST}; use another {option('out')}")
         intact = not path.is_symlink() and path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]
         if intact and entry["samples"] == count:
             done[k] = entry

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from minispark import validate
+from minispark.core import checks
 from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, WRITES, CacheError, CacheMismatchError,
                                          PackedSample, ShardFile, build_manifest, config_difference, config_hash,
                                          file_sha256, int8_runtime, pack_shard, read_manifest, shard_name,
@@ -33,7 +33,7 @@ from minispark.data.cache_format import (CACHE_DTYPES, MANIFEST, WRITES, CacheEr
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_estimate import CacheEstimate, check_disk, estimate
 from minispark.data.cache_windows import answer_mask, format_bytes, select_anchors, window_layout
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.data.prompts import (PromptFileError, PromptSample, encode_within_context, load_prompts,
                                     prompt_file_hash, refuse_heldout)
 from minispark.data.regenerate import Answer, regenerate, sample_seed
@@ -89,7 +89,7 @@ def prepare(config: CacheConfig, target: Target | None) -> tuple[list[PromptSamp
     if config.source == "text":
         for sample in samples:
             if sample.answer is None:
-                raise PromptFileError(config.prompts, sample.line, "--source text needs a trailing assistant "
+                raise PromptFileError(config.prompts, sample.line, f"{option('source')} text needs a trailing assistant "
                                       "message (the text to teacher-force)")
     if config.split == "train":
         refuse_heldout(config.prompts, samples)
@@ -140,11 +140,11 @@ def manifest_config(config: CacheConfig, target: Target, layers: list[int], prom
 
 
 # ---------------------------------------------------------------------- the build
-def check_out(out: Path, flag: str = "--out") -> Path:
+def check_out(out: Path, flag: str = option("out")) -> Path:
     """``out`` is a directory a cache build may write into: new, empty, or a cache's own (only what a build
     writes there, ``WRITES``, and a cache manifest if it has one). A directory of someone else's files is
     refused, before any target loads, rather than filled with shards beside them."""
-    validate.resumable_dir(out, flag, WRITES)
+    checks.resumable_dir(out, flag, WRITES)
     if (out / MANIFEST).is_file():
         read_manifest(out)  # a manifest.json of another tool: one line naming it
     return out
@@ -307,17 +307,17 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
         if manifest["config"].get("source") == "mix":
-            raise CacheMismatchError(f"{out / MANIFEST}: --out holds a mix of caches (`minispark cache-mix`), which "
+            raise CacheMismatchError(f"{out / MANIFEST}: {option('out')} holds a mix of caches (`minispark cache-mix`), which "
                                      "cannot grow; grow its parts and mix them again")
         if (differs := config_difference(manifest["config"], cfg)) is not None:
             key, was, now = differs
-            raise CacheMismatchError(f"{out / MANIFEST}: --out holds a cache built with a different {key} "
-                                     f"({was!r}, now {now!r}); use another --out or delete it")
+            raise CacheMismatchError(f"{out / MANIFEST}: {option('out')} holds a cache built with a different {key} "
+                                     f"({was!r}, now {now!r}); use another {option('out')} or delete it")
         # the samples its finished shards hold; an interrupted build's plan ("num_samples") said "already holds 400
         # samples" of a cache holding 56, and refused to finish it at any size below the plan
         have = int(manifest["totals"]["samples"])
         if have > sum(counts):
-            raise CacheMismatchError(f"{out / MANIFEST}: --out already holds {have} samples; --num-samples "
+            raise CacheMismatchError(f"{out / MANIFEST}: {option('out')} already holds {have} samples; {option('num_samples')} "
                                      f"{sum(counts)} would shrink it (a cache only grows)")
         listed = {e["file"]: e for e in manifest["shards"]}
     for stale in [*out.glob(".shard-*.tmp"), *out.glob(f".{MANIFEST}.*.tmp")]:
@@ -342,7 +342,7 @@ def _resumable_shards(out: Path, cfg: dict[str, Any], counts: list[int],
         except CacheError:
             ok = False
         if not ok and entry is None:  # not listed by our manifest: someone else's file, never ours to delete
-            raise CacheMismatchError(f"{path}: exists but is not a shard of this cache; use another --out")
+            raise CacheMismatchError(f"{path}: exists but is not a shard of this cache; use another {option('out')}")
         if ok:
             tensors = {key: shard[key] for key in ("seq_len", "prompt_len", "sample_index", "anchor_pos")}
             done[k] = {"file": path.name, "bytes": path.stat().st_size, "sha256": file_sha256(path)} | \

@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from minispark import validate, validate_lists
+from minispark.core import checks, check_lists
 from minispark.core.defaults import DEFAULT_GAMMA, HELDOUT_FILE, MAX_BLOCK_SIZE, MAX_SAMPLES, PROMPTS_DIR
 from minispark.core.defaults import REGEN_MAX_NEW_TOKENS, REGEN_TEMPERATURE, REGEN_TOP_K, REGEN_TOP_P
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 
 if TYPE_CHECKING:
     from minispark.target.sampling import SamplingConfig
@@ -72,19 +72,19 @@ class CacheConfig:
     def __post_init__(self) -> None:
         self.prompts, self.out = Path(self.prompts), Path(self.out)
         num_samples = 1 if self.num_samples is None else self.num_samples
-        minimums = {"--num-samples": (num_samples, 1), "--max-new-tokens": (self.max_new_tokens, 1),
-                    "--anchors-per-sample": (self.anchors_per_sample, 1),
-                    "--anchor-run": (self.anchor_run, 1), "--window": (self.window, 0),
-                    "--block": (self.block, 1), "--batch-size": (self.batch_size, 0),
-                    "--samples-per-shard": (self.samples_per_shard, 1)}
+        minimums = {option("num_samples"): (num_samples, 1), option("max_new_tokens"): (self.max_new_tokens, 1),
+                    option("anchors_per_sample"): (self.anchors_per_sample, 1),
+                    option("anchor_run"): (self.anchor_run, 1), option("window"): (self.window, 0),
+                    option("block"): (self.block, 1), option("batch_size"): (self.batch_size, 0),
+                    option("samples_per_shard"): (self.samples_per_shard, 1)}
         for flag, (value, minimum) in minimums.items():
-            validate.integer(value, flag, minimum, {"--num-samples": MAX_SAMPLES, "--block": MAX_BLOCK_SIZE}.get(flag))
+            checks.integer(value, flag, minimum, {option("num_samples"): MAX_SAMPLES, option("block"): MAX_BLOCK_SIZE}.get(flag))
         if self.source not in SOURCES:
-            raise MinisparkError(f"--source: {self.source!r} is not one of {', '.join(SOURCES)}")
+            raise MinisparkError(f"{option('source')}: {self.source!r} is not one of {', '.join(SOURCES)}")
         if self.split not in SPLITS:
-            raise MinisparkError(f"--split: {self.split!r} is not one of {', '.join(SPLITS)}")
+            raise MinisparkError(f"{option('split')}: {self.split!r} is not one of {', '.join(SPLITS)}")
         if self.dtype not in FEATURE_DTYPES:
-            raise MinisparkError(f"--dtype: unknown cache dtype {self.dtype!r} (choose from {', '.join(FEATURE_DTYPES)})")
+            raise MinisparkError(f"{option('dtype')}: unknown cache dtype {self.dtype!r} (choose from {', '.join(FEATURE_DTYPES)})")
         _ = self.sampling, self.layer_ids  # both raise MinisparkError on bad values
 
     @property
@@ -100,15 +100,15 @@ class CacheConfig:
             if self.layers.strip() == "auto":
                 return None
             try:
-                ids = [int(validate_lists.number_text(x)) for x in self.layers.split(",")]  # '1_0' was layer 10
+                ids = [int(check_lists.number_text(x)) for x in self.layers.split(",")]  # '1_0' was layer 10
             except ValueError:
-                raise MinisparkError(f"--layers: expected 'auto' or comma-separated layer ids, "
-                                     f"got {validate_lists.excerpt(self.layers)}") from None
+                raise MinisparkError(f"{option('layers')}: expected 'auto' or comma-separated layer ids, "
+                                     f"got {check_lists.excerpt(self.layers)}") from None
         else:
             ids = [int(x) for x in self.layers]
         if any(i < 0 for i in ids):  # -1 would be Python's last layer, recorded as -1: a cache no drafter matches
-            raise MinisparkError(f"--layers: layer ids count from 0, got {','.join(map(str, ids))}")
+            raise MinisparkError(f"{option('layers')}: layer ids count from 0, got {','.join(map(str, ids))}")
         if any(b <= a for a, b in zip(ids, ids[1:])):
-            raise MinisparkError(f"--layers: layer ids must be distinct and increasing, got "
+            raise MinisparkError(f"{option('layers')}: layer ids must be distinct and increasing, got "
                                  f"{','.join(map(str, ids))}")
         return ids

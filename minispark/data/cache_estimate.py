@@ -17,7 +17,7 @@ import numpy as np
 from minispark.data.cache_config import CacheConfig
 from minispark.data.cache_windows import ByteEstimate, estimate_bytes, format_bytes
 from minispark.data.prompts import PromptSample
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.target.loading import Target
 
 
@@ -69,8 +69,8 @@ def check_disk(config: CacheConfig, target: Target, samples: list[PromptSample],
     need = estimate(config, target, samples, layers, max_prompts=64).estimate.bytes_per_sample * remaining
     free = free_bytes(config.out)
     if need > free:
-        raise MinisparkError(f"--out {config.out}: needs up to ~{format_bytes(need)} for {remaining} samples but only "
-                             f"{format_bytes(free)} is free (see --dry-run; --force starts anyway)")
+        raise MinisparkError(f"{option('out')} {config.out}: needs up to ~{format_bytes(need)} for {remaining} samples but only "
+                             f"{format_bytes(free)} is free (see {option('dry_run')}; {option('force')} starts anyway)")
 
 
 def free_bytes(path: Path) -> int:

@@ -15,6 +15,8 @@ manifest after each, so a killed mix resumes.
 
 from __future__ import annotations
 
+from minispark.core.errors import option
+
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +24,7 @@ from typing import Any
 
 import torch
 
-from minispark import validate, validate_lists
+from minispark.core import checks, check_lists
 from minispark.data.cache_format import (MANIFEST, WRITES, CacheError, CacheMismatchError, CacheReader, ShardFile,
                                          build_manifest, config_hash, file_sha256, read_manifest, shard_name,
                                          shard_stats, write_manifest, write_shard)
@@ -50,7 +52,7 @@ class MixPart:
 def parse_part(spec: str) -> MixPart:
     """``DIR`` or ``DIR:N`` → :class:`MixPart`; a bad count is a one-line error naming the spec."""
     directory, sep, count = spec.rpartition(":")
-    if not sep or not validate_lists.is_number_text(count, whole=True):
+    if not sep or not check_lists.is_number_text(count, whole=True):
         if sep and not Path(spec).exists() and Path(directory).is_dir():  # "DIR:abc", "DIR:1.5": a count mistyped
             raise CacheError(f"cache-mix part {spec!r}: after {directory}: expected a whole number of samples, "
                              f"got {count!r}")
@@ -215,11 +217,11 @@ def mix_caches(out: Path | str, parts: Sequence[MixPart], *, samples_per_shard: 
 
 def _mix_caches(out: Path, parts: Sequence[MixPart], *, samples_per_shard: int,
                 log: Callable[[str], None]) -> dict[str, Any]:
-    out = validate.resumable_dir(out, "--out", WRITES)  # a directory of someone's files gets no shards
+    out = checks.resumable_dir(out, option("out"), WRITES)  # a directory of someone's files gets no shards
     # a mix inside a part would sit among that cache's shards (and a resumed `cache` refuses it there)
-    validate.outside_inputs(out, "--out", {f"part {i}": part.directory for i, part in enumerate(parts, 1)})
+    checks.outside_inputs(out, option("out"), {f"part {i}": part.directory for i, part in enumerate(parts, 1)})
     if samples_per_shard <= 0:
-        raise CacheError(f"--samples-per-shard must be positive, got {samples_per_shard}")
+        raise CacheError(f"{option('samples_per_shard')} must be positive, got {samples_per_shard}")
     readers, parts = open_parts(parts)
     config = mix_config(readers, parts) | {"batching": {"samples_per_shard": samples_per_shard}}
     total = sum(part.samples for part in parts)
@@ -228,7 +230,7 @@ def _mix_caches(out: Path, parts: Sequence[MixPart], *, samples_per_shard: int,
     if (out / MANIFEST).exists():
         manifest = read_manifest(out)
         if manifest["config"] != config:
-            raise CacheMismatchError(f"{out / MANIFEST}: --out holds another cache or mix; use another --out")
+            raise CacheMismatchError(f"{out / MANIFEST}: {option('out')} holds another cache or mix; use another {option('out')}")
         done = {k: e for k, e in enumerate(manifest["shards"])
                 if (out / e["file"]).is_file() and file_sha256(out / e["file"]) == e["sha256"]}
     out.mkdir(parents=True, exist_ok=True)

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from minispark import validate, validate_models
+from minispark.core import checks, model_files
 from minispark.core.defaults import HELDOUT_FILE, IMAGE_MIN_PIXELS, MAX_INT
-from minispark.core.errors import DuplicateKey, MinisparkError, unique_keys
+from minispark.core.errors import DuplicateKey, MinisparkError, option, unique_keys
 
 if TYPE_CHECKING:
     from minispark.target.loading import Target
@@ -168,7 +168,7 @@ def refuse_heldout(path: Path | str, samples: Sequence[PromptSample]) -> None:
     for sample in samples:
         if prompt_key(sample) in held:
             raise PromptFileError(path, sample.line, f"this prompt is in the held-out split ({HELDOUT_FILE.name}): "
-                                  "never train on it (an evaluation set takes --split heldout)")
+                                  f"never train on it (an evaluation set takes {option('split')} heldout)")
 
 
 def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> PromptSample:
@@ -190,7 +190,7 @@ def _parse_line(path: Path, number: int, raw: str, check_images: bool) -> Prompt
     if not isinstance(record, dict):
         raise fail(f"expected a JSON object, got {type(record).__name__}")
     text = json.dumps(record, ensure_ascii=False)
-    index = validate.lone_surrogate(text)
+    index = checks.lone_surrogate(text)
     if index is not None:  # no tokenizer encodes it (a TypeError deep in transformers)
         raise fail(f"holds {text[index]!r}, a \\u escape of half a character (a lone surrogate), "
                    "which is not text")
@@ -317,7 +317,7 @@ def _resolve_image(path: Path, value: Any, check: bool, fail) -> Path:
     if check:
         try:  # the --image check: header first, so a decompression bomb is refused before it decodes
             # 'image X: not a file', or where a relative path led: 'image 'cat.png' is /data/cat.png: ...'
-            validate_models.image(resolved, flag="image" if str(resolved) == value else f"image {value!r} is")
+            model_files.image(resolved, flag="image" if str(resolved) == value else f"image {value!r} is")
         except MinisparkError as exc:
             raise fail(str(exc)) from None
     return resolved

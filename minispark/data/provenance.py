@@ -27,7 +27,7 @@ from minispark.core.atomic import write_json_atomic
 from minispark.data.prompts import PromptSample, prompt_file_hash
 from minispark.core.errors import json_reason
 from minispark.model.drafter_dir import TRAINING_DATA_FILE
-from minispark.validate import edited_text
+from minispark.core.checks import edited_text
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.target.sampling import SamplingConfig, make_generator, probabilities, sample
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs
@@ -98,7 +98,7 @@ def check_answer_room(target: Target, max_new_tokens: int) -> None:
     in the same positions): one line, before buffers of that length are allocated."""
     limit = target.context_limit
     if limit is not None and max_new_tokens >= limit:
-        raise MinisparkError(f"--max-new-tokens {max_new_tokens}: {target.name} has a context of {limit} "
+        raise MinisparkError(f"{option('max_new_tokens')} {max_new_tokens}: {target.name} has a context of {limit} "
                              "positions, prompt and answer together; give fewer")
 
 
@@ -184,7 +184,7 @@ def regenerate(target: Target, prompts: Sequence[PromptInputs], seeds: Sequence[
     With ``capture_layers`` every answer also carries its features (see :class:`Answer`).
     """
     if max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be >= 1, got {max_new_tokens}")
+        raise ValueError(f"{option('max_new_tokens')} must be >= 1, got {max_new_tokens}")
     eos = sorted(target.eos_token_ids)
     pad_id = target.tokenizer.pad_token_id
     pad_id = eos[0] if pad_id is None else pad_id

@@ -45,7 +45,7 @@ from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter, make_hybrid
 from minispark.serving.draft_skip import DraftSkip
 from minispark.serving.engine import GenerationStats, speculative_generate
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.serving.generate import make_drafter
 from minispark.target.runtime import eager_linears
 from minispark.target.sampling import SamplingConfig, make_generator
@@ -99,12 +99,12 @@ class BenchConfig:
     def __post_init__(self) -> None:
         unknown = [m for m in self.modes if m not in MODES]
         if unknown:
-            raise MinisparkError(f"--modes: unknown mode {unknown[0]!r} (choose from {', '.join(MODES)})")
+            raise MinisparkError(f"{option('modes')}: unknown mode {unknown[0]!r} (choose from {', '.join(MODES)})")
         self.modes = ["target"] + [m for m in dict.fromkeys(self.modes) if m != "target"]
-        for ok, message in ((self.max_new_tokens >= 1, "--max-new-tokens must be >= 1"),
-                            (self.gamma is None or self.gamma >= 1, "--gamma must be >= 1"),
-                            (self.repeats >= 1, "--repeats must be >= 1"),
-                            (0.0 <= self.threshold <= 1.0, "--threshold must be in [0, 1]")):
+        for ok, message in ((self.max_new_tokens >= 1, f"{option('max_new_tokens')} must be >= 1"),
+                            (self.gamma is None or self.gamma >= 1, f"{option('gamma')} must be >= 1"),
+                            (self.repeats >= 1, f"{option('repeats')} must be >= 1"),
+                            (0.0 <= self.threshold <= 1.0, f"{option('threshold')} must be in [0, 1]")):
             if not ok:
                 raise MinisparkError(message)
 
@@ -169,7 +169,7 @@ def file_prompts(target: Target, path: str | Path, limit: int | None = None,
                              path)
     where = f" of category {category!r}" if category else ""
     if not samples:
-        raise MinisparkError(f"--prompts {path}: no prompt{where} usable with target {target.name}")
+        raise MinisparkError(f"{option('prompts')} {path}: no prompt{where} usable with target {target.name}")
     if limit is not None and limit > len(samples):
         _fewer_prompts(limit, len(samples), str(path), where)
     return [BenchPrompt(encode_within_context(target, s, path), s.id or s.category or f"line {s.line}")

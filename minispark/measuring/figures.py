@@ -13,7 +13,7 @@ from minispark.core.atomic import write_bytes_atomic
 
 
 #: The PNG ``Software`` text every figure minispark writes carries: a later ``--plot`` replaces a file
-#: only when it holds this (``validate.figure_file``), never someone's own image or document.
+#: only when it holds this (``checks.figure_file``), never someone's own image or document.
 FIGURE_SOFTWARE = "minispark"
 
 

@@ -26,7 +26,7 @@ import torch
 from minispark.data.answers import AnswerSet
 from minispark.data.cache_config import default_prompts
 from minispark.data.prompts import load_prompts, prompt_file_hash
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.model.checkpoint import load_draft_model
 from minispark.model.draft_model import DraftModel
 from minispark.target.loading import Target
@@ -119,7 +119,7 @@ def walk_drafter(drafter_dir: str | Path, answers_dir: str | Path, target: Targe
         shipped = default_prompts(target.is_vlm, answers.config["split"])
         if answers.config["prompts"]["hash"] != prompt_file_hash(shipped):
             raise MinisparkError(f"{answers_dir}: its prompts are not the shipped {shipped.name}, whose categories "
-                                 "--category reads")
+                                 f"{option('category')} reads")
         prompts = load_prompts(shipped, check_images=False)
         picked = [i for i in picked if prompts[answers[i].prompt_line - 1].category == category]
     picked = picked[-num_prompts:] if num_prompts else picked

@@ -11,6 +11,8 @@ minus the RSS before the model was built. ``scripts/check_memory_cuda.py`` does 
 
 from __future__ import annotations
 
+from minispark.core.errors import option
+
 import json
 import os
 import subprocess
@@ -182,7 +184,7 @@ def _subprocess(request: str, timeout: float) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> None:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] != ["--measure"]:
-        raise SystemExit("usage: python -m minispark.measuring.memory_measure --measure REQUEST_JSON")
+        raise SystemExit(f"usage: python -m minispark.measuring.memory_measure {option('measure')} REQUEST_JSON")
     request = json.loads(argv[1])
     config = TrainConfig.from_dict(request["config"])
     if "host_target" in request:

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import torch
 
 from minispark.core import defaults
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.target.session import PromptInputs, TargetSession
 
 #: Prefill chunk: a 4096-token cache is built in 1024-token forwards (bounded attention memory).
@@ -68,16 +68,16 @@ class ProfileConfig:
         self.contexts = sorted({int(c) for c in self.contexts})
         self.batch_requests = sorted({int(n) for n in self.batch_requests})
         checks = [
-            (bool(self.contexts) and self.contexts[0] >= 0, "--contexts: need lengths >= 0"),
-            (self.max_tokens >= 1, "--max-tokens must be >= 1"),
-            (all(n >= 2 for n in self.batch_requests), "--batch-requests: counts >= 2 only (1 is the table itself)"),
-            (self.rounds >= 1, "--rounds must be >= 1"),
-            (self.warmup >= 0, "--warmup must be >= 0"),
+            (bool(self.contexts) and self.contexts[0] >= 0, f"{option('contexts')}: need lengths >= 0"),
+            (self.max_tokens >= 1, f"{option('max_tokens')} must be >= 1"),
+            (all(n >= 2 for n in self.batch_requests), f"{option('batch_requests')}: counts >= 2 only (1 is the table itself)"),
+            (self.rounds >= 1, f"{option('rounds')} must be >= 1"),
+            (self.warmup >= 0, f"{option('warmup')} must be >= 0"),
             (1 <= self.reference_tokens <= self.max_tokens, "reference_tokens must be in 1..max_tokens"),
             (self.reference_repeats >= 1, "reference_repeats must be >= 1"),
-            (self.drift_bound > 0, "--drift-bound must be > 0"),
-            (self.max_remeasure >= 0, "--max-remeasure must be >= 0"),
-            (self.cooldown_s >= 0, "--cooldown must be >= 0"),
+            (self.drift_bound > 0, f"{option('drift_bound')} must be > 0"),
+            (self.max_remeasure >= 0, f"{option('max_remeasure')} must be >= 0"),
+            (self.cooldown_s >= 0, f"{option('cooldown')} must be >= 0"),
         ]
         for ok, message in checks:
             if not ok:

@@ -56,7 +56,7 @@ import torch
 
 from minispark.core.atomic import minispark_artifact
 from minispark.measuring.figures import save_figure
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.identity import device_name, dtype_name, target_quantization
 from minispark.measuring import system_load as load
 from minispark.measuring.batch_profile import profile_batched
@@ -64,7 +64,7 @@ from minispark.measuring.profile_rounds import (MeasuredRounds, ProfileConfig, S
                                                 measure_rounds, spread)
 from minispark.serving.sps import SPSTable, replaceable_table_path, table_path, user_tables_dir
 from minispark.target.loading import Target, load_target
-from minispark.validate import not_shipped
+from minispark.core.checks import not_shipped
 
 #: ``progress(done, total, message)``: timed steps done / planned (re-measured rounds add to total).
 ProgressFn = Callable[[int, int, str], None]
@@ -110,13 +110,13 @@ def fitting_contexts(config: ProfileConfig, name: str, max_positions: int | None
     skipped; a step longer than the target, or one that fits no context, is an error. The CLI checks this
     from the target's config before loading it, and the profile again from the loaded target."""
     if max_positions is not None and config.max_tokens >= max_positions:
-        raise MinisparkError(f"--max-tokens {config.max_tokens}: more than {name}'s {max_positions} "
+        raise MinisparkError(f"{option('max_tokens')} {config.max_tokens}: more than {name}'s {max_positions} "
                              "positions; profile fewer tokens per step")
     contexts = [c for c in config.contexts
                 if max_positions is None or c + config.max_tokens <= max_positions]
     skipped = [c for c in config.contexts if c not in contexts]
     if not contexts:  # before the notice, which would say the same thing first
-        raise MinisparkError(f"--contexts: none of {config.contexts} leaves room for --max-tokens "
+        raise MinisparkError(f"{option('contexts')}: none of {config.contexts} leaves room for {option('max_tokens')} "
                              f"{config.max_tokens} in {name}'s {max_positions} positions")
     return contexts, skipped
 
@@ -339,9 +339,9 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     ``out_dir`` defaults to the user's table directory; the shipped ``sps_tables/`` are refused before the
     target loads. A plot that cannot be written after the table was raises :class:`PlotFailed`."""
     if out_dir is not None:
-        not_shipped(out_dir, "--out", "omit --out: measured tables go to the user table directory, which is "
+        not_shipped(out_dir, option("out"), "omit --out: measured tables go to the user table directory, which is "
                     "looked up before the shipped ones")
-    flag = "--out" if out_dir is not None else "$MINISPARK_SPS_TABLES"
+    flag = option("out") if out_dir is not None else "$MINISPARK_SPS_TABLES"
     if out_dir is None:  # a file at $MINISPARK_SPS_TABLES is refused now, not by mkdir once the profile is measured
         out_dir = user_tables_dir()
     not_shipped(out_dir, "$MINISPARK_SPS_TABLES", "point it at a directory of your own")
@@ -350,9 +350,9 @@ def run_profile(config: ProfileConfig, *, target: str | None = None, dtype: str 
     if (artifact := minispark_artifact(out_dir)) is not None:
         raise MinisparkError(f"{flag} {out_dir}: holds {artifact[0]}; write SPS tables into a directory of their own")
     if plot is not None:
-        not_shipped(plot, "--plot", "write the plot elsewhere")
+        not_shipped(plot, option("plot"), "write the plot elsewhere")
     if threads is not None and threads < 1:
-        raise MinisparkError("--threads must be >= 1")
+        raise MinisparkError(f"{option('threads')} must be >= 1")
     loaded = load_target(target, dtype=dtype, device=device, load_in_4bit=load_in_4bit,
                          load_in_8bit=load_in_8bit)
     loaded.threads = None  # a table is timed at one thread count, the one it is keyed to: never changed under it

@@ -26,7 +26,7 @@ from minispark.model.drafter_dir import calibration_name
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.engine import speculative_generate
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.identity import target_id
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import FixedLength
@@ -129,5 +129,5 @@ def check_enough_rounds(rollouts: Rollouts, min_rounds: int, num_prompts: int, p
         kept = f"{path} is left as it was" if path.is_file() else "nothing was written"
         raise MinisparkError(f"calibration: position {short + 1} was drafted in only {int(drafted[short])} rounds "
                              f"({len(rollouts.accepted)} rounds from {num_prompts} prompts), fewer than the "
-                             f"{min_rounds} a fit needs; roll out more with --num-prompts or --max-new-tokens "
-                             f"(or lower --min-rounds); {kept}")
+                             f"{min_rounds} a fit needs; roll out more with {option('num_prompts')} or {option('max_new_tokens')} "
+                             f"(or lower {option('min_rounds')}); {kept}")

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from minispark.core.defaults import APPENDIX_A_DRAWS
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.serving.schedule import FixedLength, LengthPolicy, ScheduledLength, scheduled_length
 from minispark.serving.sps import SPSTable, monotone_envelope
 
@@ -100,7 +100,7 @@ def theta_table(
     confidences = [float(c) for c in confidences]
     table = _as_table(sps)
     if len(confidences) + 1 > max(table.tokens):  # the table's own error would advise --gamma, which this lacks
-        raise MinisparkError(f"--conf: {len(confidences)} draft positions need steps per second for up to "
+        raise MinisparkError(f"{option('conf')}: {len(confidences)} draft positions need steps per second for up to "
                              f"{len(confidences) + 1} tokens, but {source} gives them for 1..{max(table.tokens)}; "
                              "give fewer confidences or a longer table")
     curve = table.curve(len(confidences) + 1, context_length)

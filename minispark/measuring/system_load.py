@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.target.threads import others_between, read_cpu_times
 
 
@@ -106,5 +106,5 @@ def check_load(load: MachineLoad | None, when: str, allow_busy: bool) -> None:
     message = (f"profile: the machine is busy {when} ({load.describe()}); its timings would include "
                f"contention. Profile on an idle machine or with fewer --threads")
     if not allow_busy:
-        raise MinisparkError(f"{message}, or pass --allow-busy to write a table flagged as busy")
+        raise MinisparkError(f"{message}, or pass {option('allow_busy')} to write a table flagged as busy")
     warnings.warn(f"{message}; --allow-busy: the table is written and flagged as busy", stacklevel=3)

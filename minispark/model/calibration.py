@@ -20,7 +20,7 @@ import numpy as np
 
 from minispark.core.atomic import write_json_atomic
 from minispark.core.errors import MinisparkError, json_reason
-from minispark.validate import edited_text
+from minispark.core.checks import edited_text
 
 DEFAULT_BINS = 15
 CALIBRATION_VERSION = 1

@@ -57,7 +57,7 @@ from safetensors import safe_open
 from minispark.model.draft_config import is_kind
 from minispark.model.draft_model import DraftConfig, DraftModel
 from minispark.model.drafter_dir import DEEPSPEC, WEIGHTS_FILE, DrafterDir, read_drafter_dir
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.identity import DTYPES
 from minispark.target.remembered import EXPORTED_TARGET_KEY
 
@@ -93,7 +93,7 @@ def deepspec_dir(path: str | Path | DrafterDir) -> DrafterDir:
     (``import`` checks it before loading the target)."""
     found = read_drafter_dir(path)
     if found.kind != DEEPSPEC:
-        already = ("; it is a minispark drafter already: give it to --drafter as it is"
+        already = (f"; it is a minispark drafter already: give it to {option('drafter')} as it is"
                    if found.raw is not None and "block_size" in found.raw else "")
         raise MinisparkError(f"{found.path}: not a DeepSpec drafter (config.json must name a DSpark "
                              f"architecture){already}")

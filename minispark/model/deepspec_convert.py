@@ -30,10 +30,10 @@ from minispark.model.deepspec import (
 from minispark.model.draft_config import DraftConfig
 from minispark.model.drafter_dir import CONFIG_FILE, DEEPSPEC, WEIGHTS_FILE, read_drafter_dir
 from minispark.model.draft_model import DraftModel
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.identity import target_id
 from minispark.target.loading import Target
-from minispark.validate import replaceable_dir
+from minispark.core.checks import replaceable_dir
 
 README_FILE = "README.md"
 
@@ -51,7 +51,7 @@ def export_deepspec(drafter_dir: str | Path, target: Target, out: str | Path) ->
     """Write the minispark drafter in ``drafter_dir`` to ``out`` in DeepSpec's layout: bf16
     safetensors with every weight (embedding and lm_head included), ``config.json``, README.md."""
     drafter_dir, out = Path(drafter_dir), Path(out)
-    replaceable_dir(out, "--out", drafter_dir)  # before the weights load: never over the source or a user's files
+    replaceable_dir(out, option("out"), drafter_dir)  # before the weights load: never over the source or a user's files
     found = read_drafter_dir(drafter_dir)
     if found.kind == DEEPSPEC:
         raise MinisparkError(f"{drafter_dir}: already in DeepSpec's layout; nothing to export")
@@ -165,7 +165,7 @@ def import_deepspec(source: str | Path, target: Target, out: str | Path, window:
     from ``target``'s was trained for another target and is refused (:class:`OtherTargetCheckpoint`) unless
     ``force``, which imports it with a warning."""
     source, out = Path(source), Path(out)
-    replaceable_dir(out, "--out", source)
+    replaceable_dir(out, option("out"), source)
     found = read_drafter_dir(source)
     config = check_against_target(found, target, window)
     embed = target.model.get_input_embeddings().weight.detach().cpu()
@@ -179,7 +179,7 @@ def import_deepspec(source: str | Path, target: Target, out: str | Path, window:
         raise OtherTargetCheckpoint(
             f"{source}: its {names} {'differ' if len(differing) > 1 else 'differs'} from target {target.name}'s "
             "(DeepSpec stores frozen copies of the target it was trained for): a checkpoint for another target, "
-            "whose proposals this target would mostly reject; import it with its own target, or add --force to "
+            f"whose proposals this target would mostly reject; import it with its own target, or add {option('force')} to "
             "import it anyway")
     model = load_deepspec_model(found, embed, lm_head, "cpu", target=config.target,
                                 num_target_layers=target.num_layers, window=window)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.core.errors import MinisparkError, json_reason
-from minispark.validate import edited_text
+from minispark.core.checks import edited_text
 from minispark.model.draft_config import DraftConfig
 from minispark.target.remembered import TARGET_FILE
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from minispark import validate, validate_models
+from minispark.core import checks, model_files
 from minispark.core import defaults
 from minispark.server import limits
 from minispark.core.errors import MinisparkError
@@ -167,7 +167,7 @@ def parse_completion_request(body: Any, limits: ServeLimits) -> ChatRequest:
     if not isinstance(prompt, str) or not prompt.strip():
         raise APIError(400, "'prompt' must be a non-blank string (or a list of one; this server returns one "
                             "choice)", "prompt")
-    if validate.lone_surrogate(prompt) is not None:
+    if checks.lone_surrogate(prompt) is not None:
         raise APIError(400, "'prompt' holds half a character (a lone surrogate), which is not text; send UTF-8",
                        "prompt")
     request.prompt = prompt
@@ -203,7 +203,7 @@ def _decoding_fields(body: Any, limits: ServeLimits, read: tuple[str, ...], no_o
     stop = [stop] if isinstance(stop, str) else stop if stop is not None else []
     if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) and s for s in stop):
         raise APIError(400, "'stop' must be a non-empty string or a list of at most 4 of them", "stop")
-    if any(validate.lone_surrogate(s) is not None for s in stop):  # it would never match the decoded text
+    if any(checks.lone_surrogate(s) is not None for s in stop):  # it would never match the decoded text
         raise APIError(400, "'stop' holds half a character (a lone surrogate), which is not text; send UTF-8", "stop")
     seed = _integer(body, "seed")
     if seed is not None and not -2**63 <= seed < 2**63:  # past int64 the generator raised: a 500 to every request in flight
@@ -338,6 +338,6 @@ def _check_pixels(path: Path, where: str, limits: ServeLimits) -> None:
         raise APIError(413, f"{where}: {width}x{height} pixels; at most {limits.max_image_pixels:,} per image",
                        "messages", "image_too_large")
     try:
-        validate_models.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
+        model_files.image(path, flag=where)  # decodes it: a truncated file fails here, not in the processor
     except MinisparkError as exc:  # without the server's scratch file name, which means nothing to the client
         raise APIError(400, str(exc).replace(f"{where} {path}:", f"{where}:"), "messages") from None

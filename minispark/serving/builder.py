@@ -39,7 +39,7 @@ from minispark.core.defaults import DEFAULT_THRESHOLD, DEFAULT_TREE_DRAFTS, FLAT
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.draft_skip import DraftSkip
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.defaults import DTYPE_SPELLINGS
 from minispark.core.identity import device_name, dtype_name, target_id, target_quantization
 from minispark.core.drafter_spec import DrafterSpec
@@ -162,7 +162,7 @@ def build_serving(target: Target, drafter: DrafterSpec | str | None = None, mode
     from minispark.serving.generate import make_drafter, shipped_drafter
 
     if mode is not None and mode not in LengthMode.__members__.values():
-        raise MinisparkError(f"--mode {mode}: choose {', '.join(m.value for m in LengthMode)}")
+        raise MinisparkError(f"{option('mode')} {mode}: choose {', '.join(m.value for m in LengthMode)}")
     hints = []
     draft = None
     if drafter is None:

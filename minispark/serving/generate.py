@@ -23,7 +23,7 @@ from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
 from minispark.core.defaults import SHIPPED_DRAFTERS
 from minispark.core.drafter_spec import HYBRID, LOOKUP, NONE, TRAINED, DrafterSpec
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
@@ -100,16 +100,16 @@ def make_drafter(spec: DrafterSpec | str, target: Target, precision: str | None 
 
         directory = spec.directory or default_drafter(target)
         if directory is None:
-            raise MinisparkError(f"--drafter {spec}: no trained drafter is shipped for {target.name}; "
+            raise MinisparkError(f"{option('drafter')} {spec}: no trained drafter is shipped for {target.name}; "
                                  f"pass hybrid:DIR with a drafter directory")
         if not Path(directory).is_dir():
-            raise MinisparkError(f"--drafter {spec}: {directory} is not a drafter directory")
+            raise MinisparkError(f"{option('drafter')} {spec}: {directory} is not a drafter directory")
         hybrid = make_hybrid(make_drafter(DrafterSpec(TRAINED, Path(directory)), target, precision))
         hybrid.model_dir = Path(directory)
         return hybrid
     if spec.directory.is_dir():
         return _trained_drafter(str(spec.directory), target, precision)
-    raise MinisparkError(f"--drafter {spec}: expected none, lookup, hybrid[:DIR] or a drafter checkpoint directory")
+    raise MinisparkError(f"{option('drafter')} {spec}: expected none, lookup, hybrid[:DIR] or a drafter checkpoint directory")
 
 
 def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafter:
@@ -127,26 +127,26 @@ def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafte
     try:
         found = read_drafter_dir(spec)
     except MinisparkError as exc:
-        raise MinisparkError(f"--drafter {spec}: {exc}") from None
+        raise MinisparkError(f"{option('drafter')} {spec}: {exc}") from None
     if found.kind == DEEPSPEC:
         check_against_target(found, target)
     try:
         precision = precision or settings().draft_precision
         int8 = int8_supported(target.device)
         if precision == "int8" and not int8:
-            raise MinisparkError(f"--draft-precision int8: no int8 kernel for {target.device.type} in this "
+            raise MinisparkError(f"{option('draft_precision')} int8: no int8 kernel for {target.device.type} in this "
                                  "torch build (CPU only); use auto or float")
         drafter = load_drafter(found, target.model.get_input_embeddings().weight, target.lm_head.weight,
                                target.device, target_identity=target_id(target.identity()))
     except (ValueError, MinisparkError) as exc:
-        raise MinisparkError(f"--drafter {spec}: {exc}") from None
-    target.check_layers(drafter.feature_layers, f"--drafter {spec}: feature_layers")
+        raise MinisparkError(f"{option('drafter')} {spec}: {exc}") from None
+    target.check_layers(drafter.feature_layers, f"{option('drafter')} {spec}: feature_layers")
     if int8 and precision != "float":
         quantize_int8(drafter.model)
     return drafter
 
 
-def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int, what: str = "--prompt",
+def fit_context(target: Target, prompt_tokens: int, max_new_tokens: int, what: str = option("prompt"),
                 fix: str = "shorten the prompt") -> int:
     """``max_new_tokens`` capped (with a warning) to the room the target's context leaves after the
     prompt; a prompt that alone fills the context is refused rather than decoded into garbage."""

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from minispark.core.defaults import DEFAULT_GAMMA, DEFAULT_TREE_DRAFTS
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.serving.draft_tree import TreePolicy
 from minispark.serving.ngram import NgramMatch
 from minispark.serving.sps import SPSTable, monotone_envelope
@@ -46,8 +46,8 @@ if TYPE_CHECKING:
     from minispark.model.calibration import Calibration
 
 NO_CONFIDENCE = (
-    "--mode {mode}: this length policy needs per-position confidences, but the drafter has no confidence "
-    "head; use --mode fixed (γ tokens every round) with this drafter"
+    f"{option('mode')} {{mode}}: this length policy needs per-position confidences, but the drafter has no "
+    f"confidence head; use {option('mode')} fixed (γ tokens every round) with this drafter"
 )
 
 
@@ -77,7 +77,7 @@ class FixedLength(LengthPolicy):
 
     def __init__(self, gamma: int) -> None:
         if gamma < 0:
-            raise MinisparkError(f"--gamma must be >= 0, got {gamma}")
+            raise MinisparkError(f"{option('gamma')} must be >= 0, got {gamma}")
         self.gamma = gamma
 
     def start_round(self, context_length: int) -> None:
@@ -171,12 +171,12 @@ class ScheduledLength(LengthPolicy):
         envelope: bool = True,
     ) -> None:
         if gamma < 0:
-            raise ValueError(f"--gamma must be >= 0, got {gamma}")
+            raise ValueError(f"{option('gamma')} must be >= 0, got {gamma}")
         if sps_table.max_tokens < gamma + 1:
             raise MinisparkError(
                 f"SPS table {sps_table.device}/{sps_table.target} covers up to "
                 f"{sps_table.max_tokens} tokens, but γ={gamma} needs {gamma + 1} "
-                f"(anchor + drafts); re-profile with more tokens or lower --gamma"
+                f"(anchor + drafts); re-profile with more tokens or lower {option('gamma')}"
             )
         if calibration is not None and len(calibration.temperatures) < gamma:
             raise MinisparkError(
@@ -240,9 +240,9 @@ class ThresholdLength(LengthPolicy):
 
     def __init__(self, threshold: float, gamma: int) -> None:
         if not 0.0 <= threshold <= 1.0:
-            raise ValueError(f"--threshold must be in [0, 1], got {threshold}")
+            raise ValueError(f"{option('threshold')} must be in [0, 1], got {threshold}")
         if gamma < 0:
-            raise ValueError(f"--gamma must be >= 0, got {gamma}")
+            raise ValueError(f"{option('gamma')} must be >= 0, got {gamma}")
         self.threshold = threshold
         self.gamma = gamma
         self._open = True

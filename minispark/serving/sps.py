@@ -33,10 +33,10 @@ from typing import Any, Sequence
 
 from minispark.core.atomic import write_json_atomic
 from minispark.core.defaults import SHIPPED_TABLES  # noqa: F401  (re-exported: the tables looked up after the user's)
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.identity import dtype_name, quantization_name
 from minispark.serving.sps_schema import INLINE_DTYPE, SCHEMA_VERSION, SPSTableError, validate_table
-from minispark.validate import edited_text
+from minispark.core.checks import edited_text
 
 #: Fallback cost model: each verified token beyond the first adds this fraction of a one-token
 #: step. Real small-batch decode on a consumer GPU is memory-bound (8 tokens cost ~1.1–1.3× one),
@@ -74,7 +74,7 @@ def replaceable_table_path(path: str | Path) -> Path:
     path = Path(path)
     if path.is_symlink() or (path.exists() and not _is_table(path)):
         raise SPSTableError(f"{path}: exists and is not an SPS table minispark wrote; move it away or choose "
-                            "another --out")
+                            f"another {option('out')}")
     return path
 
 
@@ -153,7 +153,7 @@ class SPSTable:
             raise SPSTableError(
                 f"SPS table {self.device}/{self.target}: {n_tokens} tokens is outside the profiled "
                 f"range {self.tokens[0]}..{self.tokens[-1]}; re-profile with more tokens "
-                f"or lower --gamma"
+                f"or lower {option('gamma')}"
             )
         ci, cw = _bracket(self.contexts, context_length)
         ti, tw = _bracket(self.tokens, n_tokens)
@@ -185,7 +185,7 @@ class SPSTable:
         if not widths[0] <= width <= widths[-1]:
             raise SPSTableError(f"SPS table {self.device}/{self.target}: a batched verify of {width} tokens per "
                                 f"request is outside the profiled widths {widths[0]}..{widths[-1]}; re-profile "
-                                "with a larger --max-tokens or lower --gamma")
+                                f"with a larger {option('max_tokens')} or lower {option('gamma')}")
         # R = 1 is one sequence: this table's own row at the grid's context.
         counts = [1] + grid
         column = [self.step_seconds(width, self.batched["context"])] + [row[widths.index(width)]
@@ -443,10 +443,10 @@ if __name__ == "__main__":
         )
 
 
-def checked_table_file(path: Path | None, flag: str = "--sps") -> Path | None:
+def checked_table_file(path: Path | None, flag: str = option("sps")) -> Path | None:
     """An SPS table file that loads (read before any model: a bad table costs milliseconds, and is
     refused even where the modes asked for would not read it)."""
-    from minispark.validate import input_file
+    from minispark.core.checks import input_file
 
     if input_file(path, flag) is not None:
         try:

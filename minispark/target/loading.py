@@ -27,11 +27,11 @@ from minispark.target.plain_prompts import transcript
 from minispark.target.session import PromptInputs, TargetSession
 from minispark.target.target_ref import DIRECTORY, TargetRef
 from minispark.target.threads import ThreadGovernor
-from minispark.core.errors import MinisparkError, first_line, out_of_memory
+from minispark.core.errors import MinisparkError, first_line, option, out_of_memory
 from minispark.core.defaults import PICKLE_WEIGHTS
 from minispark.core.identity import files_hash, torch_dtype, weights_hash
-from minispark.validate import device as validate_device, lone_surrogate
-from minispark.validate_models import target_weights
+from minispark.core.checks import device as checked_device, lone_surrogate
+from minispark.target.target_ref import target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
 
@@ -129,7 +129,7 @@ class Target:
         layers = [min(1 + i * step, n - 2) for i in range(m)]
         return sorted(set(layers))
 
-    def check_layers(self, layers: Sequence[int], what: str = "--layers") -> list[int]:
+    def check_layers(self, layers: Sequence[int], what: str = option("layers")) -> list[int]:
         """Validate captured layer ids: in range, and never the final layer. ``what`` names where they came
         from in the error (a drafter's ``feature_layers`` are not the user's ``--layers``)."""
         for layer in layers:
@@ -308,13 +308,13 @@ def resolve_dtype(dtype: str | None, device: torch.device) -> torch.dtype:
     try:
         return torch_dtype(dtype)
     except MinisparkError as exc:
-        raise MinisparkError(f"--dtype: {exc}") from None
+        raise MinisparkError(f"{option('dtype')}: {exc}") from None
 
 
 def resolve_device(device: str | None) -> torch.device:
     if device in (None, "auto"):
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(validate_device(device))
+    return torch.device(checked_device(device))
 
 
 def quiet_library_logs() -> None:
@@ -345,7 +345,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
 
     quiet_library_logs()
     if load_in_4bit and load_in_8bit:
-        raise MinisparkError("--load-in-4bit and --load-in-8bit are exclusive")
+        raise MinisparkError(f"{option('load_in_4bit')} and {option('load_in_8bit')} are exclusive")
     runtime = requested_runtime(runtime)
     settings()  # its variables checked on every target, not only once a vision one encodes an image
     ref = TargetRef.parse(source)
@@ -373,7 +373,7 @@ def load_target(source: str | None = None, *, dtype: str | None = None, device: 
             if model_type in VLM_TYPES else None
     except (OSError, ValueError) as exc:
         first = first_line(exc)
-        raise MinisparkError(f"--target {source}: cannot load its tokenizer ({first}); an incomplete download "
+        raise MinisparkError(f"{option('target')} {source}: cannot load its tokenizer ({first}); an incomplete download "
                              "or copy?") from None
     model_cls = AutoModelForImageTextToText if model_type in VLM_TYPES else AutoModelForCausalLM
     model = _load_weights(model_cls, ref, source, location, kwargs)
@@ -401,15 +401,15 @@ def check_family(config: Any, source: str | None) -> None:
     if model_type in VLM_TYPES:
         return
     if getattr(config, "is_encoder_decoder", False):
-        raise MinisparkError(f"--target {source}: {model_type!r} is an encoder-decoder model; speculative decoding "
+        raise MinisparkError(f"{option('target')} {source}: {model_type!r} is an encoder-decoder model; speculative decoding "
                              "here drafts for decoder-only targets")
     if model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
         return
     if model_type in MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES:
-        raise MinisparkError(f"--target {source}: {model_type!r} is a vision-language family whose image inputs "
+        raise MinisparkError(f"{option('target')} {source}: {model_type!r} is a vision-language family whose image inputs "
                              f"minispark does not build (it builds Qwen-VL's: {', '.join(sorted(VLM_TYPES))}); "
                              "its text-only model, where the family has one, works")
-    raise MinisparkError(f"--target {source}: model type {model_type!r} is not a causal language model "
+    raise MinisparkError(f"{option('target')} {source}: model type {model_type!r} is not a causal language model "
                          "transformers knows (a decoder-only text model, or a Qwen-VL family)")
 
 
@@ -420,7 +420,7 @@ def check_layers_hookable(model: torch.nn.Module, source: str | None) -> None:
     decoder = getattr(inner, "language_model", inner)
     missing = [name for name in ("layers", "norm") if not isinstance(getattr(decoder, name, None), torch.nn.Module)]
     if missing:
-        raise MinisparkError(f"--target {source}: {type(model).__name__} has no decoder "
+        raise MinisparkError(f"{option('target')} {source}: {type(model).__name__} has no decoder "
                              f"{' or '.join(repr(m) for m in missing)} module to capture features from; "
                              "minispark drafts from its decoder layers' outputs")
 
@@ -441,11 +441,11 @@ def model_config(ref: str, source: str | None, trust_remote_code: bool = False) 
         return AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
         if _is_drafter_config(Path(ref) / "config.json"):  # transformers said only "Should have a model_type key"
-            raise MinisparkError(f"--target {source}: a minispark drafter, not a target model; give it to --drafter, "
-                                 "and --target the model it drafts for") from None
-        raise MinisparkError(f"--target {source}: cannot load a model config ({first_line(exc)})") from None
+            raise MinisparkError(f"{option('target')} {source}: a minispark drafter, not a target model; give it to {option('drafter')}, "
+                                 f"and {option('target')} the model it drafts for") from None
+        raise MinisparkError(f"{option('target')} {source}: cannot load a model config ({first_line(exc)})") from None
     except StrictDataclassError as exc:  # its first line only names the field; the cause says what is wrong
-        raise MinisparkError(f"--target {source}: cannot load a model config ({Path(ref) / 'config.json'}: "
+        raise MinisparkError(f"{option('target')} {source}: cannot load a model config ({Path(ref) / 'config.json'}: "
                              f"{first_line(exc.__cause__ or exc)})") from None
 
 
@@ -473,22 +473,22 @@ def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path |
         pickled = sorted(p for pattern in PICKLE_WEIGHTS for p in (location or Path(ref)).glob(pattern))
         name = str(pickled[0]) if pickled else f"a pickle weight file of {source}"
         blocked = re.search(r"GLOBAL (\S+)", str(exc))
-        raise MinisparkError(f"--target {source}: refused {name}: it asks to run code when loaded"
+        raise MinisparkError(f"{option('target')} {source}: refused {name}: it asks to run code when loaded"
                              f"{f' ({blocked.group(1)})' if blocked else ''}, which torch's weights-only loader "
                              "blocks; nothing ran. Use safetensors weights from a source you trust") from None
     except (OSError, SafetensorError) as exc:
         first = first_line(exc)
-        raise MinisparkError(f"--target {source}: cannot load the weights ({first})") from None
+        raise MinisparkError(f"{option('target')} {source}: cannot load the weights ({first})") from None
     except (RuntimeError, ValueError, TypeError, ArithmeticError, AssertionError) as exc:  # "hidden_size": -64
         # built no tensor; "vocab_size": 0 failed torch's assert on the embedding's padding index
         if out_of_memory(exc) is not None:  # one_line_errors says that one
             raise
-        raise MinisparkError(f"--target {source}: cannot build the model ({first_line(exc)}); a damaged or "
+        raise MinisparkError(f"{option('target')} {source}: cannot build the model ({first_line(exc)}); a damaged or "
                              "hand-edited config.json?") from None
     absent = sorted(info.get("missing_keys") or ()) + sorted(str(k[0]) if isinstance(k, tuple) else str(k)
                                                              for k in info.get("mismatched_keys") or ())
     if absent:
-        raise MinisparkError(f"--target {source}: its weights lack or mis-shape {absent[0]!r}"
+        raise MinisparkError(f"{option('target')} {source}: its weights lack or mis-shape {absent[0]!r}"
                              f"{f' and {len(absent) - 1} more' if len(absent) > 1 else ''} (an incomplete or "
                              "mismatched checkpoint: config.json and the weights differ)")
     return model

@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from minispark.core.defaults import DTYPE_SPELLINGS
-from minispark.core.errors import MinisparkError, json_reason
+from minispark.core.errors import MinisparkError, json_reason, option
 from minispark.core.identity import same_target, target_id, weights_hash
-from minispark.validate import edited_text
+from minispark.core.checks import edited_text
 
 TARGET_FILE = "target.json"
 #: The key of a DeepSpec ``config.json`` minispark exported that records its target's identity.
@@ -107,7 +107,7 @@ def read_record(directory: Path | str) -> TargetRecord | None:
             return _checked_record(data)
         except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: nested too deeply
             raise MinisparkError(f"{path}: not a target record ({json_reason(exc)}); delete it to load the target from "
-                                 "--target") from None
+                                 f"{option('target')}") from None
     # a drafter trained before target.json, or a DeepSpec export minispark wrote (``minispark_target``): its
     # identity, loaded as given
     config = directory / "config.json"
@@ -141,7 +141,7 @@ class Loading:
 
 
 def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str | None, device: str | None,
-                    load_in_4bit: bool = False, load_in_8bit: bool = False, flag: str = "--drafter") -> Loading:
+                    load_in_4bit: bool = False, load_in_8bit: bool = False, flag: str = option("drafter")) -> Loading:
     """The target and loading flags for a command given ``artifact`` (a drafter directory, cache or answer
     set) and the user's flags (see the module docstring). An explicit ``target`` the record contradicts is
     refused with one line."""
@@ -154,7 +154,7 @@ def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str 
         return Loading(target, dtype, load_in_4bit, load_in_8bit, runtime)
     if Path(record.source).is_absolute() and not Path(record.source).exists():  # not "--target X", never typed
         raise MinisparkError(f"{flag} {artifact}: the target it records, {record.source}, does not exist (moved "
-                             "or deleted?); give the target with --target")
+                             f"or deleted?); give the target with {option('target')}")
     cuda = _device_type(device) == "cuda"
     explicit_quant = load_in_4bit or load_in_8bit
     q4 = load_in_4bit or (cuda and not explicit_quant and record.quantization == "4bit")
@@ -188,7 +188,7 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
     if target not in EMBEDDED_SPELLINGS:
         hub_source = not Path(record.source).is_absolute() and not Path(record.source).exists()
         if not Path(target).exists() and hub_source and target != record.source:  # two hub ids: by name
-            raise MinisparkError(f"--target {target}: {what} was trained for {record.source}; omit --target "
+            raise MinisparkError(f"{option('target')} {target}: {what} was trained for {record.source}; omit {option('target')} "
                                  "to load that one")
     ref = TargetRef.parse(target)
     location = ref.local_directory()
@@ -196,8 +196,8 @@ def check_target(record: TargetRecord, target: str, what: str) -> None:
         return
     current = target_id({"name": ref.name, "weights_hash": weights_hash(location)})
     if not same_target(record.identity, current):
-        raise MinisparkError(f"--target {target}: {what} was trained for {record.source} ({record.identity}), "
-                             "another target; omit --target to load that one")
+        raise MinisparkError(f"{option('target')} {target}: {what} was trained for {record.source} ({record.identity}), "
+                             f"another target; omit {option('target')} to load that one")
 
 
 def _device_type(device: str | None) -> str:

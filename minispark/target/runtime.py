@@ -34,7 +34,7 @@ import torch
 from torch import nn
 
 from minispark.core.defaults import PACKED_TIED_MAX_BYTES, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.core.settings import settings
 from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
 from minispark.target import compile_fallback
@@ -45,7 +45,7 @@ def requested_runtime(runtime: str | None = None) -> str:
     """The runtime asked for: the argument, else the settings' (``minispark --runtime`` / its variable, else auto)."""
     value = runtime or settings().runtime
     if value not in TARGET_RUNTIMES:
-        raise MinisparkError(f"--runtime / ${TARGET_RUNTIME_ENV}: {value!r} is not one of "
+        raise MinisparkError(f"{option('runtime')} / ${TARGET_RUNTIME_ENV}: {value!r} is not one of "
                              f"{', '.join(TARGET_RUNTIMES)}")
     return value
 
@@ -163,7 +163,7 @@ def apply_runtime(model: nn.Module, runtime: str | None = None, tied_copy_max: i
     reason = packable(model, "int8" if runtime == "int8" else "packed")
     if reason is not None:
         if runtime != "auto":
-            raise MinisparkError(f"--runtime {runtime}: {reason}; use --runtime eager or auto")
+            raise MinisparkError(f"{option('runtime')} {runtime}: {reason}; use {option('runtime')} eager or auto")
         return "eager"
     if runtime == "int8":
         for name, module in _plain_linears(model, text_only=True):

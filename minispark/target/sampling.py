@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from minispark import validate
+from minispark.core import checks
 from minispark.core.defaults import DEFAULT_TEMPERATURE
 
 
@@ -31,7 +31,7 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        validate.sampling(self.temperature, self.top_p, self.top_k)  # the one home of these ranges
+        checks.sampling(self.temperature, self.top_p, self.top_k)  # the one home of these ranges
 
     @property
     def greedy(self) -> bool:
@@ -115,5 +115,5 @@ def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torc
     """A seeded generator; ``None`` draws a fresh seed in the range ``--seed`` takes (reported, so a sampled run
     can be replayed: torch's own fresh seeds are 64-bit, which ``--seed`` refused)."""
     generator = torch.Generator(device=device)
-    generator.manual_seed(secrets.randbelow(validate.MAX_SEED + 1) if seed is None else seed)
+    generator.manual_seed(secrets.randbelow(checks.MAX_SEED + 1) if seed is None else seed)
     return generator

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from minispark.core.defaults import auto_draft_vocab
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.model.draft_config import DraftConfig
 from minispark.training.recipes import TrainConfig, blame
 
@@ -42,7 +42,7 @@ def recipe_dims(config: TrainConfig) -> TargetDims:
     """Target sizes from the recipe alone (``--dry-run`` loads no model)."""
     for key in ("hidden_size", "vocab_size"):
         if getattr(config, key) is None:
-            raise MinisparkError(f"{key}: not set in recipe {config.name!r}; --dry-run needs it ([target] section)")
+            raise MinisparkError(f"{key}: not set in recipe {config.name!r}; {option('dry_run')} needs it ([target] section)")
     return TargetDims(hidden_size=config.hidden_size, vocab_size=config.vocab_size,
                       tie_embeddings=bool(config.tie_embeddings))
 
@@ -55,7 +55,7 @@ def draft_config(config: TrainConfig, dims: TargetDims, *, feature_layers: list[
         value = fallback if value is None else value
         if value is None:
             raise MinisparkError(f"{key}: not set in recipe {config.name!r} and not known from a target "
-                                 "(--dry-run needs it in the recipe)")
+                                 f"({option('dry_run')} needs it in the recipe)")
         return value
 
     heads = pick("num_heads", dims.num_heads)

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from minispark.model.draft_config import HEAD_TYPES, MARKOV_W1
-from minispark import validate, validate_lists
+from minispark.core import checks, check_lists
 from minispark.core.defaults import DEFAULT_GAMMA, MAX_BLOCK_SIZE, MAX_DRAFT_LAYERS, MAX_LR, MIN_LR, RECIPE_DIR
-from minispark.core.errors import MinisparkError, json_reason
+from minispark.core.errors import MinisparkError, json_reason, option
 
 CHOICES = {
     "head": HEAD_TYPES,
@@ -187,8 +187,8 @@ class TrainConfig:
                 raise MinisparkError(f"{key}: must be >= 1, or none for the target's, got {getattr(self, key)}")
         # Token ids and counts the recipe's own vocabulary bounds: checked here, where an override is blamed as
         # such, not when the draft model is sized ("recipe 'tiny' (the target's sizes ...)": the file was fine)
-        if self.mask_token_id is not None and not 0 <= self.mask_token_id < (self.vocab_size or validate.MAX_INT):
-            raise MinisparkError(f"mask_token_id, vocab_size: a token id in [0, {self.vocab_size or validate.MAX_INT})"
+        if self.mask_token_id is not None and not 0 <= self.mask_token_id < (self.vocab_size or checks.MAX_INT):
+            raise MinisparkError(f"mask_token_id, vocab_size: a token id in [0, {self.vocab_size or checks.MAX_INT})"
                                  f", got {self.mask_token_id}")
         if self.vocab_size is not None and (self.draft_vocab or 0) > self.vocab_size:
             raise MinisparkError(f"draft_vocab, vocab_size: at most the vocabulary's {self.vocab_size} tokens (0 = "
@@ -203,9 +203,9 @@ class TrainConfig:
             value = getattr(self, item.name)
             if isinstance(value, int) and not isinstance(value, bool):
                 if item.name == "seed":
-                    validate.seed(value, "seed")
+                    checks.seed(value, "seed")
                 else:
-                    validate.integer(value, item.name, -validate.MAX_INT)
+                    checks.integer(value, item.name, -checks.MAX_INT)
         if self.max_samples and self.first_sample >= self.max_samples:
             raise MinisparkError(f"first_sample, max_samples: the slice [{self.first_sample}, {self.max_samples}) "
                                  "holds no sample")
@@ -330,18 +330,18 @@ def parse_value(key: str, text: str, where: str) -> Any:
                      "off": False}
             return flags[raw.lower()]
         if kind is int:
-            return int(validate_lists.number_text(raw))
+            return int(check_lists.number_text(raw))
         if kind is float:
-            return float(validate_lists.number_text(raw))
+            return float(check_lists.number_text(raw))
         if typing.get_origin(kind) is list:  # [1, 8, 15] or 1,8,15; a lone or inner bracket or an empty item is a typo
             body = raw[1:-1] if raw.startswith("[") and raw.endswith("]") else raw
             if "[" in body or "]" in body:
                 raise ValueError(raw)
-            return [int(validate_lists.number_text(x)) for x in body.split(",")] if body.strip() else []
+            return [int(check_lists.number_text(x)) for x in body.split(",")] if body.strip() else []
         return raw
     except (KeyError, ValueError):
         raise MinisparkError(f"{where}: {key} must be {_type_name(kind)}, "
-                             f"got {validate_lists.excerpt(text)}") from None
+                             f"got {check_lists.excerpt(text)}") from None
 
 
 def _unknown(key: str, where: str) -> MinisparkError:
@@ -360,11 +360,11 @@ def recipe_path(name_or_path: str | Path) -> Path:
     if shipped.is_file() and path.name == str(name_or_path):  # a bare name: a directory called "tiny" here hides nothing
         return shipped
     if path.is_dir():
-        raise MinisparkError(f"--recipe {name_or_path}: is a directory; give a recipe TOML file or a shipped name")
+        raise MinisparkError(f"{option('recipe')} {name_or_path}: is a directory; give a recipe TOML file or a shipped name")
     if path.exists() or path.is_symlink():  # a pipe, a device, a link to nowhere: "no such file" was wrong
-        validate.input_file(path, "--recipe")
+        checks.input_file(path, option("recipe"))
     names = ", ".join(list_recipes()) or "none found"
-    raise MinisparkError(f"--recipe {name_or_path}: no such file or shipped recipe (shipped: {names})")
+    raise MinisparkError(f"{option('recipe')} {name_or_path}: no such file or shipped recipe (shipped: {names})")
 
 
 def list_recipes() -> list[str]:
@@ -392,7 +392,7 @@ def toml_error(path: Path, text: str, exc: tomllib.TOMLDecodeError) -> str:
 def read_recipe_file(path: Path) -> dict[str, Any]:
     """The flat key → value mapping of one recipe file, every key and type checked."""
     try:
-        text = validate.edited_text(path)
+        text = checks.edited_text(path)
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise MinisparkError(toml_error(path, text, exc)) from None
@@ -428,7 +428,7 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
         key, sep, text = item.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise MinisparkError(f"override {validate_lists.excerpt(item)}: expected key=value")
+            raise MinisparkError(f"override {check_lists.excerpt(item)}: expected key=value")
         section, dot, bare = key.rpartition(".")
         if dot:
             if section not in SECTIONS or bare not in SECTIONS[section]:
@@ -437,10 +437,10 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
         if key not in FILE_KEYS:
             raise _unknown(key, "override")
         if key in given:
-            raise MinisparkError(f"override {validate_lists.excerpt(item)}: {key} is already set by "
-                                 f"{validate_lists.excerpt(given[key])}; give it once")
+            raise MinisparkError(f"override {check_lists.excerpt(item)}: {key} is already set by "
+                                 f"{check_lists.excerpt(given[key])}; give it once")
         given[key] = item
-        settings[key] = parse_value(key, text, f"override {validate_lists.excerpt(item)}")
+        settings[key] = parse_value(key, text, f"override {check_lists.excerpt(item)}")
     return settings
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.target.loading import VLM_TYPES, Target, model_config
 
 #: Checkpoint key endings of the two tensors (every supported family names them so; VL checkpoints may
@@ -29,7 +29,7 @@ EMBED_SUFFIX, HEAD_SUFFIX = "embed_tokens.weight", "lm_head.weight"
 def _locate(source: str | None) -> tuple[str, Path]:
     """(name, local directory) of ``source`` as ``load_target`` names them (a hub id from the HF cache)."""
     from minispark.target.target_ref import DIRECTORY, HUB, TargetRef
-    from minispark.validate_models import target_weights
+    from minispark.target.target_ref import target_weights
 
     ref = TargetRef.parse(source)
     if ref.kind == DIRECTORY:
@@ -57,7 +57,7 @@ def read_frozen_tensors(location: Path, vocab_size: int, hidden_size: int) -> tu
                     found.setdefault(EMBED_SUFFIX if key.endswith(EMBED_SUFFIX) else HEAD_SUFFIX,
                                      handle.get_tensor(key))
     if EMBED_SUFFIX not in found:
-        raise MinisparkError(f"--target {location}: no ({vocab_size}, {hidden_size}) *{EMBED_SUFFIX} in its "
+        raise MinisparkError(f"{option('target')} {location}: no ({vocab_size}, {hidden_size}) *{EMBED_SUFFIX} in its "
                              "safetensors")
     return found[EMBED_SUFFIX], found.get(HEAD_SUFFIX)
 
@@ -70,7 +70,7 @@ def load_frozen_parts(source: str | None) -> Target:
 
     name, location = _locate(source)
     if not any(location.glob("*.safetensors")):
-        raise MinisparkError(f"--target {source}: no safetensors weights to read the embedding from")
+        raise MinisparkError(f"{option('target')} {source}: no safetensors weights to read the embedding from")
     config = model_config(str(location), source)
     auto = AutoModelForImageTextToText if config.model_type in VLM_TYPES else AutoModelForCausalLM
     with torch.device("meta"):

@@ -49,8 +49,8 @@ from minispark.data.cache_format import CacheReader
 from minispark.data.provenance import sources_of_run, write_training_data
 from minispark.target.remembered import record_from_manifest, write_record
 from minispark.model.checkpoint import copy_drafter
-from minispark.core.errors import MinisparkError
-from minispark.validate import not_shipped, outside_inputs
+from minispark.core.errors import MinisparkError, option
+from minispark.core.checks import not_shipped, outside_inputs
 from minispark.training.losses import LossStats
 from minispark.training.onpolicy import ONPOLICY_FILE
 from minispark.training.online import OnlineSource
@@ -99,8 +99,8 @@ def train(config: TrainConfig, cache_dir: str | Path | None = None, out_dir: str
     (only its embedding, lm_head, sizes, tokenizer and identity are used).
     """
     if cache_dir is None and config.cache_dir is None and config.answers_dir is None:
-        raise MinisparkError(f"--cache: recipe {config.name!r} names no cache_dir or answers_dir; pass --cache DIR "
-                             "or --answers DIR")
+        raise MinisparkError(f"{option('cache')}: recipe {config.name!r} names no cache_dir or answers_dir; pass {option('cache')} DIR "
+                             f"or {option('answers')} DIR")
     out = Path(out_dir or config.out_dir or f"runs/draft-{config.name}")
     with sole_writer(out):  # a second run into this --out would interleave its checkpoints and metrics with these
         return _train(config, cache_dir, out, resume, progress, target, log)
@@ -136,11 +136,11 @@ def _output_dir(config: TrainConfig, out_dir: str | Path, resume: bool,
     """The run directory and whether this run resumes it; refuses a directory that is not a run's, and one
     inside what the run reads (it would land among a cache's shards, which a resumed `cache` then refuses)."""
     out = Path(out_dir)
-    outside_inputs(out, "--out", {"--cache": cache_dir or config.cache_dir, "--answers": config.answers_dir,
-                                  "--heldout-cache": config.heldout_cache, "init_from": config.init_from})
-    not_shipped(out, "--out", "choose a directory of your own")
+    outside_inputs(out, option("out"), {option("cache"): cache_dir or config.cache_dir, option("answers"): config.answers_dir,
+                                  option("heldout_cache"): config.heldout_cache, "init_from": config.init_from})
+    not_shipped(out, option("out"), "choose a directory of your own")
     if resume and not out.exists():  # the recipe's own --out too: it trained from step 0 as if a run had stopped
-        raise MinisparkError(f"--out {out}: no such directory, so no training run to resume; drop --resume to start "
+        raise MinisparkError(f"{option('out')} {out}: no such directory, so no training run to resume; drop {option('resume')} to start "
                              "one")
     _repoint_latest(out, log)
     restart = not (out / LATEST_FILE).exists() and (not out.exists() or stopped_before_checkpoint(out))
@@ -148,14 +148,14 @@ def _output_dir(config: TrainConfig, out_dir: str | Path, resume: bool,
         log(f"{out}: no checkpoint written yet (stopped before its first one?); training from step 0")
     resume = resume and not restart
     if not resume and (out / LATEST_FILE).exists():
-        raise MinisparkError(f"--out {out}: already holds a training run; pass --resume to continue it, or "
-                             "choose another --out")
+        raise MinisparkError(f"{option('out')} {out}: already holds a training run; pass {option('resume')} to continue it, or "
+                             f"choose another {option('out')}")
     if not resume and not restart and out.is_dir() and any(out.iterdir()):
         # Checkpoints are pruned and drafter/ replaced: never in a directory holding someone else's files.
-        raise MinisparkError(f"--out {out}: not empty and not a minispark training run; choose an empty or new "
+        raise MinisparkError(f"{option('out')} {out}: not empty and not a minispark training run; choose an empty or new "
                              "directory")
     if not resume and out.exists() and not out.is_dir():
-        raise MinisparkError(f"--out {out}: is a file, not a directory")
+        raise MinisparkError(f"{option('out')} {out}: is a file, not a directory")
     return out, resume
 
 
@@ -179,10 +179,10 @@ def _open_data(config: TrainConfig, cache_dir: str | Path | None, target: Any
     """(the answer set or cache, what the trainer reads anchors from, the target)."""
     online = cache_dir is None and config.cache_dir is None
     if config.max_answer_tokens and not online:
-        raise MinisparkError("max_answer_tokens: cuts the answers of an answer set (--answers); a cache's anchors are "
+        raise MinisparkError(f"max_answer_tokens: cuts the answers of an answer set ({option('answers')}); a cache's anchors are "
                              "fixed when it is built")
     if config.online_store and not online:
-        raise MinisparkError("online_store: keeps the features an answer set's prefill computes (--answers); a cache "
+        raise MinisparkError(f"online_store: keeps the features an answer set's prefill computes ({option('answers')}); a cache "
                              "holds its features already")
     data = AnswerSet(Path(config.answers_dir)) if online else CacheReader(Path(cache_dir or config.cache_dir))
     # A held-out answer set is encoded by the target's decoder as a held-out cache is not: the whole target then
@@ -250,7 +250,7 @@ def _run(trainer: Trainer, config: TrainConfig, report: TrainReport, progress: b
             stats, norm, anchors = trainer.train_one()
             if not math.isfinite(stats.total):  # every later step is NaN too: a drafter of NaN weights was saved
                 raise MinisparkError(f"training diverged: the loss at step {trainer.step} is {stats.total}; lower lr "
-                                     f"(now {config.lr:g}) and train into a new --out (nothing of this step is saved)")
+                                     f"(now {config.lr:g}) and train into a new {option('out')} (nothing of this step is saved)")
             report.losses[trainer.step] = stats.total
             row = meter.update(trainer.step, stats, norm, trainer.scheduler.get_last_lr()[0], anchors)
             if row is not None:

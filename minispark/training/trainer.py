@@ -34,7 +34,7 @@ from minispark.model.checkpoint import (apply_weights, drafter_vocab, read_weigh
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.training.draft_vocab import answer_set_token_counts, answer_token_counts, coverage, top_tokens
-from minispark.core.errors import MinisparkError, first_line
+from minispark.core.errors import MinisparkError, first_line, option
 from minispark.training.heldout import HeldoutProxy, HeldoutScore, heldout_batch_anchors
 from minispark.core.identity import content_identity, same_target, target_id
 from minispark.training.losses import LossStats, LossWeights, chunked_backward
@@ -163,8 +163,8 @@ class Trainer:
                                  "but this machine has none; override device=cpu dtype=fp32 optimizer=adamw to "
                                  "train on the CPU")
         if reader.config.get("split", "train") != "train":
-            raise MinisparkError(f"--cache: {reader.directory} is a held-out evaluation cache; train on a "
-                                 "--split train cache and pass this one as --heldout-cache")
+            raise MinisparkError(f"{option('cache')}: {reader.directory} is a held-out evaluation cache; train on a "
+                                 f"{option('split')} train cache and pass this one as {option('heldout_cache')}")
         identity = target.identity()
         reader.require(target=content_identity(identity))
         _require_recipe_sizes(reader, config)
@@ -230,9 +230,9 @@ class Trainer:
         if config.heldout_cache:
             held = open_reader(Path(config.heldout_cache), target, reader.layers, reader.window, config.block_size)
             if held.config.get("split") != "heldout":
-                raise MinisparkError(f"--heldout-cache (recipe key heldout_cache) {config.heldout_cache}: is a training "
-                                     "cache (split train); build the held-out one with `minispark cache --split "
-                                     "heldout` (or `minispark answers --split heldout`)")
+                raise MinisparkError(f"{option('heldout_cache')} (recipe key heldout_cache) {config.heldout_cache}: is a training "
+                                     f"cache (split train); build the held-out one with `minispark cache {option('split')} "
+                                     f"heldout` (or `minispark answers {option('split')} heldout`)")
             held.require(target=reader.config["target"], layers=reader.layers, block=config.block_size,
                          window=reader.window)
             self.heldout = HeldoutProxy.from_reader(
@@ -288,26 +288,26 @@ class Trainer:
         """Load the checkpoint ``latest`` names; refuse one from a different config or cache."""
         latest = self.out / LATEST_FILE
         if not latest.is_file():
-            raise MinisparkError(f"--resume: {self.out} holds no checkpoint ({LATEST_FILE} is missing)")
+            raise MinisparkError(f"{option('resume')}: {self.out} holds no checkpoint ({LATEST_FILE} is missing)")
         path = self._latest_checkpoint(latest)
         try:
             state = torch.load(path / TRAINER_FILE, map_location="cpu", weights_only=True)
         except (RuntimeError, OSError, EOFError, ValueError) as exc:  # torch: "failed finding central directory"
             reason = first_line(exc).split(". ")[0]  # torch's first sentence; the rest is advice on checkpoints
-            raise MinisparkError(f"--resume: {path / TRAINER_FILE}: unreadable ({reason}); a damaged or "
+            raise MinisparkError(f"{option('resume')}: {path / TRAINER_FILE}: unreadable ({reason}); a damaged or "
                                  f"truncated copy? {self._other_checkpoints(path)}") from None
         saved = TrainConfig.from_dict(state["train_config"], str(path / TRAINER_FILE))
         changed = config_differences(saved, self.config, ignore=RESUMABLE_CHANGES)
         if changed:
             key = changed[0]
-            raise MinisparkError(f"--resume: {key} differs from the checkpoint's ({getattr(saved, key)!r}, now "
+            raise MinisparkError(f"{option('resume')}: {key} differs from the checkpoint's ({getattr(saved, key)!r}, now "
                                  f"{getattr(self.config, key)!r}); it would change the next steps")
         if state["cache_hash"] != self.cache_hash:
-            raise MinisparkError(f"--resume: {path} was trained on a different cache than {self.reader.directory}")
+            raise MinisparkError(f"{option('resume')}: {path} was trained on a different cache than {self.reader.directory}")
         try:
             apply_weights(self.model, read_weights(path, self.config.resolved_device), path)
         except MinisparkError as exc:
-            raise MinisparkError(f"--resume: {exc}") from None
+            raise MinisparkError(f"{option('resume')}: {exc}") from None
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"])
@@ -323,7 +323,7 @@ class Trainer:
         path = self.out / name
         if not CHECKPOINT_NAME.fullmatch(name) or path.is_symlink() or not (path / TRAINER_FILE).is_file():
             what = "is a symlink" if latest.is_symlink() else f"names {name[:80]!r}, which is not a checkpoint there"
-            raise MinisparkError(f"--resume: {latest} {what}; {self._other_checkpoints(None)}")
+            raise MinisparkError(f"{option('resume')}: {latest} {what}; {self._other_checkpoints(None)}")
         return path
 
     def _other_checkpoints(self, bad: Path | None) -> str:
@@ -331,5 +331,5 @@ class Trainer:
         kept = sorted(p.name for p in self.out.glob("checkpoint-*") if p != bad and CHECKPOINT_NAME.fullmatch(p.name)
                       and not p.is_symlink() and (p / TRAINER_FILE).is_file())
         if not kept:
-            return "no other checkpoint is there: train into a new --out"
+            return f"no other checkpoint is there: train into a new {option('out')}"
         return f"write {kept[-1]} into {self.out / LATEST_FILE} to resume from that checkpoint"

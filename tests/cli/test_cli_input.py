@@ -508,7 +508,7 @@ def test_hand_edited_files_may_start_with_a_byte_order_mark(files, tmp_path) -> 
 ])
 def test_every_number_option_reads_numbers_by_the_one_rule(kind: type, text: str, says: str) -> None:
     """Every int (float) option of every command, and the global --max-pixels, refuses what
-    ``validate_lists.is_number_text`` refuses, as one line naming the flag, before anything runs (typer's own
+    ``check_lists.is_number_text`` refuses, as one line naming the flag, before anything runs (typer's own
     conversion read '--max-new-tokens 1_000' as 1000)."""
     import typer.main
 
@@ -624,7 +624,7 @@ def test_a_read_only_file_system_is_named_as_such(monkeypatch, tmp_path: Path) -
     import errno
     from types import SimpleNamespace
 
-    from minispark import validate
+    from minispark.core import checks
     from minispark.core.errors import MinisparkError
     from minispark.measuring import simulate
 
@@ -632,10 +632,10 @@ def test_a_read_only_file_system_is_named_as_such(monkeypatch, tmp_path: Path) -
     monkeypatch.setattr(os, "access", lambda *a, **k: False)
     monkeypatch.setattr(os, "statvfs", lambda path: SimpleNamespace(f_flag=os.ST_RDONLY))
     with pytest.raises(MinisparkError, match=r"^--out .*/new: .* is on a read-only file system; write elsewhere$"):
-        validate.writable(tmp_path / "new", "--out")
+        checks.writable(tmp_path / "new", "--out")
     monkeypatch.setattr(os, "statvfs", real_statvfs)  # a read-write one: the permissions, as before
     with pytest.raises(MinisparkError, match=r"is not writable by this user \(permission denied\)$"):
-        validate.writable(tmp_path / "new", "--out")
+        checks.writable(tmp_path / "new", "--out")
     monkeypatch.undo()
 
     def fails(error: OSError):

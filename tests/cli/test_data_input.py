@@ -295,7 +295,7 @@ def test_resume_without_a_run_is_refused_for_the_recipes_own_out_too(tmp_path) -
     from minispark.training.recipes import load_recipe
     from minispark.training.train import _output_dir
 
-    with pytest.raises(MinisparkError, match="no training run to resume; drop --resume"):
+    with pytest.raises(MinisparkError, match="no training run to resume; drop resume"):
         _output_dir(load_recipe("tiny", []), tmp_path / "runs" / "draft-tiny", True, None)
 
 
@@ -369,7 +369,7 @@ def test_the_library_refuses_someone_elses_out_too(tiny_dir, tmp_path) -> None:
                   lambda: build_answers(AnswerConfig(prompts=prompts, out=out, target=str(tiny_dir("llama")))),
                   lambda: mix_caches(out, [MixPart(tmp_path)]),
                   lambda: run_pipeline(out)):
-        with pytest.raises(MinisparkError, match=re.escape(f"--out {out}: holds notes.txt")):
+        with pytest.raises(MinisparkError, match=re.escape(f"out {out}: holds notes.txt")):
             build()
     assert snapshot(out) == before
 

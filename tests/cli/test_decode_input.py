@@ -361,7 +361,7 @@ def test_the_calibration_notice_gives_a_command_that_runs(tmp_path) -> None:
     from minispark.core.defaults import CALIBRATION_PROMPTS, SHIPPED_DRAFTERS
     from minispark.model.checkpoint import load_calibration
     from minispark.target.sampling import SamplingConfig
-    from minispark.validate import not_shipped
+    from minispark.core.checks import not_shipped
 
     shipped = next(p for p in sorted(SHIPPED_DRAFTERS.iterdir()) if (p / "calibration.json").is_file())
     for temperature in (0.0, 0.7, 1.0):  # the default and the fits shipped beside it print nothing
@@ -464,7 +464,7 @@ def test_temperature_is_bounded_in_one_place() -> None:
 
     assert SamplingConfig(MAX_TEMPERATURE).temperature == MAX_TEMPERATURE
     for bad in (1e308, MAX_TEMPERATURE * 1.01, -0.0001):
-        with pytest.raises(MinisparkError, match=r"--temperature must be a finite number in \[0, 100\]"):
+        with pytest.raises(MinisparkError, match=r"temperature must be a finite number in \[0, 100\]"):
             SamplingConfig(bad)
 
 
@@ -578,8 +578,8 @@ def test_serve_says_an_image_dir_is_missing(tmp_path) -> None:
 
 def test_a_fresh_seed_is_one_seed_takes() -> None:
     """The seed `generate --json` and chat's /save report (torch's fresh 64-bit seed) was refused by --seed."""
-    from minispark import validate
+    from minispark.core import checks
     from minispark.target.sampling import make_generator
 
     for _ in range(20):
-        assert validate.seed(make_generator(None).initial_seed()) is not None
+        assert checks.seed(make_generator(None).initial_seed()) is not None

@@ -34,9 +34,9 @@ def test_a_flag_wins_over_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     assert Settings.from_environment(runtime="packed", draft_precision="int8").runtime == "packed"
 
 
-@pytest.mark.parametrize("name, value, says", [(TARGET_RUNTIME_ENV, "turbo", "--runtime / $MINISPARK_RUNTIME"),
-                                               (DRAFT_PRECISION_ENV, "int4", "--draft-precision"),
-                                               ("MINISPARK_MAX_PIXELS", "lots", "--max-pixels"),
+@pytest.mark.parametrize("name, value, says", [(TARGET_RUNTIME_ENV, "turbo", "runtime / $MINISPARK_RUNTIME"),
+                                               (DRAFT_PRECISION_ENV, "int4", "draft_precision"),
+                                               ("MINISPARK_MAX_PIXELS", "lots", "max_pixels"),
                                                ("OMP_NUM_THREADS", "0", "$OMP_NUM_THREADS")])
 def test_a_bad_variable_is_named(monkeypatch: pytest.MonkeyPatch, name: str, value: str, says: str) -> None:
     monkeypatch.setenv(name, value)

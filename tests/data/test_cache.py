@@ -217,7 +217,7 @@ def test_layers_auto_and_the_last_layer_is_refused(llama, prompts, tmp_path):
     with pytest.raises(MinisparkError, match="final decoder layer"):
         build_cache(CacheConfig(out=tmp_path / "refused", layers=f"1,{NUM_LAYERS - 1}", **base), target=llama)
     assert not (tmp_path / "refused").exists()  # refused before any work
-    with pytest.raises(MinisparkError, match="--layers"):
+    with pytest.raises(MinisparkError, match="layers"):
         CacheConfig(out=tmp_path / "x", layers="1,two", **base)
     build_cache(CacheConfig(out=tmp_path / "auto", **base), target=llama)
     layers = CacheReader(tmp_path / "auto").layers
@@ -245,7 +245,7 @@ def test_dry_run_estimate_tracks_the_real_size(llama, prompts, tmp_path, monkeyp
     monkeypatch.setattr(cache_estimate, "free_bytes", lambda path: 1000)
     assert not estimate_cache(config, target=llama).fits
     refused = CacheConfig(**{**vars(config), "out": tmp_path / "small_disk"})
-    with pytest.raises(MinisparkError, match="--force"):
+    with pytest.raises(MinisparkError, match="force"):
         build_cache(refused, target=llama)
     forced = CacheConfig(**{**vars(config), "out": tmp_path / "small_disk", "force": True, "num_samples": 1})
     assert build_cache(forced, target=llama).samples == 1
@@ -293,7 +293,7 @@ def test_teacher_forced_source_caches_the_given_answers(llama, tmp_path):
         c0, c1 = shard["sample_ctx_offset"][s:s + 2].tolist()
         torch.testing.assert_close(shard["features"][c0:c1].float(), features[:c1 - c0], rtol=1e-5, atol=1e-5)
     path.write_text(json.dumps({"prompt": "No answer here."}) + "\n")
-    with pytest.raises(MinisparkError, match=rf"{path}:1: --source text needs a trailing assistant message"):
+    with pytest.raises(MinisparkError, match=rf"{path}:1: source text needs a trailing assistant message"):
         build_cache(CacheConfig(prompts=path, out=tmp_path / "c2", source="text"), target=llama)
 
 

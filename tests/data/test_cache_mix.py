@@ -142,11 +142,11 @@ def test_a_copy_of_the_target_elsewhere_is_named_by_what_differs(caches, tmp_pat
 
 def test_a_count_is_read_by_the_one_number_rule(tmp_path) -> None:
     """parse_part had its own twin of validate's rule; digit grouping ('1_0', 10 to int()) is refused by both."""
-    from minispark import validate_lists
+    from minispark.core import check_lists
 
-    assert [validate_lists.is_number_text(t, whole=True) for t in ("12", "+3", "1_0", "٣", "1.5", "abc")] == [
+    assert [check_lists.is_number_text(t, whole=True) for t in ("12", "+3", "1_0", "٣", "1.5", "abc")] == [
         True, True, False, False, False, False]
-    assert validate_lists.is_number_text("1.5") and not validate_lists.is_number_text("1_0.5")
+    assert check_lists.is_number_text("1.5") and not check_lists.is_number_text("1_0.5")
     assert parse_part("runs/a:+3") == MixPart(Path("runs/a"), 3)
     assert parse_part("runs/a:1_0") == MixPart(Path("runs/a:1_0"))  # no directory runs/a: a name with a colon
     (tmp_path / "a").mkdir()

@@ -197,7 +197,7 @@ def test_mismatched_manifest_is_refused(llama, prompt_file, clean, tmp_path):
     assert message.startswith(str(clean / MANIFEST)) and "layers mismatch" in message and "\n" not in message
     with pytest.raises(CacheMismatchError, match="target mismatch"):
         reader.require(target={"weights_hash": "0123456789abcdef"})
-    with pytest.raises(CacheMismatchError, match=r"manifest.json: --out holds a cache built with a different window"):
+    with pytest.raises(CacheMismatchError, match=r"manifest.json: out holds a cache built with a different window"):
         build_cache(make_config(prompt_file, clean, window=8), target=llama)
     other = tmp_path / "other"
     other.mkdir()
@@ -248,7 +248,7 @@ def test_cache_grows_to_the_bytes_of_a_larger_build_and_never_shrinks(llama, pro
     report = build_cache(make_config(prompt_file, out), target=llama, log=logged.append)
     assert report.resumed_shards == 2 and report.samples == 7
     assert files(out) == files(clean)
-    with pytest.raises(CacheMismatchError, match=r"already holds 7 samples; --num-samples 5 would shrink it"):
+    with pytest.raises(CacheMismatchError, match=r"already holds 7 samples; num_samples 5 would shrink it"):
         build_cache(make_config(prompt_file, out, num_samples=5), target=llama)
     assert files(out) == files(clean)
 
@@ -259,7 +259,7 @@ def test_an_interrupted_build_can_finish_smaller_than_planned(llama, prompt_file
     out = tmp_path / "cache"
     with pytest.raises(Interrupted):
         build_cache(make_config(prompt_file, out), target=llama, on_shard=interrupt_after(0))
-    with pytest.raises(CacheMismatchError, match=r"already holds 2 samples; --num-samples 1 would shrink it"):
+    with pytest.raises(CacheMismatchError, match=r"already holds 2 samples; num_samples 1 would shrink it"):
         build_cache(make_config(prompt_file, out, num_samples=1), target=llama)
     report = build_cache(make_config(prompt_file, out, num_samples=3), target=llama)
     assert report.samples == 3 and report.resumed_shards == 1
@@ -272,7 +272,7 @@ def test_files_the_cache_did_not_write_are_never_deleted(llama, prompt_file, tmp
     (out / "t.tmp").write_text("x")
     (out / shard_name(0)).write_text("not a shard")
     before = files(out)
-    with pytest.raises(MinisparkError, match=rf"--out {out}: holds t.tmp, which minispark did not write"):
+    with pytest.raises(MinisparkError, match=rf"out {out}: holds t.tmp, which minispark did not write"):
         build_cache(make_config(prompt_file, out, num_samples=2), target=llama)
     assert files(out) == before
     (out / "t.tmp").unlink()  # left: a file named like a shard, which is not one

@@ -167,7 +167,7 @@ def test_modes_needing_a_drafter_are_skipped_with_a_notice(setup) -> None:
     modes, notices = build_modes(target, BenchConfig(modes=["lookup", "schedule"]))
     assert [m.name for m in modes] == ["target", "lookup"]
     assert notices == ["skipping schedule: it needs a trained drafter (--drafter DIR)"]
-    with pytest.raises(MinisparkError, match="--modes: unknown mode 'turbo'"):
+    with pytest.raises(MinisparkError, match="modes: unknown mode 'turbo'"):
         BenchConfig(modes=["target", "turbo"])
 
 

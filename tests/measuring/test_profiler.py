@@ -163,7 +163,7 @@ def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
     monkeypatch.setattr(system_load, "read_load", LoadReadings(2.0))  # 1 free core + 0.5 slack < 2.0
     steps = []
     monkeypatch.setattr(TargetSession, "step", lambda *a: steps.append(a))
-    with pytest.raises(MinisparkError, match=r"busy before profiling .*2.00 of it from other.*--allow-busy"):
+    with pytest.raises(MinisparkError, match=r"busy before profiling .*2.00 of it from other.*allow_busy"):
         profile_target(tiny_target, ProfileConfig(**SMALL))
     assert steps == []  # refused before a single timed step
 
@@ -224,7 +224,7 @@ def test_allow_busy_writes_a_flagged_table(tiny_target, monkeypatch):
 
 
 def test_config_validation():
-    with pytest.raises(Exception, match="--max-tokens"):
+    with pytest.raises(Exception, match="max_tokens"):
         ProfileConfig(max_tokens=0)
     with pytest.raises(Exception, match="reference_tokens"):
         ProfileConfig(max_tokens=2, reference_tokens=3)
@@ -255,7 +255,7 @@ def test_batched_verify_grid_is_profiled_and_read_by_the_batched_scheduler(tiny_
     assert table.batched_seconds(6, 2) == pytest.approx(four[1] + max(four[1] - two[1], 0.0))
     sps = batch_sps(table, 4, 3, envelope=False)
     assert [sps(w) for w in (1, 2, 3)] == pytest.approx([1 / s for s in four])
-    with pytest.raises(MinisparkError, match="--batch-requests: counts >= 2 only"):
+    with pytest.raises(MinisparkError, match="batch_requests: counts >= 2 only"):
         ProfileConfig(max_tokens=3, batch_requests=[1])
 
 def test_a_users_file_at_the_tables_name_is_refused_before_measuring(tiny_dir, tmp_path, monkeypatch):
@@ -280,5 +280,5 @@ def test_no_context_that_fits_is_one_error_without_a_notice_first(tiny_target) -
     config = ProfileConfig(contexts=[5000, 6000], max_tokens=3, rounds=1, warmup=0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a notice would be raised here instead of the error below
-        with pytest.raises(MinisparkError, match=r"--contexts: none of \[5000, 6000\] leaves room"):
+        with pytest.raises(MinisparkError, match=r"contexts: none of \[5000, 6000\] leaves room"):
             profile_target(tiny_target, config)

@@ -517,7 +517,7 @@ def test_a_checkpoint_for_another_target_is_refused_unless_forced(target, tmp_pa
         weights[key] = torch.randn(weights[key].shape, generator=gen).to(weights[key].dtype)
     save_file(weights, str(ckpt / "model.safetensors"), metadata={"format": "pt"})
     with pytest.raises(OtherTargetCheckpoint, match=r"its embed_tokens.weight and lm_head.weight differ from target "
-                                                    r".*add --force to import it anyway"):
+                                                    r".*add force to import it anyway"):
         import_deepspec(ckpt, target, tmp_path / "refused")
     assert not (tmp_path / "refused").exists()
     result = CliRunner().invoke(app, ["import", str(ckpt), "--out", str(tmp_path / "cli"), "--target",

@@ -87,7 +87,7 @@ def test_cpu_default_is_int8_and_float_stays_available(served, monkeypatch):
     monkeypatch.setenv(DRAFT_PRECISION_ENV, "float")
     assert make_drafter(drafter_dir, target).precision == "float32"
     monkeypatch.setenv(DRAFT_PRECISION_ENV, "fp8")
-    with pytest.raises(MinisparkError, match="--draft-precision"):
+    with pytest.raises(MinisparkError, match="draft_precision"):
         make_drafter(drafter_dir, target)
 
 

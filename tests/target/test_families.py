@@ -68,7 +68,7 @@ def test_a_decoder_without_layers_to_hook_is_refused() -> None:
     model = torch.nn.Module()
     model.model = torch.nn.Module()
     model.model.norm = torch.nn.LayerNorm(4)
-    with pytest.raises(MinisparkError, match="--target x: Module has no decoder 'layers' module to capture"):
+    with pytest.raises(MinisparkError, match="target x: Module has no decoder 'layers' module to capture"):
         check_layers_hookable(model, "x")
     model.model.layers = torch.nn.ModuleList()
     check_layers_hookable(model, "x")

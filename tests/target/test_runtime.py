@@ -136,9 +136,9 @@ def test_a_bf16_target_packs_and_decodes_like_itself(tiny_dir) -> None:
 def test_auto_stays_eager_where_packing_does_not_apply(tiny_dir) -> None:
     fp16 = load_target(str(tiny_dir("llama")), dtype="fp16")
     assert fp16.runtime == "eager" and _packed_count(fp16.model) == 0
-    with pytest.raises(MinisparkError, match="--runtime packed: the target computes in torch.float16"):
+    with pytest.raises(MinisparkError, match="runtime packed: the target computes in torch.float16"):
         load_target(str(tiny_dir("llama")), dtype="fp16", runtime="packed")
-    with pytest.raises(MinisparkError, match="--runtime int8: the target computes in torch.bfloat16"):
+    with pytest.raises(MinisparkError, match="runtime int8: the target computes in torch.bfloat16"):
         load_target(str(tiny_dir("llama")), dtype="bf16", runtime="int8")
     with pytest.raises(MinisparkError, match="not one of auto, eager, packed, int8, compiled"):
         load_target(str(tiny_dir("llama")), runtime="fast")

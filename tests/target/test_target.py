@@ -23,7 +23,7 @@ def test_unknown_target_is_one_line_error() -> None:
     with pytest.raises(MinisparkError, match="no such directory") as info:
         load_target("/definitely/not/here")
     assert "\n" not in str(info.value)
-    with pytest.raises(MinisparkError, match="--target nobody/no-such-model") as info:
+    with pytest.raises(MinisparkError, match="target nobody/no-such-model") as info:
         load_target("nobody/no-such-model")
     assert "\n" not in str(info.value)
 

@@ -184,7 +184,7 @@ def test_checkpoint_layout_loads_as_a_drafter(cache, target, tmp_path):
     assert drafter.config.feature_layers == (1, 2) and drafter.config.window == 16
     with pytest.raises(MinisparkError, match="already holds a training run"):
         train(recipe("steps=4"), cache, tmp_path, target=target, log=None)
-    with pytest.raises(MinisparkError, match=r"--resume: lr differs from the checkpoint's"):
+    with pytest.raises(MinisparkError, match=r"resume: lr differs from the checkpoint's"):
         train(recipe("steps=4", "checkpoint_every=2", "lr=1e-3"), cache, tmp_path, resume=True, target=target, log=None)
 
 
@@ -234,7 +234,7 @@ def test_out_with_foreign_files_is_refused_and_left_untouched(cache, target, tmp
         (out / name).mkdir(parents=True)
         (out / name / "weights.bin").write_bytes(name.encode())
     before = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
-    with pytest.raises(MinisparkError, match=rf"--out {out}: not empty and not a minispark training run"):
+    with pytest.raises(MinisparkError, match=rf"out {out}: not empty and not a minispark training run"):
         train(recipe("steps=4", "checkpoint_every=2"), cache, out, target=target, log=None)
     assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
 

@@ -18,7 +18,7 @@ import torch
 from minispark.core.defaults import DEFAULT_GAMMA
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.draft_tree import TreeDrafts
-from minispark.core.errors import MinisparkError
+from minispark.core.errors import MinisparkError, option
 from minispark.serving.schedule import FixedLength
 from minispark.target.sampling import SamplingConfig
 
@@ -131,6 +131,6 @@ def resolve_gamma(drafter: Drafter, spec: str, gamma: int | None) -> int:
     if gamma is None:
         return drafter.max_gamma if drafter.max_gamma is not None else DEFAULT_GAMMA
     if drafter.max_gamma is not None and gamma > drafter.max_gamma:
-        raise MinisparkError(f"--gamma {gamma}: drafter {spec} drafts at most {drafter.max_gamma} tokens per "
-                             f"round (its block size); use --gamma {drafter.max_gamma} or less")
+        raise MinisparkError(f"{option('gamma')} {gamma}: drafter {spec} drafts at most {drafter.max_gamma} tokens per "
+                             f"round (its block size); use {option('gamma')} {drafter.max_gamma} or less")
     return gamma

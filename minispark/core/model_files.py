@@ -1,23 +1,20 @@
-"""Checks of the model-shaped arguments, before anything loads: drafter specs and directories, safetensors
-that open whole, images that decode within bounds, target directories and hub ids, pickle weights only
-when allowed. One-line errors naming the flag or file, as every check in ``validate``.
+"""Checks of the files a model is read from, before anything loads: drafter specs and directories, safetensors
+that open whole, images that decode within bounds. One-line errors naming the option or file, as every check in
+``core.checks`` (a target's directory and weights: ``target.target_ref``).
 
-    .venv/bin/python -m pytest -q tests/cli/test_bad_input.py -k "drafter or image or target or pickle"
+    .venv/bin/python -m pytest -q tests/cli/test_decode_input.py -k "drafter or image"
 """
 
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from pathlib import Path
 from typing import Any
 
 from minispark.core.drafter_spec import HYBRID, DrafterSpec, DrafterSpecError
-from minispark.core.errors import MinisparkError, first_line, json_reason
-from minispark.core.defaults import PICKLE_WEIGHTS
-from minispark.core.settings import settings
-from minispark.validate import dangling_link, edited_text, expand_user, input_file
+from minispark.core.errors import MinisparkError, first_line, json_reason, option
+from minispark.core.checks import dangling_link, edited_text, input_file
 
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
 MAX_IMAGE_PIXELS = 64_000_000
@@ -26,7 +23,7 @@ MAX_IMAGE_PIXELS = 64_000_000
 MAX_IMAGE_ASPECT = 200
 
 
-def drafter_spec(spec: str | None, flag: str = "--drafter", drafting: dict[str, Any] | None = None) -> DrafterSpec | None:
+def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict[str, Any] | None = None) -> DrafterSpec | None:
     """``spec`` parsed (:class:`DrafterSpec`), its directory checked to hold ``config.json`` and safetensors weights.
     ``drafting`` (flag → value, None when not given): flags that only shape drafting, refused with ``none``, which
     drafts nothing (they would be ignored without a word)."""
@@ -107,7 +104,7 @@ def safetensors_headers(directory: Path, flag: str) -> None:
                                  "interrupted copy? copy it again") from None
 
 
-def image(path: Path, flag: str = "--image") -> Path:
+def image(path: Path, flag: str = option("image")) -> Path:
     """A decodable image of at most ``MAX_IMAGE_PIXELS``: the header is read first, so a
     decompression bomb is refused before a single pixel is decoded."""
     from PIL import Image, UnidentifiedImageError
@@ -133,50 +130,3 @@ def image(path: Path, flag: str = "--image") -> Path:
     except (OSError, SyntaxError, ValueError) as exc:
         raise MinisparkError(f"{flag} {path}: corrupt or truncated image ({first_line(exc)})") from None
     return path
-
-
-# ---------------------------------------------------------------------- targets
-def target_location(source: str) -> Path | None:
-    """The local directory ``source`` names, or None for a hub id; refuses a path that is clearly
-    meant as one but does not exist (so a typo never downloads a stranger's model)."""
-    location = expand_user(source, "--target")
-    if location.is_dir():
-        return location
-    dangling_link(location, "--target")
-    if location.exists():
-        raise MinisparkError(f"--target {source}: not a directory (give a model directory or a hub id org/name)")
-    parts = source.split("/")
-    looks_like_path = (source.startswith((".", "/", "~")) or len(parts) != 2 or not all(parts)
-                       or Path(parts[0]).expanduser().is_dir() or os.sep != "/" and os.sep in source)
-    if looks_like_path:
-        raise MinisparkError(f"--target {source}: no such directory")
-    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on") and not _hub_cached(source):
-        raise MinisparkError(f"--target {source}: no such directory, and not a hub id in the local Hugging Face "
-                             "cache (HF_HUB_OFFLINE is set)")
-    return None
-
-
-def _hub_cached(repo_id: str) -> bool:
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
-    except ValueError:  # not a valid repo id
-        return False
-
-
-def target_weights(location: Path, source: str) -> None:
-    """A local model directory's weights: safetensors that open whole (pickle files ``*.bin`` only
-    with ``--allow-pickle-weights``), not none at all."""
-    if not (location / "config.json").is_file():
-        raise MinisparkError(f"--target {source}: not a model directory (no config.json)")
-    safetensors_headers(location, "--target")
-    if any(location.glob("*.safetensors")):
-        return
-    pickled = sorted(p.name for pattern in PICKLE_WEIGHTS for p in location.glob(pattern))
-    if pickled and not settings().allow_pickle_weights:
-        raise MinisparkError(f"--target {source}: weights are pickle files ({pickled[0]}), which can run code when "
-                             "loaded; convert them to safetensors, or pass --allow-pickle-weights if you trust them")
-    if not pickled:
-        raise MinisparkError(f"--target {source}: no weights (no *.safetensors file beside config.json); "
-                             "an incomplete download or copy?")

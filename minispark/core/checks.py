@@ -1,12 +1,13 @@
-"""Argument checks the CLI runs before anything expensive: one-line errors naming the flag or file.
+"""Checks of the values a user gives, run before anything expensive: one-line errors naming the option or file.
 
-Every command checks its numbers, files and directories here before it loads a model, so a typo
-costs milliseconds and prints one ``error: --flag ...`` line instead of a traceback minutes later.
-The library keeps its own checks (dataclass ``__post_init__``); these only fail earlier and name
-the flag. Numbers, text, choices and paths are checked here; comma-separated lists and numbers typed as text
-in ``validate_lists``; drafters, weights, images and targets in ``validate_models``.
+Every command checks its numbers, files and directories with these before it loads a model, so a typo costs
+milliseconds and one line instead of a traceback minutes later; the configs check themselves with them as they
+are built. Each check takes the name of the option it checks, an ``option`` reference (``core.errors``): the
+CLI words it as its flag, a Python caller reads the library's name. Numbers, text, choices and paths are here;
+comma-separated lists and numbers typed as text in ``core.check_lists``; drafter directories, weights files and
+images in ``core.model_files``.
 
-    .venv/bin/python -m pytest -q tests/cli/test_bad_input.py
+    .venv/bin/python -m pytest -q tests/cli/test_cli_input.py tests/cli/test_decode_input.py
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from minispark.core.defaults import DTYPE_SPELLINGS, MAX_INT  # flags are refused past MAX_INT
-from minispark.core.errors import MinisparkError, first_line
+from minispark.core.errors import MinisparkError, first_line, option
 from minispark.core.writer_lock import check_free
 
 DTYPES = tuple(DTYPE_SPELLINGS)
@@ -59,12 +60,12 @@ def integer(value: int | None, flag: str, minimum: int, maximum: int | None = No
     return value
 
 
-def seed(value: int | None, flag: str = "--seed") -> int | None:
+def seed(value: int | None, flag: str = option("seed")) -> int | None:
     """A random seed in [0, MAX_SEED] (None: a fresh one): generators and seed arithmetic take 32 bits."""
     return integer(value, flag, 0, MAX_SEED)
 
 
-def temperature(value: float, flag: str = "--temperature") -> float:
+def temperature(value: float, flag: str = option("temperature")) -> float:
     """A sampling temperature in [0, ``defaults.MAX_TEMPERATURE``] (0: greedy), and a positive one at least
     ``defaults.MIN_TEMPERATURE`` (below it the float32 logits divided by it overflow, or it rounds to 0)."""
     from minispark.core.defaults import MAX_TEMPERATURE, MIN_TEMPERATURE
@@ -72,33 +73,33 @@ def temperature(value: float, flag: str = "--temperature") -> float:
     number(value, flag, 0.0, MAX_TEMPERATURE)
     if 0 < value < MIN_TEMPERATURE:
         raise MinisparkError(f"{flag} {value:g}: a positive temperature must be at least {MIN_TEMPERATURE:g} (below "
-                             "it the logits overflow; --temperature 0 is greedy decoding)")
+                             f"it the logits overflow; {option('temperature')} 0 is greedy decoding)")
     return value
 
 
 def sampling(temp: float, top_p: float, top_k: int) -> None:
     """A temperature, top-p and top-k (``SamplingConfig`` checks itself with this: the one home of the ranges)."""
     temperature(temp)
-    number(top_p, "--top-p", 0.0, 1.0, low_open=True)
-    integer(top_k, "--top-k", 0)
+    number(top_p, option("top_p"), 0.0, 1.0, low_open=True)
+    integer(top_k, option("top_k"), 0)
 
 
-def threshold_mode(threshold: float | None, mode: str | None, flag: str = "--threshold") -> None:
+def threshold_mode(threshold: float | None, mode: str | None, flag: str = option("threshold")) -> None:
     """A ``--threshold`` given (not None) with a length mode other than ``threshold`` (None: not chosen yet), which
     would ignore it without a word."""
     if threshold is not None and mode is not None and mode != "threshold":
         raise MinisparkError(f"{flag} {threshold:g}: only the threshold mode uses it, and this run decodes in {mode} "
-                             "mode; drop it or give --mode threshold")
+                             f"mode; drop it or give {option('mode')} threshold")
 
 
 def schedule_mode(sps: Path | None, strict: bool, mode: str | None) -> None:
     """``--sps`` or ``--strict`` given with a length mode other than ``schedule`` or ``tree`` (None: not chosen
     yet): only those read an SPS table, so either was ignored without a word (a table of another setup warned)."""
-    given = [flag for flag, value in (("--sps", sps), ("--strict", strict)) if value]
+    given = [flag for flag, value in ((option("sps"), sps), (option("strict"), strict)) if value]
     if given and mode is not None and mode not in ("schedule", "tree"):
         them = "it" if len(given) == 1 else "them"
         raise MinisparkError(f"{' and '.join(given)}: only the schedule and tree modes read an SPS table, and this run "
-                             f"decodes in {mode} mode; drop {them} or give --mode tree")
+                             f"decodes in {mode} mode; drop {them} or give {option('mode')} tree")
 
 
 def choice(value: str | None, flag: str, choices: Sequence[str]) -> str | None:
@@ -112,17 +113,17 @@ def device(value: str | None) -> str | None:
     if value is None or value in ("auto", "cpu"):
         return value
     if not DEVICE_PATTERN.fullmatch(value):
-        raise MinisparkError(f"--device {value!r}: expected cpu, cuda, cuda:N or mps")
+        raise MinisparkError(f"{option('device')} {value!r}: expected cpu, cuda, cuda:N or mps")
     import torch
 
     if value == "mps" and not (torch.backends.mps.is_built() and torch.backends.mps.is_available()):
-        raise MinisparkError("--device mps: Apple's MPS is not available on this machine (use cpu)")
+        raise MinisparkError(f"{option('device')} mps: Apple's MPS is not available on this machine (use cpu)")
     if value.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise MinisparkError(f"--device {value}: CUDA is not available on this machine")
+            raise MinisparkError(f"{option('device')} {value}: CUDA is not available on this machine")
         index = int(value.partition(":")[2] or 0)
         if index >= torch.cuda.device_count():
-            raise MinisparkError(f"--device {value}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+            raise MinisparkError(f"{option('device')} {value}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                                  f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
     return value
 
@@ -133,14 +134,14 @@ def listen_address(host: str, port: int) -> int:
     to serve on: ``port``, or for 0 ("any free port") the one the system picked, so the URL printed is real."""
     import socket
 
-    integer(port, "--port", 0, 65535)
+    integer(port, option("port"), 0, 65535)
     if not host.strip():  # getaddrinfo's own error printed as "--host : not an address"
-        raise MinisparkError(f"--host {host!r}: empty; give an address, e.g. 127.0.0.1 (this machine only) "
+        raise MinisparkError(f"{option('host')} {host!r}: empty; give an address, e.g. 127.0.0.1 (this machine only) "
                              "or 0.0.0.0 (every interface)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except (socket.gaierror, UnicodeError) as exc:
-        raise MinisparkError(f"--host {host}: not an address of this machine ({first_line(exc)})") from None
+        raise MinisparkError(f"{option('host')} {host}: not an address of this machine ({first_line(exc)})") from None
     family, kind, proto, _, address = infos[0]
     try:
         with socket.socket(family, kind, proto) as probe:
@@ -148,7 +149,7 @@ def listen_address(host: str, port: int) -> int:
             probe.bind(address)
             return probe.getsockname()[1]
     except OSError as exc:
-        raise MinisparkError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from None
+        raise MinisparkError(f"{option('host')} {host} {option('port')} {port}: cannot listen there ({exc.strerror or exc})") from None
 
 
 def lone_surrogate(text: str) -> int | None:
@@ -187,13 +188,13 @@ def one_line(text: str, flag: str) -> str:
     return text
 
 
-def prompt(text: str | None, flag: str = "--prompt") -> str | None:
+def prompt(text: str | None, flag: str = option("prompt")) -> str | None:
     if text is not None and not text.strip():
         raise MinisparkError(f"{flag}: empty (omit it for the built-in prompt)")
     return text if text is None else utf8_text(text, flag)
 
 
-def system_message(text: str | None, flag: str = "--system") -> str | None:
+def system_message(text: str | None, flag: str = option("system")) -> str | None:
     """Refuse an empty or blank system message, as ``prompt`` refuses an empty prompt: it would silently
     mean "none", which many chat templates fill with a default system message of their own."""
     if text is not None and not text.strip():
@@ -201,7 +202,7 @@ def system_message(text: str | None, flag: str = "--system") -> str | None:
     return text if text is None else utf8_text(text, flag)
 
 
-def stop_strings(stops: Sequence[str], flag: str = "--stop") -> list[str]:
+def stop_strings(stops: Sequence[str], flag: str = option("stop")) -> list[str]:
     """Refuse an empty stop string: it matches at every position, so the answer would end after one token."""
     for stop in stops:
         if stop == "":
@@ -270,7 +271,7 @@ def input_dir(path: Path | None, flag: str) -> Path | None:
     return path
 
 
-def output_dir(path: Path | None, flag: str = "--out") -> Path | None:
+def output_dir(path: Path | None, flag: str = option("out")) -> Path | None:
     """A directory to write into: not an existing file, nor under one, nor a symlink that leads nowhere."""
     if path is None:
         return None

@@ -1,17 +1,17 @@
 """Checks of numbers typed as text: comma-separated lists of them (``--contexts 256,1024``, ``--conf``,
 ``--sps-inline``, ``--modes``), recipe and command-line overrides, cache-mix counts and typer's number flags read
-by one rule (ASCII digits, no ``_`` grouping). One-line errors naming the flag and the bad item, never the whole
-list, as every check in ``validate``.
+by one rule (ASCII digits, no ``_`` grouping). One-line errors naming the option and the bad item, never the
+whole list, as every check in ``core.checks``.
 
-    .venv/bin/python -m pytest -q tests/cli/test_bad_input.py -k "contexts or conf or comma or digit"
+    .venv/bin/python -m pytest -q tests/cli/test_measure_input.py -k "contexts or conf or comma or digit"
 """
 
 from __future__ import annotations
 
 from typing import Any, Sequence
 
-from minispark.core.errors import MinisparkError
-from minispark.validate import integer, number
+from minispark.core.errors import MinisparkError, option
+from minispark.core.checks import integer, number
 
 
 def items(text: str, flag: str, what: str) -> list[str]:
@@ -112,7 +112,7 @@ def distinct_items(values: Sequence[Any], flag: str) -> None:
 SPS_RANGE = (1e-6, 1e6)
 
 
-def sps_values(text: str, flag: str = "--sps-inline") -> list[float]:
+def sps_values(text: str, flag: str = option("sps_inline")) -> list[float]:
     """Steps per second for 1, 2, 3, ... tokens: in ``SPS_RANGE``, and never rising with more tokens (a
     verify of n + 1 tokens cannot be faster than one of n; a flat curve means free extra tokens)."""
     values = floats(text, flag, low=SPS_RANGE[0], high=SPS_RANGE[1])

@@ -16,11 +16,49 @@ from minispark.core.drafter_spec import HYBRID, DrafterSpec, DrafterSpecError
 from minispark.core.errors import MinisparkError, first_line, json_reason, option
 from minispark.core.checks import dangling_link, edited_text, input_file
 
+#: A model's or a drafter's configuration file (transformers', minispark's or DeepSpec's layout).
+CONFIG_FILE = "config.json"
+
 #: Larger images are refused before decoding (a small PNG can claim billions of pixels).
 MAX_IMAGE_PIXELS = 64_000_000
 #: Longer side over shorter side at most: Qwen-VL's resize (qwen-vl-utils, the processors) raises a ValueError
 #: past it, from inside the target's encode.
 MAX_IMAGE_ASPECT = 200
+
+
+class UnreadableConfig(MinisparkError):
+    """A ``config.json`` that is not a JSON object; ``reason`` says why."""
+
+    def __init__(self, file: Path, reason: str) -> None:
+        super().__init__(f"{file}: not readable JSON ({reason})")
+        self.file, self.reason = file, reason
+
+
+def read_config(directory: Path) -> dict[str, Any] | None:
+    """``directory``'s ``config.json`` as a JSON object, or None when it has none: the one reader of the file,
+    for a drafter directory (``model.drafter_dir``), its checks here, the target a drafter remembers
+    (``target.remembered``) and the target loader asking whether it was given a drafter."""
+    file = Path(directory) / CONFIG_FILE
+    if not file.is_file():
+        return None
+    try:
+        raw = json.loads(edited_text(file))
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
+        raise UnreadableConfig(file, json_reason(exc)) from None
+    return raw
+
+
+def is_deepspec_config(raw: dict[str, Any]) -> bool:
+    """A config in DeepSpec's layout: it names a ``*DSparkModel`` architecture."""
+    architectures = raw.get("architectures")
+    return isinstance(architectures, list) and any(str(name).endswith("DSparkModel") for name in architectures)
+
+
+def is_minispark_config(raw: dict[str, Any]) -> bool:
+    """A config in minispark's drafter layout: its own keys, no transformers ``model_type``."""
+    return "model_type" not in raw and {"block_size", "feature_layers"} <= raw.keys()
 
 
 def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict[str, Any] | None = None) -> DrafterSpec | None:
@@ -56,17 +94,13 @@ def checkpoint(path: Path, flag: str) -> Path:
         raise MinisparkError(f"{flag} {path}: no such directory")
     if not path.is_dir():
         raise MinisparkError(f"{flag} {path}: not a directory (expected a drafter directory)")
-    config = path / "config.json"
-    if not config.is_file():
-        raise MinisparkError(f"{flag} {path}: not a drafter directory (no config.json){_what_it_is(path)}")
     try:
-        data = json.loads(edited_text(config))
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: [[[[...]]]] nested too deeply
-        raise MinisparkError(f"{flag} {config}: unreadable config ({json_reason(exc)})") from None
-    architectures = data.get("architectures") if isinstance(data.get("architectures"), list) else []
-    if "model_type" in data and not any(str(name).endswith("DSparkModel") for name in architectures):
+        data = read_config(path)
+    except UnreadableConfig as exc:
+        raise MinisparkError(f"{flag} {exc.file}: unreadable config ({exc.reason})") from None
+    if data is None:
+        raise MinisparkError(f"{flag} {path}: not a drafter directory (no {CONFIG_FILE}){_what_it_is(path)}")
+    if "model_type" in data and not is_deepspec_config(data):
         # a target's directory: refused now, not once the target has loaded (seconds here, minutes for a 3B one)
         raise MinisparkError(f"{flag} {path}: a transformers model's config (model_type {data['model_type']!r}), not "
                              "a drafter's; give a drafter directory (train writes one)")

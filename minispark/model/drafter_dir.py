@@ -25,18 +25,16 @@ from the :class:`DrafterDir` it returns. Nothing here reads weights.
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minispark.core.errors import MinisparkError, json_reason
-from minispark.core.checks import edited_text
+from minispark.core.errors import MinisparkError
+from minispark.core.model_files import CONFIG_FILE, is_deepspec_config, read_config
 from minispark.model.draft_config import DraftConfig
 from minispark.target.remembered import TARGET_FILE
 
-CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 CALIBRATION_FILE = "calibration.json"
 #: A calibration fitted at a temperature T > 0 sits beside the greedy one as calibration-t{T}.json (serving picks
@@ -66,14 +64,6 @@ def calibration_paths(directory: str | Path) -> list[Path]:
     return ([greedy] if greedy.exists() or greedy.is_symlink() else []) + [p for _, p in found]
 
 
-class UnreadableConfig(MinisparkError):
-    """A drafter directory's ``config.json`` that is not a JSON object; ``reason`` says why."""
-
-    def __init__(self, file: Path, reason: str) -> None:
-        super().__init__(f"{file}: not readable JSON ({reason})")
-        self.reason = reason
-
-
 @dataclass(frozen=True)
 class DrafterDir:
     """A drafter directory as :func:`read_drafter_dir` found it: ``kind`` is :data:`DSPARK` or
@@ -98,15 +88,7 @@ def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
     if isinstance(path, DrafterDir):
         return path
     path = Path(path)
-    file = path / CONFIG_FILE
-    if not file.is_file():
+    raw = read_config(path)
+    if raw is None:
         return DrafterDir(path)
-    try:
-        raw = json.loads(edited_text(file))
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
-        raise UnreadableConfig(file, json_reason(exc)) from None
-    architectures = raw.get("architectures")
-    deepspec = isinstance(architectures, list) and any(str(a).endswith("DSparkModel") for a in architectures)
-    return DrafterDir(path, DEEPSPEC if deepspec else DSPARK, raw)
+    return DrafterDir(path, DEEPSPEC if is_deepspec_config(raw) else DSPARK, raw)

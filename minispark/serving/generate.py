@@ -56,7 +56,8 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     names it (``DraftConfig.target`` = name@weights-hash; the exact identity first, else the same
     target name, which loading then checks), or None when nothing matches."""
     from minispark.core.identity import same_target, target_id
-    from minispark.model.drafter_dir import CONFIG_FILE, UnreadableConfig, read_drafter_dir
+    from minispark.core.model_files import CONFIG_FILE, UnreadableConfig
+    from minispark.model.drafter_dir import read_drafter_dir
 
     want = target_id(target.identity())
     same_name = []

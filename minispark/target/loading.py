@@ -9,7 +9,6 @@ hidden-state capture for the drafter's KV-injection features.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import time
@@ -31,6 +30,7 @@ from minispark.core.errors import MinisparkError, first_line, option, out_of_mem
 from minispark.core.defaults import PICKLE_WEIGHTS
 from minispark.core.identity import files_hash, torch_dtype, weights_hash
 from minispark.core.checks import device as checked_device, lone_surrogate
+from minispark.core.model_files import UnreadableConfig, is_minispark_config, read_config
 from minispark.target.target_ref import target_weights
 
 VLM_TYPES = {"qwen2_vl", "qwen2_5_vl", "qwen3_vl"}
@@ -440,7 +440,7 @@ def model_config(ref: str, source: str | None, trust_remote_code: bool = False) 
     try:
         return AutoConfig.from_pretrained(ref, trust_remote_code=trust_remote_code)
     except (OSError, ValueError) as exc:
-        if _is_drafter_config(Path(ref) / "config.json"):  # transformers said only "Should have a model_type key"
+        if _is_drafter_dir(Path(ref)):  # transformers said only "Should have a model_type key"
             raise MinisparkError(f"{option('target')} {source}: a minispark drafter, not a target model; give it to {option('drafter')}, "
                                  f"and {option('target')} the model it drafts for") from None
         raise MinisparkError(f"{option('target')} {source}: cannot load a model config ({first_line(exc)})") from None
@@ -449,13 +449,13 @@ def model_config(ref: str, source: str | None, trust_remote_code: bool = False) 
                              f"{first_line(exc.__cause__ or exc)})") from None
 
 
-def _is_drafter_config(path: Path) -> bool:
-    """Whether ``path`` reads as a minispark drafter's config.json (its own keys, no transformers model_type)."""
+def _is_drafter_dir(directory: Path) -> bool:
+    """Whether ``directory``'s config.json reads as a minispark drafter's."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):
+        config = read_config(directory)
+    except UnreadableConfig:
         return False
-    return isinstance(data, dict) and "model_type" not in data and {"block_size", "feature_layers"} <= data.keys()
+    return config is not None and is_minispark_config(config)
 
 
 def _load_weights(model_cls: Any, ref: str, source: str | None, location: Path | None,

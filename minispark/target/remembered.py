@@ -24,6 +24,7 @@ from minispark.core.defaults import DTYPE_SPELLINGS
 from minispark.core.errors import MinisparkError, json_reason, option
 from minispark.core.identity import same_target, target_id, weights_hash
 from minispark.core.checks import edited_text
+from minispark.core.model_files import UnreadableConfig, read_config
 
 TARGET_FILE = "target.json"
 #: The key of a DeepSpec ``config.json`` minispark exported that records its target's identity.
@@ -110,13 +111,12 @@ def read_record(directory: Path | str) -> TargetRecord | None:
                                  f"{option('target')}") from None
     # a drafter trained before target.json, or a DeepSpec export minispark wrote (``minispark_target``): its
     # identity, loaded as given
-    config = directory / "config.json"
-    if config.is_file():
-        try:
-            data = json.loads(config.read_text())
-            identity = (data.get("target") or data.get(EXPORTED_TARGET_KEY)) if isinstance(data, dict) else None
-        except (ValueError, RecursionError):
-            identity = None
+    try:
+        config = read_config(directory)
+    except UnreadableConfig:
+        config = None
+    if config is not None:
+        identity = config.get("target") or config.get(EXPORTED_TARGET_KEY)
         if isinstance(identity, str) and "@" in identity and not identity.startswith("deepspec"):
             return TargetRecord(identity.rpartition("@")[0], identity)
     manifest = directory / "manifest.json"

@@ -218,19 +218,19 @@ def train(
 
     if cache_dir is not None and answers_dir is not None:
         raise MinisparkError("--cache and --answers: train on a feature cache or on an answer set, not both")
-    overrides = list(ctx.args)
+    given: dict[str, Optional[str]] = {}  # the flags' paths, set as they are (text overrides would be parsed)
     if answers_dir is not None:
         checks.input_dir(answers_dir, "--answers")
-        from minispark.data.answers import AnswerSet
+        from minispark.data.answers import listed_shards
 
-        AnswerSet(answers_dir, verify=False)  # not an answer set: one line naming its manifest, before --out
-        overrides += ["cache_dir=none", f"answers_dir={answers_dir}"]  # --answers replaces the recipe's cache
+        listed_shards(answers_dir)  # not an answer set: one line naming its manifest, before --out
+        given |= {"cache_dir": None, "answers_dir": str(answers_dir)}  # --answers replaces the recipe's cache
     if init_from is not None:
-        overrides.append(f"init_from={init_from}")
-    config = load_recipe(recipe, overrides)
+        given["init_from"] = str(init_from)
     checks.input_dir(heldout_cache, "--heldout-cache")
     if heldout_cache is not None:
-        config.heldout_cache = str(heldout_cache)
+        given["heldout_cache"] = str(heldout_cache)
+    config = load_recipe(recipe, list(ctx.args), given)
     if config.init_from:  # before the dry run's estimate too: it says what the run would do
         from minispark.model.checkpoint import init_from_config
 

@@ -356,18 +356,29 @@ def _unlisted_shard(path: Path, k: int, count: int, stamp: str) -> dict[str, Any
 
 
 # ---------------------------------------------------------------------- reading
+def listed_shards(directory: Path | str) -> tuple[dict[str, Any], list[Path]]:
+    """An answer set's manifest and its shard files, each present at its listed size (nothing loaded): what
+    a command checks before it starts, and what :class:`AnswerSet` loads."""
+    directory = Path(directory)
+    manifest = _read_manifest(directory)
+    paths = []
+    for entry in manifest["shards"]:
+        path = directory / entry["file"]
+        if not path.is_file() or path.stat().st_size != entry["bytes"]:
+            raise AnswerSetError(f"{path}: missing or truncated (listed in {directory / MANIFEST})")
+        paths.append(path)
+    return manifest, paths
+
+
 class AnswerSet:
     """A finished (or partly built) answer set; ``len`` and ``[i]`` over its samples in order."""
 
     def __init__(self, directory: Path | str, *, verify: bool = True) -> None:
         self.directory = Path(directory)
-        self.manifest = _read_manifest(self.directory)
+        self.manifest, paths = listed_shards(self.directory)
         self.config: dict[str, Any] = self.manifest["config"]
         self._shards: list[dict[str, torch.Tensor]] = []
-        for entry in self.manifest["shards"]:
-            path = self.directory / entry["file"]
-            if not path.is_file() or path.stat().st_size != entry["bytes"]:
-                raise AnswerSetError(f"{path}: missing or truncated (listed in {self.directory / MANIFEST})")
+        for entry, path in zip(self.manifest["shards"], paths):
             if verify and file_sha256(path) != entry["sha256"]:
                 raise AnswerSetError(f"{path}: sha256 differs from {self.directory / MANIFEST} (corrupt)")
             self._shards.append(safetensors.torch.load_file(str(path)))

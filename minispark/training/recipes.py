@@ -444,11 +444,16 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
     return settings
 
 
-def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None) -> TrainConfig:
-    """The :class:`TrainConfig` of a recipe file (or shipped recipe name) with overrides applied."""
+def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None,
+                values: dict[str, Any] | None = None) -> TrainConfig:
+    """The :class:`TrainConfig` of a recipe file (or shipped recipe name) with ``KEY=VALUE`` overrides applied,
+    then ``values`` (keys set to values already typed, e.g. a path given as a flag: never parsed as text)."""
     path = recipe_path(name_or_path)
-    overrides = list(overrides or [])
-    settings = apply_overrides(read_recipe_file(path), overrides)
+    overrides, values = list(overrides or []), dict(values or {})
+    for item in overrides:
+        if (key := item.partition("=")[0].strip().rpartition(".")[2]) in values:
+            raise MinisparkError(f"{option(key)}: given twice, as a flag and as the override {item!r}; keep one")
+    settings = apply_overrides(read_recipe_file(path), overrides) | values
     try:
         return TrainConfig(**settings, name=path.stem, overrides=tuple(overrides))
     except MinisparkError as exc:

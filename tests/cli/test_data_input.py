@@ -724,3 +724,19 @@ def test_a_read_only_cache_is_refused_before_the_conversion(tmp_path: Path, monk
     with pytest.raises(MinisparkError, match=r"cannot write its one-time conversion under .*\(Read-only file "
                                              r"system\); point \$MINISPARK_CACHE at a writable directory"):
         embedded._convert(tmp_path / "never-read.gguf", tmp_path / "models" / "SmolLM2")
+
+
+def test_a_flag_path_is_set_as_given_and_not_twice(tmp_path) -> None:
+    """``--answers`` (and ``--init-from``, ``--heldout-cache``) set the recipe key to the path as typed: an answer
+    set in a directory named ``none`` is that directory, not "no answer set"; the same key as an override too is
+    refused, naming the flag."""
+    from minispark.core.errors import MinisparkError
+    from minispark.training.recipes import load_recipe
+
+    config = load_recipe("tiny", [], {"cache_dir": None, "answers_dir": "none"})
+    assert config.answers_dir == "none" and config.cache_dir is None
+    padded = load_recipe("tiny", [], {"init_from": " runs/d "})
+    assert padded.init_from == " runs/d "
+    with pytest.raises(MinisparkError, match="answers_dir: given twice, as a flag and as the override 'answers_dir=x'"):
+        load_recipe("tiny", ["answers_dir=x"], {"answers_dir": "none"})
+    assert load_recipe("tiny", ["answers_dir=none"]).answers_dir is None  # text overrides are still parsed

@@ -113,13 +113,31 @@ def content_identity(identity: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in identity.items() if k != "name" or not known}
 
 
+#: Weights hashes an unchanged target was recorded under before a change of its directory, and the hash it has
+#: now: the embedded target's, before its converted config dropped the GGUF loader's quantization_config (the same
+#: dequantized weights). Artifacts that recorded the old one (the shipped drafter, answer sets, a user's runs)
+#: still name the target.
+RETIRED_HASHES = {"2f612fa79d95205a": "74de9d807e6fc828"}
+
+
+def same_hash(recorded: str | None, current: str | None) -> bool:
+    """Whether a recorded weights (or tokenizer) hash names the target that has ``current`` now."""
+    return RETIRED_HASHES.get(recorded, recorded) == RETIRED_HASHES.get(current, current)  # type: ignore[arg-type]
+
+
+def current_hashes(record: dict[str, Any]) -> dict[str, Any]:
+    """A recorded target identity (a manifest's ``target``) with each retired hash read as the current one."""
+    return {key: RETIRED_HASHES.get(value, value) if key.endswith("_hash") and isinstance(value, str) else value
+            for key, value in record.items()}
+
+
 def same_target(recorded: str, current: str) -> bool:
     """Whether two ``target_id`` strings name one target: by content (the weights hash) when both
     hashes are known, so a path spelled differently or a hub id and its local copy agree; by the
     whole id otherwise."""
     recorded_hash, current_hash = recorded.rpartition("@")[2], current.rpartition("@")[2]
     if "@" in recorded and "@" in current and "unknown" not in (recorded_hash, current_hash):
-        return recorded_hash == current_hash
+        return same_hash(recorded_hash, current_hash)
     return recorded == current
 
 

@@ -34,6 +34,7 @@ import torch
 from minispark import __version__
 
 from minispark.core import checks
+from minispark.core.identity import same_hash
 from minispark.core.atomic import refuse_symlink, write_bytes_atomic
 from minispark.data.cache_format import (config_difference, config_hash, file_sha256, int8_runtime,
                                          read_format_manifest)
@@ -408,6 +409,6 @@ class AnswerSet:
         """Refuse a target other than the one that wrote the answers (same content hashes, any spelling)."""
         have, want = self.config["target"], target.identity()
         for key in ("weights_hash", "tokenizer_hash"):
-            if "unknown" not in (have.get(key), want.get(key)) and have.get(key) != want.get(key):
+            if "unknown" not in (have.get(key), want.get(key)) and not same_hash(have.get(key), want.get(key)):
                 raise AnswerSetError(f"{self.directory / MANIFEST}: written by target {have.get('name')} "
                                      f"({key} {have.get(key)}), not {target.name} ({want.get(key)})")

@@ -40,6 +40,7 @@ from minispark.data.cache_windows import WindowLayout, full_bytes
 # file_sha256: re-exported for the cache modules
 from minispark.core.atomic import file_sha256, minispark_artifact, write_bytes_atomic
 from minispark.core.errors import MinisparkError, json_reason
+from minispark.core.identity import current_hashes
 
 FORMAT = "minispark-cache"
 FORMAT_VERSION = 1
@@ -257,7 +258,7 @@ def require_config(config: dict[str, Any], where: Path, **expected: Any) -> None
     for key, want in expected.items():
         have = config.get(key)
         if isinstance(want, dict) and isinstance(have, dict):
-            have = {k: have.get(k) for k in want}
+            have, want = current_hashes({k: have.get(k) for k in want}), current_hashes(want)
         if isinstance(want, tuple):
             want = list(want)
         if have != want:

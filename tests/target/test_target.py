@@ -199,3 +199,23 @@ def test_a_second_conversion_of_the_embedded_target_keeps_the_first(tmp_path: Pa
     with pytest.raises(MinisparkError, match="not a model minispark converted"):
         publish(tmp, out)
     assert (out / "notes.txt").read_text() == "mine"
+
+
+def test_the_converted_embedded_target_carries_no_loader_marker(tmp_path: Path, monkeypatch) -> None:
+    """The embedded target's model directory loads in other tools (vLLM refuses ``quant_method: gguf``): its
+    config carries no GGUF loader ``quantization_config``, and a conversion made before is rewritten once, keeping
+    every other setting; artifacts that recorded the target's hash from before still name it."""
+    from minispark.core.defaults import USER_DIR_ENV
+    from minispark.core.identity import RETIRED_HASHES, same_target
+    from minispark.target.embedded import EMBEDDED_NAME, embedded_model_dir
+
+    real = json.loads((embedded_model_dir() / "config.json").read_text())
+    assert "quantization_config" not in real and real["model_type"] == "llama"
+    monkeypatch.setenv(USER_DIR_ENV, str(tmp_path))
+    old = tmp_path / "models" / EMBEDDED_NAME
+    old.mkdir(parents=True)
+    (old / "config.json").write_text(json.dumps({**real, "quantization_config": {"quant_method": "gguf"}}))
+    assert json.loads((embedded_model_dir() / "config.json").read_text()) == real
+    (retired, current), = RETIRED_HASHES.items()
+    assert same_target(f"{EMBEDDED_NAME}@{retired}", f"{EMBEDDED_NAME}@{current}")
+    assert not same_target(f"{EMBEDDED_NAME}@{retired}", f"{EMBEDDED_NAME}@{'0' * 16}")  # the negative control

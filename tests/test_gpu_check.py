@@ -23,6 +23,7 @@ def gpu_check():
     return module
 
 
+@pytest.mark.slow  # an end-to-end run of the GPU script (on a lent GPU it runs for real)
 def test_runs_at_tiny_scale_on_a_cpu(gpu_check, tmp_path, monkeypatch):
     monkeypatch.setenv("MINISPARK_SPS_TABLES", str(tmp_path / "tables"))
     assert gpu_check.main(["--scale", "tiny", "--device", "cpu", "--out", str(tmp_path)]) == 0

@@ -85,6 +85,7 @@ def test_sts_reduces_ece_and_keeps_auc_on_held_out_rollouts():
     assert after[0].auc == before[0].auc
 
 
+@pytest.mark.slow  # a negative control: its positive case runs in make test, both in make test-all
 def test_sts_negative_control_wrong_temperature_raises_ece():
     conf, accepted, _ = synthetic_rollouts(rounds=20_000, gamma=3, overconfidence=2.0, seed=6)
     fitted = position_metrics(conf, accepted, fit_sts(conf, accepted))

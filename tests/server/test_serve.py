@@ -673,7 +673,7 @@ def answer_kind(result: tuple) -> str:
     return "done"
 
 
-@pytest.mark.parametrize("second", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("second", ["SIGINT", pytest.param("SIGTERM", marks=pytest.mark.slow)])
 def test_a_second_ctrl_c_answers_every_request_503_and_exits_at_once(tiny_dir, tmp_path: Path, second: str) -> None:
     """A second Ctrl-C with requests in flight printed a CancelledError traceback per request, answered text/plain
     "Internal Server Error" (or cut the stream), and the worker decoded on for seconds before the process exited.

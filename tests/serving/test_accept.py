@@ -27,8 +27,9 @@ CONFIGS = {
 }
 
 
-# top-p's truncation is also proved on trees (test_draft_tree: top-k and top-p together), so its chain case is slow
-@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if "top-p" in name else name
+# top-k's and top-p's truncations are also proved on trees (test_draft_tree: both together), so their chain cases
+# are slow
+@pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if "top" in name else name
                                   for name in CONFIGS])
 def test_speculative_sampling_matches_target_joint(name: str) -> None:
     sampling = CONFIGS[name]
@@ -36,6 +37,7 @@ def test_speculative_sampling_matches_target_joint(name: str) -> None:
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
+@pytest.mark.slow  # the envelope test below schedules too, and pads the verify besides
 def test_schedule_mode_matches_target_joint() -> None:
     """Algorithm 1 (batch-1, early stop) keeps the output distribution exact (non-anticipation)."""
     sps = SPSTable.from_inline([1.0, 0.62, 0.5, 0.45])  # verifying costs: admission depends on c_k
@@ -54,6 +56,7 @@ def test_draft_vocabulary_keeps_the_target_joint(name: str) -> None:
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
+@pytest.mark.slow  # a negative control: its positive case runs in make test, both in make test-all
 def test_negative_control_draft_vocabulary_with_a_wrong_p_d_fails() -> None:
     """The same test catches a drafter that samples inside its vocabulary but reports the full softmax."""
     sampling = CONFIGS["T=1"]

@@ -232,6 +232,7 @@ def test_draft_skip_keeps_the_target_joint_at_t1() -> None:
     assert chi_square_pvalue(counts, exact_joint(SamplingConfig(1.0), length=4)) > 1e-3
 
 
+@pytest.mark.slow  # a negative control: its positive case runs in make test, both in make test-all
 def test_negative_control_a_skip_that_peeks_at_the_draft_fails() -> None:
     counts, _ = joint_with_skip(PeekingSkip(), lambda: None)
     assert chi_square_pvalue(counts, exact_joint(SamplingConfig(1.0), length=4)) < 1e-6

@@ -200,6 +200,7 @@ def test_hybrid_keeps_the_target_joint_at_t1() -> None:
     assert chi_square_pvalue(counts, exact_joint(SamplingConfig(1.0))) > 1e-3
 
 
+@pytest.mark.slow  # a negative control: its positive case runs in make test, both in make test-all
 def test_negative_control_a_hybrid_that_peeks_at_a_drafted_token_fails() -> None:
     counts, _ = hybrid_joint(PeekingHybrid(LookupDrafter(3), ConfidentFakeDrafter()))
     assert chi_square_pvalue(counts, exact_joint(SamplingConfig(1.0))) < 1e-6

@@ -28,7 +28,7 @@ SMALL = replace(TINY, hidden_size=256, vocab_size=8192, num_heads=4, num_kv_head
                 max_new_tokens=64, batch_anchors=32, chunk_anchors=4, feature_layers=[1, 2, 3])
 
 
-@pytest.mark.parametrize("config", [TINY, SMALL, pytest.param(replace(SMALL, grad_checkpointing=True,
+@pytest.mark.parametrize("config", [TINY, pytest.param(SMALL, marks=pytest.mark.slow), pytest.param(replace(SMALL, grad_checkpointing=True,
                                                                      optimizer="adamw8bit"), marks=pytest.mark.slow)],
                          ids=["tiny", "small", "small-ckpt-8bit"])
 def test_prediction_matches_measured_peak(config):

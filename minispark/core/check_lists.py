@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from minispark.core.errors import MinisparkError, option
+from minispark.core.errors import OptionError, option
 from minispark.core.checks import integer, number
 
 
@@ -19,9 +19,9 @@ def items(text: str, flag: str, what: str) -> list[str]:
     not dropped: it is a typo more often than not, and the run would quietly use a shorter list."""
     parts = [part.strip() for part in text.split(",")]
     if not any(parts):
-        raise MinisparkError(f"{flag}: expected at least one {what}, got {excerpt(text)}")
+        raise OptionError(f"{flag}: expected at least one {what}, got {excerpt(text)}")
     if not all(parts):
-        raise MinisparkError(f"{flag}: empty item {parts.index('') + 1} in {excerpt(text)} (a doubled or trailing "
+        raise OptionError(f"{flag}: empty item {parts.index('') + 1} in {excerpt(text)} (a doubled or trailing "
                              "comma?)")
     return parts
 
@@ -42,7 +42,7 @@ def _item_numbers(parts: list[str], flag: str, what: str, *, whole: bool) -> lis
     for k, part in enumerate(parts, start=1):
         if not is_number_text(part, whole=whole):
             where = f"item {k} {excerpt(part)}" if len(parts) > 1 else excerpt(part)
-            raise MinisparkError(f"{flag}: expected comma-separated {what}, got {where}")
+            raise OptionError(f"{flag}: expected comma-separated {what}, got {where}")
     return [(int if whole else float)(part) for part in parts]
 
 
@@ -67,7 +67,7 @@ def typed_number(text: str, flag: str, *, whole: bool) -> str:
     if is_number_text(text, whole=whole):
         return text
     why = " (no '_': digit grouping is refused)" if "_" in text else " (in ASCII digits)" if not text.isascii() else ""
-    raise MinisparkError(f"{flag} {text!r}: expected {'a whole number' if whole else 'a number'}{why}")
+    raise OptionError(f"{flag} {text!r}: expected {'a whole number' if whole else 'a number'}{why}")
 
 
 def number_text(text: str) -> str:
@@ -104,7 +104,7 @@ def distinct_items(values: Sequence[Any], flag: str) -> None:
     quietly measure or print it once."""
     twice = next((value for k, value in enumerate(values) if value in values[:k]), None)
     if twice is not None:
-        raise MinisparkError(f"{flag}: {twice} is given twice")
+        raise OptionError(f"{flag}: {twice} is given twice")
 
 
 #: Steps per second an inline curve may give: outside it Θ = τ · SPS overflows to inf, or the step
@@ -118,6 +118,6 @@ def sps_values(text: str, flag: str = option("sps_inline")) -> list[float]:
     values = floats(text, flag, low=SPS_RANGE[0], high=SPS_RANGE[1])
     for n, (before, after) in enumerate(zip(values, values[1:]), start=2):
         if after > before:
-            raise MinisparkError(f"{flag}: steps per second must not increase with more tokens "
+            raise OptionError(f"{flag}: steps per second must not increase with more tokens "
                                  f"({before:g} for {n - 1}, {after:g} for {n})")
     return values

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from minispark.core.defaults import DTYPE_SPELLINGS, MAX_INT  # flags are refused past MAX_INT
-from minispark.core.errors import MinisparkError, first_line, option
+from minispark.core.errors import MinisparkError, OptionError, first_line, option
 from minispark.core.writer_lock import check_free
 
 DTYPES = tuple(DTYPE_SPELLINGS)
@@ -45,7 +45,7 @@ def number(value: float, flag: str, low: float | None = None, high: float | None
             span = f" {'>' if low_open else '>='} {_fmt(low)}"
         else:
             span = f" <= {_fmt(high)}" if high is not None else ""
-        raise MinisparkError(f"{flag} must be a finite number{span}, got {value}")
+        raise OptionError(f"{flag} must be a finite number{span}, got {value}")
     return value
 
 
@@ -54,9 +54,9 @@ def integer(value: int | None, flag: str, minimum: int, maximum: int | None = No
     ``MAX_INT``, past which torch and numpy overflow a C long instead of refusing)."""
     maximum = MAX_INT if maximum is None else maximum
     if value is not None and value < minimum:
-        raise MinisparkError(f"{flag} must be >= {minimum}, got {value}")
+        raise OptionError(f"{flag} must be >= {minimum}, got {value}")
     if value is not None and value > maximum:
-        raise MinisparkError(f"{flag} must be at most {maximum}, got {value}")
+        raise OptionError(f"{flag} must be at most {maximum}, got {value}")
     return value
 
 
@@ -72,7 +72,7 @@ def temperature(value: float, flag: str = option("temperature")) -> float:
 
     number(value, flag, 0.0, MAX_TEMPERATURE)
     if 0 < value < MIN_TEMPERATURE:
-        raise MinisparkError(f"{flag} {value:g}: a positive temperature must be at least {MIN_TEMPERATURE:g} (below "
+        raise OptionError(f"{flag} {value:g}: a positive temperature must be at least {MIN_TEMPERATURE:g} (below "
                              f"it the logits overflow; {option('temperature')} 0 is greedy decoding)")
     return value
 
@@ -88,7 +88,7 @@ def threshold_mode(threshold: float | None, mode: str | None, flag: str = option
     """A ``--threshold`` given (not None) with a length mode other than ``threshold`` (None: not chosen yet), which
     would ignore it without a word."""
     if threshold is not None and mode is not None and mode != "threshold":
-        raise MinisparkError(f"{flag} {threshold:g}: only the threshold mode uses it, and this run decodes in {mode} "
+        raise OptionError(f"{flag} {threshold:g}: only the threshold mode uses it, and this run decodes in {mode} "
                              f"mode; drop it or give {option('mode')} threshold")
 
 
@@ -104,7 +104,7 @@ def schedule_mode(sps: Path | None, strict: bool, mode: str | None) -> None:
 
 def choice(value: str | None, flag: str, choices: Sequence[str]) -> str | None:
     if value is not None and value not in choices:
-        raise MinisparkError(f"{flag} {value}: choose from {', '.join(choices)}")
+        raise OptionError(f"{flag} {value}: choose from {', '.join(choices)}")
     return value
 
 
@@ -170,7 +170,7 @@ def utf8_text(text: str, flag: str) -> str:
     if index is not None:
         byte = ord(text[index]) - 0xDC00 if 0xDC80 <= ord(text[index]) <= 0xDCFF else None
         what = f" (byte 0x{byte:02x})" if byte is not None else ""
-        raise MinisparkError(f"{flag}: not UTF-8 text{what} at character {index + 1}; give it in UTF-8, "
+        raise OptionError(f"{flag}: not UTF-8 text{what} at character {index + 1}; give it in UTF-8, "
                              "as your terminal or editor can encode it")
     return text
 
@@ -184,13 +184,13 @@ def one_line(text: str, flag: str) -> str:
     """Free text kept on one line (a note stored in metadata): UTF-8, no control character."""
     bad = control_character(utf8_text(text, flag))
     if bad is not None:
-        raise MinisparkError(f"{flag}: holds control character {bad!r}; give it on one line, as plain text")
+        raise OptionError(f"{flag}: holds control character {bad!r}; give it on one line, as plain text")
     return text
 
 
 def prompt(text: str | None, flag: str = option("prompt")) -> str | None:
     if text is not None and not text.strip():
-        raise MinisparkError(f"{flag}: empty (omit it for the built-in prompt)")
+        raise OptionError(f"{flag}: empty (omit it for the built-in prompt)")
     return text if text is None else utf8_text(text, flag)
 
 
@@ -198,7 +198,7 @@ def system_message(text: str | None, flag: str = option("system")) -> str | None
     """Refuse an empty or blank system message, as ``prompt`` refuses an empty prompt: it would silently
     mean "none", which many chat templates fill with a default system message of their own."""
     if text is not None and not text.strip():
-        raise MinisparkError(f"{flag}: empty (omit it for the chat template's default system message, if any)")
+        raise OptionError(f"{flag}: empty (omit it for the chat template's default system message, if any)")
     return text if text is None else utf8_text(text, flag)
 
 
@@ -206,7 +206,7 @@ def stop_strings(stops: Sequence[str], flag: str = option("stop")) -> list[str]:
     """Refuse an empty stop string: it matches at every position, so the answer would end after one token."""
     for stop in stops:
         if stop == "":
-            raise MinisparkError(f"{flag}: empty string (it would end every answer after its first token)")
+            raise OptionError(f"{flag}: empty string (it would end every answer after its first token)")
         utf8_text(stop, flag)
     return list(stops)
 
@@ -225,9 +225,9 @@ def dangling_link(path: Path, flag: str) -> None:
     (and a name too long for the file system, whose OSError every test of it raises)."""
     too_long = name_too_long(str(path))
     if too_long is not None:
-        raise MinisparkError(f"{flag} {str(path)[:60]!r}...: {too_long}")
+        raise OptionError(f"{flag} {str(path)[:60]!r}...: {too_long}")
     if path.is_symlink() and not path.exists():
-        raise MinisparkError(f"{flag} {path}: is a symlink to {os.readlink(path)}, which does not exist (or loops)")
+        raise OptionError(f"{flag} {path}: is a symlink to {os.readlink(path)}, which does not exist (or loops)")
 
 
 def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Path | None:
@@ -236,16 +236,16 @@ def input_file(path: Path | None, flag: str, *, allow_empty: bool = False) -> Pa
         return None
     dangling_link(path, flag)
     if not path.exists():
-        raise MinisparkError(f"{flag} {path}: file not found")
+        raise OptionError(f"{flag} {path}: file not found")
     if not path.is_file() and not path.is_dir():  # `--prompts <(grep ...)`: a pipe, read once, where it is read twice
-        raise MinisparkError(f"{flag} {path}: not a file but a pipe or a device (as <(...) gives); minispark reads "
+        raise OptionError(f"{flag} {path}: not a file but a pipe or a device (as <(...) gives); minispark reads "
                              "it more than once: save it to a file first")
     if not path.is_file():
-        raise MinisparkError(f"{flag} {path}: not a file")
+        raise OptionError(f"{flag} {path}: not a file")
     if not allow_empty and path.stat().st_size == 0:
-        raise MinisparkError(f"{flag} {path}: empty file")
+        raise OptionError(f"{flag} {path}: empty file")
     if not os.access(path, os.R_OK):
-        raise MinisparkError(f"{flag} {path}: not readable")
+        raise OptionError(f"{flag} {path}: not readable")
     return path
 
 
@@ -255,7 +255,7 @@ HOST_NAME = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z
 def host_name(name: str, flag: str) -> str:
     """A DNS host name (labels of letters, digits and inner hyphens), as a Host header would carry it."""
     if len(name) > 253 or not HOST_NAME.fullmatch(name):
-        raise MinisparkError(f"{flag} {name!r}: not a host name (letters, digits, hyphens and dots, e.g. "
+        raise OptionError(f"{flag} {name!r}: not a host name (letters, digits, hyphens and dots, e.g. "
                              "myhost.lan; no port, no scheme)")
     return name
 
@@ -265,9 +265,9 @@ def input_dir(path: Path | None, flag: str) -> Path | None:
         return None
     dangling_link(path, flag)
     if not path.exists():
-        raise MinisparkError(f"{flag} {path}: no such directory")
+        raise OptionError(f"{flag} {path}: no such directory")
     if not path.is_dir():
-        raise MinisparkError(f"{flag} {path}: not a directory")
+        raise OptionError(f"{flag} {path}: not a directory")
     return path
 
 
@@ -277,14 +277,14 @@ def output_dir(path: Path | None, flag: str = option("out")) -> Path | None:
         return None
     unexpanded_home(path, flag)
     if path.exists() and not path.is_dir():
-        raise MinisparkError(f"{flag} {path}: is a file, not a directory")
+        raise OptionError(f"{flag} {path}: is a file, not a directory")
     for place in (path, *path.parents):
         if place.is_symlink() and not place.exists():  # mkdir would fail with "File exists"
-            raise MinisparkError(f"{flag} {path}: {'' if place == path else f'{place} '}is a symlink to "
+            raise OptionError(f"{flag} {path}: {'' if place == path else f'{place} '}is a symlink to "
                                  f"{os.readlink(place)}, which does not exist (or loops); fix the link or "
                                  "choose another path")
         if place != path and place.exists() and not place.is_dir():
-            raise MinisparkError(f"{flag} {path}: {place} is a file, not a directory")
+            raise OptionError(f"{flag} {path}: {place} is a file, not a directory")
     writable(path, flag)
     return path
 
@@ -295,7 +295,7 @@ def unexpanded_home(path: Path, flag: str) -> None:
     working directory instead of under a home."""
     first = path.parts[0] if path.parts else ""
     if first.startswith("~") and not Path(first).exists():
-        raise MinisparkError(f"{flag} {path}: {first} was not expanded to a home directory (no such user, or it was "
+        raise OptionError(f"{flag} {path}: {first} was not expanded to a home directory (no such user, or it was "
                              "quoted); give the full path")
 
 
@@ -309,8 +309,8 @@ def writable(path: Path, flag: str, named: Path | None = None) -> None:
     if place is not None and place.is_dir() and not os.access(place, os.W_OK | os.X_OK):
         where = "" if place == named else f"{place} "
         if read_only_file_system(place):  # not a matter of this user's permissions: no one may write there
-            raise MinisparkError(f"{flag} {named}: {where}is on a read-only file system; write elsewhere")
-        raise MinisparkError(f"{flag} {named}: {where}is not writable by this user (permission denied)")
+            raise OptionError(f"{flag} {named}: {where}is on a read-only file system; write elsewhere")
+        raise OptionError(f"{flag} {named}: {where}is not writable by this user (permission denied)")
 
 
 def read_only_file_system(path: str | Path) -> bool:
@@ -327,7 +327,7 @@ def file_name(text: str, flag: str) -> str:
     """``text`` as typed, unless it ends with a path separator: ``name/`` names a directory, and a ``Path`` made
     from it drops the slash, so the file would silently be written as ``name``."""
     if text.endswith(("/", os.sep)):
-        raise MinisparkError(f"{flag} {text}: names a directory (it ends with '/'); give a file name")
+        raise OptionError(f"{flag} {text}: names a directory (it ends with '/'); give a file name")
     return text
 
 
@@ -337,15 +337,15 @@ def typed_path(text: str, flag: str, *, names_file: bool = False) -> str:
     slip), and for a flag that ``names_file``, no trailing '/' (``file_name``: a ``Path`` drops it, so
     ``--plot figs/`` was checked, and would be written, as ``figs``)."""
     if not text.strip():  # Path("") is ".": the current directory would be read, written or blamed
-        raise MinisparkError(f"{flag} {text!r}: empty; give a path")
+        raise OptionError(f"{flag} {text!r}: empty; give a path")
     bad = control_character(text)
     if bad is not None:
         what = {"\n": "a line break", "\r": "a carriage return", "\t": "a tab"}.get(bad, f"control character {bad!r}")
-        raise MinisparkError(f"{flag} {text!r}: a path with {what} in it (a quoting slip?); give the path on one "
+        raise OptionError(f"{flag} {text!r}: a path with {what} in it (a quoting slip?); give the path on one "
                              "line, without control characters")
     too_long = name_too_long(text)
     if too_long is not None:
-        raise MinisparkError(f"{flag} {text[:60]!r}...: {too_long}")
+        raise OptionError(f"{flag} {text[:60]!r}...: {too_long}")
     return file_name(text, flag) if names_file else text
 
 
@@ -372,7 +372,7 @@ def output_file(path: Path | None, flag: str, inputs: dict[str, Any] | None = No
         return None
     unexpanded_home(path, flag)
     if path.is_dir():
-        raise MinisparkError(f"{flag} {path}: is a directory; give a file name")
+        raise OptionError(f"{flag} {path}: is a directory; give a file name")
     writable(path.parent, flag, named=path)
     output_dir(path.parent, flag)
     return outside_inputs(path, flag, inputs or {})
@@ -389,9 +389,9 @@ def outside_inputs(path: Path, flag: str, inputs: dict[str, Any]) -> Path:
             continue
         what = "directory" if source.is_dir() else "file"
         if out == source.resolve():
-            raise MinisparkError(f"{flag} {path}: is the {name} {what}; write it elsewhere")
+            raise OptionError(f"{flag} {path}: is the {name} {what}; write it elsewhere")
         if source.is_dir() and source.resolve() in out.parents:
-            raise MinisparkError(f"{flag} {path}: is inside the {name} directory {source}; write it elsewhere")
+            raise OptionError(f"{flag} {path}: is inside the {name} directory {source}; write it elsewhere")
     return path
 
 
@@ -412,11 +412,11 @@ def resumable_dir(path: Path, flag: str, writes: Sequence[str]) -> Path:
                if not any(fnmatch.fnmatchcase(entry.name, pattern) for pattern in writes)]
     artifact = minispark_artifact(path) if foreign else None
     if artifact is not None and artifact[1] in {entry.name for entry in foreign}:  # minispark's own, of another kind
-        raise MinisparkError(f"{flag} {path}: holds {artifact[0]}, not this command's output; choose a new or empty "
+        raise OptionError(f"{flag} {path}: holds {artifact[0]}, not this command's output; choose a new or empty "
                              "directory")
     if foreign:
         name = foreign[0].name + ("/" if foreign[0].is_dir() and not foreign[0].is_symlink() else "")
-        raise MinisparkError(f"{flag} {path}: holds {name}, which minispark did not write; minispark writes only "
+        raise OptionError(f"{flag} {path}: holds {name}, which minispark did not write; minispark writes only "
                              "into a new or empty directory, or one it wrote itself: choose another directory")
     return path
 
@@ -433,13 +433,13 @@ def replaceable_dir(path: Path, flag: str, source: Path | None = None, by: str |
     if source is not None:
         out, src = Path(path).resolve(), Path(source).resolve()
         if out == src or src in out.parents:
-            raise MinisparkError(f"{flag} {path}: is {'' if out == src else 'inside '}the source {source}; "
+            raise OptionError(f"{flag} {path}: is {'' if out == src else 'inside '}the source {source}; "
                                  "choose a directory outside it")
         if out in src.parents:
-            raise MinisparkError(f"{flag} {path}: holds the source {source}; choose another directory")
+            raise OptionError(f"{flag} {path}: holds the source {source}; choose another directory")
     foreign = foreign_entry(path, by)
     if foreign is not None:
-        raise MinisparkError(f"{flag} {path}: {foreign}; choose a new or empty directory")
+        raise OptionError(f"{flag} {path}: {foreign}; choose a new or empty directory")
     return path
 
 
@@ -449,7 +449,7 @@ def expand_user(path: str | Path, flag: str) -> Path:
     try:
         return Path(path).expanduser()
     except RuntimeError:
-        raise MinisparkError(f"{flag} {path}: {str(path).split('/')[0]} names no user's home directory") from None
+        raise OptionError(f"{flag} {path}: {str(path).split('/')[0]} names no user's home directory") from None
 
 
 def _fmt(value: float) -> str:
@@ -466,5 +466,5 @@ def not_shipped(path: Path, flag: str, advice: str) -> None:
     for root, what in ((SHIPPED_DRAFTERS, "drafters"), (SHIPPED_TABLES, "SPS tables"), (RECIPE_DIR, "recipes"),
                        (PROMPTS_DIR, "prompt files")):
         if resolved == root.resolve() or root.resolve() in resolved.parents:
-            raise MinisparkError(f"{flag} {path}: the {what} shipped with minispark ({root}) are never rewritten; "
+            raise OptionError(f"{flag} {path}: the {what} shipped with minispark ({root}) are never rewritten; "
                                  f"{advice}")

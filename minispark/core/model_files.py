@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from minispark.core.drafter_spec import HYBRID, DrafterSpec, DrafterSpecError
-from minispark.core.errors import MinisparkError, first_line, json_reason, option
+from minispark.core.errors import MinisparkError, OptionError, first_line, json_reason, option
 from minispark.core.checks import dangling_link, edited_text, input_file
 
 #: A model's or a drafter's configuration file (transformers', minispark's or DeepSpec's layout).
@@ -70,10 +70,10 @@ def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict
     try:
         parsed = DrafterSpec.parse(spec)
     except DrafterSpecError as exc:
-        raise MinisparkError(f"{flag} {exc}") from None
+        raise OptionError(f"{flag} {exc}") from None
     given = [name for name, value in (drafting or {}).items() if value is not None]
     if not parsed.drafts and given:
-        raise MinisparkError(f"{flag} none drafts nothing, so {', '.join(given)} would have no effect; drop "
+        raise OptionError(f"{flag} none drafts nothing, so {', '.join(given)} would have no effect; drop "
                              f"{'it' if len(given) == 1 else 'them'} or choose a drafter")
     if parsed.directory is None:
         return parsed
@@ -82,7 +82,7 @@ def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict
         return parsed
     dangling_link(parsed.directory, flag)
     if not parsed.directory.exists():
-        raise MinisparkError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
+        raise OptionError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
                              "directory)")
     checkpoint(parsed.directory, flag)
     return parsed
@@ -91,21 +91,21 @@ def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict
 def checkpoint(path: Path, flag: str) -> Path:
     """A drafter directory: exists, has a JSON ``config.json`` and at least one ``*.safetensors``."""
     if not path.exists():
-        raise MinisparkError(f"{flag} {path}: no such directory")
+        raise OptionError(f"{flag} {path}: no such directory")
     if not path.is_dir():
-        raise MinisparkError(f"{flag} {path}: not a directory (expected a drafter directory)")
+        raise OptionError(f"{flag} {path}: not a directory (expected a drafter directory)")
     try:
         data = read_config(path)
     except UnreadableConfig as exc:
-        raise MinisparkError(f"{flag} {exc.file}: unreadable config ({exc.reason})") from None
+        raise OptionError(f"{flag} {exc.file}: unreadable config ({exc.reason})") from None
     if data is None:
-        raise MinisparkError(f"{flag} {path}: not a drafter directory (no {CONFIG_FILE}){_what_it_is(path)}")
+        raise OptionError(f"{flag} {path}: not a drafter directory (no {CONFIG_FILE}){_what_it_is(path)}")
     if "model_type" in data and not is_deepspec_config(data):
         # a target's directory: refused now, not once the target has loaded (seconds here, minutes for a 3B one)
-        raise MinisparkError(f"{flag} {path}: a transformers model's config (model_type {data['model_type']!r}), not "
+        raise OptionError(f"{flag} {path}: a transformers model's config (model_type {data['model_type']!r}), not "
                              "a drafter's; give a drafter directory (train writes one)")
     if not any(path.glob("*.safetensors")):
-        raise MinisparkError(f"{flag} {path}: no weights (no *.safetensors file)")
+        raise OptionError(f"{flag} {path}: no weights (no *.safetensors file)")
     safetensors_headers(path, flag)
     return path
 
@@ -129,12 +129,12 @@ def safetensors_headers(directory: Path, flag: str) -> None:
 
     for file in sorted(directory.glob("*.safetensors")):
         if file.is_dir():
-            raise MinisparkError(f"{flag} {file}: a directory, not a weights file; a broken copy? copy it again")
+            raise OptionError(f"{flag} {file}: a directory, not a weights file; a broken copy? copy it again")
         try:
             with safe_open(str(file), framework="pt"):
                 pass
         except (SafetensorError, OSError) as exc:
-            raise MinisparkError(f"{flag} {file}: unreadable safetensors ({first_line(exc)}); a truncated or "
+            raise OptionError(f"{flag} {file}: unreadable safetensors ({first_line(exc)}); a truncated or "
                                  "interrupted copy? copy it again") from None
 
 
@@ -150,17 +150,17 @@ def image(path: Path, flag: str = option("image")) -> Path:
             with Image.open(path) as img:
                 width, height = img.size
                 if width * height > MAX_IMAGE_PIXELS:
-                    raise MinisparkError(f"{flag} {path}: {width}x{height} pixels is too large "
+                    raise OptionError(f"{flag} {path}: {width}x{height} pixels is too large "
                                          f"(at most {MAX_IMAGE_PIXELS:,}); resize it first")
                 if max(width, height) > MAX_IMAGE_ASPECT * min(width, height):
-                    raise MinisparkError(f"{flag} {path}: {width}x{height} pixels: one side is more than "
+                    raise OptionError(f"{flag} {path}: {width}x{height} pixels: one side is more than "
                                          f"{MAX_IMAGE_ASPECT} times the other, which vision-language targets refuse; "
                                          "crop or pad it")
                 img.load()  # decodes: a truncated or corrupt file fails here, not inside the processor
     except (Image.DecompressionBombError, Image.DecompressionBombWarning):
-        raise MinisparkError(f"{flag} {path}: too many pixels (a decompression bomb?); resize it first") from None
+        raise OptionError(f"{flag} {path}: too many pixels (a decompression bomb?); resize it first") from None
     except UnidentifiedImageError:
-        raise MinisparkError(f"{flag} {path}: not an image file PIL can read") from None
+        raise OptionError(f"{flag} {path}: not an image file PIL can read") from None
     except (OSError, SyntaxError, ValueError) as exc:
-        raise MinisparkError(f"{flag} {path}: corrupt or truncated image ({first_line(exc)})") from None
+        raise OptionError(f"{flag} {path}: corrupt or truncated image ({first_line(exc)})") from None
     return path

@@ -28,3 +28,11 @@ def test_text_that_only_looks_like_an_option_is_left_alone() -> None:
     assert exc.options == () and str(exc) == "runs/top_p: see --top-p"
     with pytest.raises(MinisparkError, match="^draft_vocab"):
         raise OptionError(option("draft_vocab"))
+
+
+def test_a_checked_value_is_refused_as_an_option_error() -> None:
+    from minispark.core import checks
+
+    with pytest.raises(OptionError) as refused:
+        checks.integer(0, option("max_new_tokens"), 1)
+    assert refused.value.field == "max_new_tokens" and str(refused.value) == "max_new_tokens must be >= 1, got 0"

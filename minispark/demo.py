@@ -267,12 +267,12 @@ def pipeline_recipe(name: str, overrides: Sequence[str], target: str | None) -> 
     """The pipeline's recipe, and whether it was resized: a recipe sized for another target than
     ``target`` gets its target-sized keys from ``target`` (``--target`` never fails on the recipe's
     layer ids or sizes, which the user never gave)."""
-    from minispark.training.recipes import load_recipe
+    from minispark.training.recipes import load_recipe, override_key
 
     recipe = load_recipe(name, overrides)
     if recipe.target is None or recipe.target == target or {recipe.target, target} <= set(EMBEDDED_SPELLINGS):
         return recipe, False
-    given = {item.partition("=")[0].strip().rpartition(".")[2] for item in overrides}  # an override is given once
+    given = {override_key(item) for item in overrides}  # an override is given once
     return load_recipe(name, [f"{key}=none" for key in TARGET_SIZED_KEYS if key not in given] + list(overrides)), True
 
 

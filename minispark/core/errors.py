@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-#: An option named inside a message: a name between shift-out and shift-in (control characters: no flag value or path a
-#: one-line error quotes can hold: control characters are refused at the edge).
+#: An option named inside a message: its name between shift-out and shift-in, two control characters that no
+#: value or path an error quotes can hold (control characters are refused at the edge).
 _OPTION = re.compile("\x0e([a-z0-9_]+)\x0f")
 
 

@@ -120,15 +120,19 @@ def content_identity(identity: dict[str, str]) -> dict[str, str]:
 RETIRED_HASHES = {"2f612fa79d95205a": "74de9d807e6fc828"}
 
 
+def current_hash(value: Any) -> Any:
+    """A recorded hash as the target's hash now (a retired one read as its successor; anything else as is)."""
+    return RETIRED_HASHES.get(value, value) if isinstance(value, str) else value
+
+
 def same_hash(recorded: str | None, current: str | None) -> bool:
     """Whether a recorded weights (or tokenizer) hash names the target that has ``current`` now."""
-    return RETIRED_HASHES.get(recorded, recorded) == RETIRED_HASHES.get(current, current)  # type: ignore[arg-type]
+    return current_hash(recorded) == current_hash(current)
 
 
 def current_hashes(record: dict[str, Any]) -> dict[str, Any]:
     """A recorded target identity (a manifest's ``target``) with each retired hash read as the current one."""
-    return {key: RETIRED_HASHES.get(value, value) if key.endswith("_hash") and isinstance(value, str) else value
-            for key, value in record.items()}
+    return {key: current_hash(value) if key.endswith("_hash") else value for key, value in record.items()}
 
 
 def same_target(recorded: str, current: str) -> bool:

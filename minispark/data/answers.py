@@ -32,7 +32,6 @@ import safetensors.torch
 import torch
 
 from minispark import __version__
-
 from minispark.core import checks
 from minispark.core.identity import same_hash
 from minispark.core.atomic import refuse_symlink, write_bytes_atomic

@@ -444,6 +444,11 @@ def apply_overrides(settings: dict[str, Any], overrides: list[str]) -> dict[str,
     return settings
 
 
+def override_key(item: str) -> str:
+    """The key a ``key=value`` (or ``section.key=value``) override sets."""
+    return item.partition("=")[0].strip().rpartition(".")[2]
+
+
 def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None,
                 values: dict[str, Any] | None = None) -> TrainConfig:
     """The :class:`TrainConfig` of a recipe file (or shipped recipe name) with ``KEY=VALUE`` overrides applied,
@@ -451,7 +456,7 @@ def load_recipe(name_or_path: str | Path, overrides: list[str] | None = None,
     path = recipe_path(name_or_path)
     overrides, values = list(overrides or []), dict(values or {})
     for item in overrides:
-        if (key := item.partition("=")[0].strip().rpartition(".")[2]) in values:
+        if (key := override_key(item)) in values:
             raise MinisparkError(f"{option(key)}: given twice, as a flag and as the override {item!r}; keep one")
     settings = apply_overrides(read_recipe_file(path), overrides) | values
     try:
@@ -464,7 +469,7 @@ def blame(message: str, recipe: str, overrides: Sequence[str]) -> str:
     """Who set what a check refused (its message starts with the key or keys at fault): the command-line
     overrides of those keys, else ``recipe`` (the recipe file, or how to name the recipe)."""
     named = set(re.findall(r"\w+", message.split(":", 1)[0]))
-    culprits = [item for item in overrides if item.partition("=")[0].strip().rpartition(".")[2] in named]
+    culprits = [item for item in overrides if override_key(item) in named]
     if not culprits:
         return recipe
     return ("override " if len(culprits) == 1 else "overrides ") + ", ".join(repr(item) for item in culprits)

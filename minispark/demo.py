@@ -125,9 +125,9 @@ def resolve_drafter(target: Target, drafter: str | None) -> tuple[str, str, list
         return drafter, "lookup" if kind == LOOKUP else "target", []
     if drafter is not None:
         return drafter, default_mode(make_drafter(drafter, target), True), []
-    draft, spec, unusable = shipped_drafter(target)
+    draft, opened, unusable = shipped_drafter(target)
     if draft is not None:
-        return spec, default_mode(draft, True), []
+        return str(opened), default_mode(draft, True), []
     why = unusable or f"no shipped drafter for {target.name} under drafters/"
     return "lookup", "lookup", [f"{why}: showing the lookup drafter instead (train one: minispark demo --train)"]
 

@@ -119,7 +119,7 @@ FILE_FLAGS = frozenset({"--plot", "--prompts", "--sps", "--image", "--recipe"})
 #: String options and arguments that are paths, checked like the ``Path`` ones.
 PATH_TEXTS = frozenset({"--target", "--drafter", "--recipe", "PARTS"})
 #: Path options where an empty string is a value of its own: --target '' is the embedded target, and
-#: --drafter '' has its own refusal (``model_files.drafter_spec``).
+#: --drafter '' has its own refusal (``model_files.drafter_spec``, which ``open_drafter`` runs).
 EMPTY_MEANS = frozenset({"--target", "--drafter"})
 
 
@@ -377,15 +377,20 @@ def _auto_4bit(target: Optional[str], dtype: Optional[str], device: Optional[str
 def _remembered(artifact: Optional[Any], target: Optional[str], dtype: Optional[str], device: Optional[str],
                 load_in_4bit: bool, load_in_8bit: bool,
                 flag: str = "--drafter") -> tuple[Optional[str], Optional[str], bool, bool]:
-    """The target and loading flags with what ``artifact`` (a --drafter DIR, or the argument ``flag`` names)
-    records filled in (``target.remembered.resolve_loading``); a contradicting --target is one line, exit 2."""
-    from minispark.target.remembered import resolve_loading
+    """The target and loading flags with what ``artifact`` (a --drafter, opened or named, or the argument ``flag``
+    names) records filled in (``target.remembered.resolve_loading``); a contradicting --target is one line, exit 2."""
+    from minispark.model.drafter_dir import OpenDrafter
+    from minispark.target.remembered import loading_from, resolve_loading
 
     checks.choice(dtype, "--dtype", checks.DTYPES)
     checks.device(device)
-    if artifact is not None:  # a drafter names its directory in any form (DIR, hybrid:DIR); a run directory as is
-        artifact = DrafterSpec.parse(artifact).directory
-    loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
+    if isinstance(artifact, OpenDrafter):  # its record is read already
+        loading = loading_from(artifact.record, artifact.directory, target, dtype, device, load_in_4bit,
+                               load_in_8bit, flag)
+    else:
+        if artifact is not None:  # a drafter names its directory in any form (DIR, hybrid:DIR); a run directory as is
+            artifact = DrafterSpec.parse(artifact).directory
+        loading = resolve_loading(artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
     if loading.notice:
         err_console.print(f"[dim]{escape(loading.notice)}[/dim]", highlight=False, soft_wrap=True)
     return loading.target, loading.dtype, loading.load_in_4bit, loading.load_in_8bit
@@ -408,18 +413,15 @@ def _check_target_flags(target: Optional[str], dtype: Optional[str], device: Opt
         target_weights(ref.directory, target)
 
 
-def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = None) -> Optional[str]:
-    """``model_files.drafter_spec``, and a drafter directory's ``calibration.json`` read whole, for the commands
-    that serve a drafter (not ``calibrate``, which replaces it): a damaged one was refused only once the target had
-    loaded."""
-    parsed = model_files.drafter_spec(spec, drafting=drafting)
-    if parsed is not None and (directory := parsed.directory) is not None:
-        from minispark.model.calibration import Calibration
-        from minispark.model.drafter_dir import calibration_paths
+def checked_drafter(spec: Optional[str], drafting: Optional[dict[str, Any]] = None) -> Optional[Any]:
+    """The ``--drafter`` of a command that serves a drafter (not ``calibrate``, which replaces its calibration),
+    opened once (``model.drafter_dir.open_drafter``: the spec parsed, the directory checked, its config, every
+    calibration and its target record read) before the target loads; None when not given."""
+    if spec is None:
+        return None
+    from minispark.model.drafter_dir import open_drafter  # torch: imported only for a drafter given
 
-        for path in calibration_paths(directory):
-            Calibration.load(path)
-    return spec
+    return open_drafter(spec, drafting)
 
 
 def checked_sps(path: Optional[Path], flag: str = "--sps") -> Optional[Path]:

@@ -44,14 +44,14 @@ def _check_images(images: list[Path]) -> None:
 def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[str], mode: Optional[str],
                    gamma: Optional[int], threshold: Optional[float], sps: Optional[Path], temperature: float, top_p: float,
                    top_k: int, seed: Optional[int], max_new_tokens: int, stop: Sequence[str] = (),
-                   draft_skip: Optional[bool] = None, strict: bool = False) -> None:
-    """The flags generate and chat share."""
+                   draft_skip: Optional[bool] = None, strict: bool = False) -> Any:
+    """The flags generate and chat share; returns the drafter, opened (None when not given)."""
     checks.prompt(prompt)
     checks.stop_strings(stop)
     _check_images(images)
     skip_flag = "--draft-skip" if draft_skip else "--no-draft-skip"  # either is ignored by a drafter that drafts nothing
-    checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold, "--sps": sps,
-                                       skip_flag: draft_skip, "--strict": strict or None})
+    opened = checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--threshold": threshold,
+                                                "--sps": sps, skip_flag: draft_skip, "--strict": strict or None})
     checks.choice(mode, "--mode", checks.MODES)
     checks.integer(gamma, "--gamma", 1)
     if threshold is not None:
@@ -62,9 +62,10 @@ def _check_serving(prompt: Optional[str], images: list[Path], drafter: Optional[
     checks.sampling(temperature, top_p, top_k)
     checks.seed(seed)
     checks.integer(max_new_tokens, "--max-new-tokens", 1)
+    return opened
 
 
-def _decoding_target(drafter: Optional[str], target: Optional[str], dtype: Optional[str], device: Optional[str],
+def _decoding_target(drafter: Any, target: Optional[str], dtype: Optional[str], device: Optional[str],
                      load_in_4bit: bool, load_in_8bit: bool) -> Any:
     """The target generate, chat and serve decode with: what ``--drafter DIR`` records (the target and
     how it was loaded) fills in the flags not given, then it loads."""
@@ -103,8 +104,8 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of streaming text."),
 ) -> None:
     """Generate a reply with speculative decoding (lossless: same output as the target alone)."""
-    _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
+    drafter = _check_serving(prompt, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k,
+                             seed, max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
     from minispark.serving.generate import DEFAULT_PROMPT, generate as run_generate
     from minispark.target.sampling import SamplingConfig
     from minispark.serving.builder import build_serving
@@ -166,8 +167,8 @@ def chat(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Chat with the target (and images): streamed answers, KV cache reused across turns, /help inside."""
-    _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
-                   max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
+    drafter = _check_serving(None, image, drafter, mode, gamma, threshold, sps, temperature, top_p, top_k, seed,
+                             max_new_tokens, stop, draft_skip, strict)  # before the imports below, which take seconds
     checks.system_message(system)
     from minispark.chat import ChatREPL
     from minispark.serving.conversation import Conversation
@@ -218,7 +219,7 @@ def serve(
     load_in_8bit: bool = EightBitOpt,
 ) -> None:
     """Serve the target as an OpenAI-compatible API (/v1/chat/completions, /v1/completions, /v1/models, /health); Ctrl-C drains."""
-    checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
+    drafter = checked_drafter(drafter, drafting={"--mode": mode, "--gamma": gamma, "--sps": sps})
     checks.choice(mode, "--mode", checks.MODES)
     checks.integer(gamma, "--gamma", 1)
     checks.schedule_mode(sps, False, mode)

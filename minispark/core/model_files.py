@@ -62,9 +62,10 @@ def is_minispark_config(raw: dict[str, Any]) -> bool:
 
 
 def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict[str, Any] | None = None) -> DrafterSpec | None:
-    """``spec`` parsed (:class:`DrafterSpec`), its directory checked to hold ``config.json`` and safetensors weights.
-    ``drafting`` (flag → value, None when not given): flags that only shape drafting, refused with ``none``, which
-    drafts nothing (they would be ignored without a word)."""
+    """``spec`` parsed (:class:`DrafterSpec`), a trained drafter's directory checked to exist (what it holds:
+    :func:`checkpoint`, which ``model.drafter_dir.open_drafter`` runs as it reads the directory). ``drafting``
+    (flag → value, None when not given): flags that only shape drafting, refused with ``none``, which drafts
+    nothing (they would be ignored without a word)."""
     if spec is None:
         return None
     try:
@@ -75,21 +76,18 @@ def drafter_spec(spec: str | None, flag: str = option("drafter"), drafting: dict
     if not parsed.drafts and given:
         raise OptionError(f"{flag} none drafts nothing, so {', '.join(given)} would have no effect; drop "
                              f"{'it' if len(given) == 1 else 'them'} or choose a drafter")
-    if parsed.directory is None:
-        return parsed
-    if parsed.kind == HYBRID:
-        checkpoint(parsed.directory, f"{flag} hybrid:")  # "--drafter hybrid: DIR: no such directory"
+    if parsed.directory is None or parsed.kind == HYBRID:  # hybrid:DIR: checkpoint says "no such directory"
         return parsed
     dangling_link(parsed.directory, flag)
     if not parsed.directory.exists():
         raise OptionError(f"{flag} {spec}: no such directory (expected none, lookup, hybrid[:DIR] or a drafter "
                              "directory)")
-    checkpoint(parsed.directory, flag)
     return parsed
 
 
-def checkpoint(path: Path, flag: str) -> Path:
-    """A drafter directory: exists, has a JSON ``config.json`` and at least one ``*.safetensors``."""
+def checkpoint(path: Path, flag: str) -> dict[str, Any]:
+    """A drafter directory: exists, has a JSON ``config.json`` and at least one ``*.safetensors``. Returns the
+    parsed ``config.json`` (read once: the drafter is built from it)."""
     if not path.exists():
         raise OptionError(f"{flag} {path}: no such directory")
     if not path.is_dir():
@@ -107,7 +105,7 @@ def checkpoint(path: Path, flag: str) -> Path:
     if not any(path.glob("*.safetensors")):
         raise OptionError(f"{flag} {path}: no weights (no *.safetensors file)")
     safetensors_headers(path, flag)
-    return path
+    return data
 
 
 def _what_it_is(path: Path) -> str:

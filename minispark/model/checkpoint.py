@@ -26,7 +26,8 @@ from minispark.model.deepspec import load_deepspec_model
 from minispark.model.draft_config import DraftConfig
 from minispark.model.draft_model import DraftModel
 from minispark.model.drafter_dir import (CALIBRATION_FILE, CONFIG_FILE, DEEPSPEC, DRAFTER_FILES, WEIGHTS_FILE,
-                                         DrafterDir, calibration_paths, read_drafter_dir)
+                                         DrafterDir, OpenDrafter, calibration_paths, read_calibrations,
+                                         read_drafter_dir)
 from minispark.core.errors import MinisparkError, first_line
 from minispark.core.identity import same_target
 from minispark.target.sampling import SamplingConfig
@@ -233,19 +234,22 @@ def sampling_record(sampling: SamplingConfig) -> dict[str, float | int]:
     return {"temperature": sampling.temperature, "top_p": sampling.top_p, "top_k": sampling.top_k}
 
 
-def load_calibration(drafter_dir: str | Path, target_identity: str | None = None,
+def load_calibration(drafter: str | Path | OpenDrafter, target_identity: str | None = None,
                      sampling: SamplingConfig | None = None) -> tuple[Calibration | None, str | None]:
     """The drafter's STS calibration fitted nearest the request's temperature (``calibration.json`` at T 0,
     ``calibration-t{T}.json`` at others; None without any) and a one-line warning when even that one was
     fitted far from ``sampling`` (more than ``CALIBRATION_NEAR`` in temperature, or other top-p / top-k).
     A calibration fitted for another target than ``target_identity`` is refused. Files written before these
-    fields existed record neither and are taken as they are."""
+    fields existed record neither and are taken as they are. ``drafter``: a drafter directory, or an opened
+    drafter (its calibrations are read already)."""
     from minispark.core.defaults import CALIBRATION_NEAR
 
-    paths = calibration_paths(drafter_dir)
-    if not paths:
+    if isinstance(drafter, OpenDrafter):
+        drafter_dir, calibrations = drafter.directory, drafter.calibrations
+    else:
+        drafter_dir, calibrations = Path(drafter), read_calibrations(drafter)
+    if not calibrations:
         return None, None
-    calibrations = [(path, Calibration.load(path)) for path in paths]
     want = sampling.temperature if sampling is not None else 0.0
     path, calibration = min(calibrations, key=lambda pc: abs(pc[1].sampling.get("temperature", 0.0) - want))
     if target_identity is not None and calibration.target_identity \

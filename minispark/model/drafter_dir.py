@@ -20,7 +20,12 @@ parses ``config.json`` once; the loaders (``checkpoint.load_draft_model``, ``dee
 the checks (``deepspec.check_against_target``), the converters and the shipped-drafter lookup all start
 from the :class:`DrafterDir` it returns. Nothing here reads weights.
 
-    .venv/bin/python -c "from minispark.model.drafter_dir import read_drafter_dir as r; print(r('drafters/smollm2-135m-dspark'))"
+A command's drafter (``--drafter``, or the Python API's ``drafter=``) is opened once, at the edge, by
+:func:`open_drafter`: the spec parsed, the directory checked, ``config.json``, every calibration and the
+target record read. The :class:`OpenDrafter` it returns is what the target loader (the recorded target), the
+serving builder (the drafter and its calibration) and the displays take.
+
+    .venv/bin/python -c "from minispark.model.drafter_dir import open_drafter as o; print(o('drafters/smollm2-135m-dspark'))"
 """
 
 from __future__ import annotations
@@ -30,10 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from minispark.core.errors import MinisparkError
-from minispark.core.model_files import CONFIG_FILE, is_deepspec_config, read_config
+from minispark.core.drafter_spec import HYBRID, TRAINED, DrafterSpec
+from minispark.core.errors import MinisparkError, option
+from minispark.core.model_files import CONFIG_FILE, checkpoint, drafter_spec, is_deepspec_config, read_config
+from minispark.model.calibration import Calibration
 from minispark.model.draft_config import DraftConfig
-from minispark.target.remembered import TARGET_FILE
+from minispark.target.remembered import TARGET_FILE, TargetRecord, read_record
 
 WEIGHTS_FILE = "model.safetensors"
 CALIBRATION_FILE = "calibration.json"
@@ -64,6 +71,12 @@ def calibration_paths(directory: str | Path) -> list[Path]:
     return ([greedy] if greedy.exists() or greedy.is_symlink() else []) + [p for _, p in found]
 
 
+def read_calibrations(directory: str | Path) -> tuple[tuple[Path, Calibration], ...]:
+    """Every calibration of a drafter directory (:func:`calibration_paths`), each read whole: a damaged one is a
+    one-line error now, not once the target has loaded."""
+    return tuple((path, Calibration.load(path)) for path in calibration_paths(directory))
+
+
 @dataclass(frozen=True)
 class DrafterDir:
     """A drafter directory as :func:`read_drafter_dir` found it: ``kind`` is :data:`DSPARK` or
@@ -92,3 +105,49 @@ def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
     if raw is None:
         return DrafterDir(path)
     return DrafterDir(path, DEEPSPEC if is_deepspec_config(raw) else DSPARK, raw)
+
+
+@dataclass(frozen=True)
+class OpenDrafter:
+    """A drafter as a command names it (``spec``), with what its directory holds read once: ``found`` (layout and
+    ``config.json``), ``calibrations`` (path and fit, greedy first) and ``record`` (the target it was trained for,
+    None when it records none). ``found`` is None for none, lookup and a plain ``hybrid`` (its trained drafter,
+    the shipped one, is opened once the target is known: :meth:`with_directory`)."""
+
+    spec: DrafterSpec
+    found: DrafterDir | None = None
+    calibrations: tuple[tuple[Path, Calibration], ...] = ()
+    record: TargetRecord | None = None
+
+    @property
+    def directory(self) -> Path | None:
+        """The trained drafter's directory, None without one."""
+        return self.found.path if self.found is not None else None
+
+    def with_directory(self, directory: Path) -> OpenDrafter:
+        """This spec with the trained drafter in ``directory`` opened (a plain ``hybrid``'s shipped one): the spec
+        keeps the name the user gave."""
+        return OpenDrafter(self.spec, *_read_directory(directory, checkpoint(directory, option("drafter"))))
+
+    def __str__(self) -> str:
+        return str(self.spec)
+
+
+def _read_directory(path: Path, raw: dict[str, Any]) -> tuple[DrafterDir, tuple[tuple[Path, Calibration], ...],
+                                                               TargetRecord | None]:
+    found = DrafterDir(path, DEEPSPEC if is_deepspec_config(raw) else DSPARK, raw)
+    return found, read_calibrations(path), read_record(path, config=raw)
+
+
+def open_drafter(spec: str | Path | DrafterSpec | OpenDrafter, drafting: dict[str, Any] | None = None,
+                 flag: str = option("drafter")) -> OpenDrafter:
+    """``spec`` parsed and, when it names a directory, that directory checked (``model_files.checkpoint``: a
+    config, weights whose headers read) and read once (an :class:`OpenDrafter` passes through). ``drafting``: the
+    options that only shape drafting, refused with ``none`` (``model_files.drafter_spec``)."""
+    if isinstance(spec, OpenDrafter):
+        return spec
+    parsed = drafter_spec(DrafterSpec(TRAINED, spec) if isinstance(spec, Path) else spec, flag, drafting)
+    if parsed.directory is None:
+        return OpenDrafter(parsed)
+    raw = checkpoint(parsed.directory, f"{flag} hybrid:" if parsed.kind == HYBRID else flag)
+    return OpenDrafter(parsed, *_read_directory(parsed.directory, raw))

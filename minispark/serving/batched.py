@@ -62,7 +62,7 @@ def fork_drafter(drafter: Drafter) -> Drafter:
         twin = HybridDrafter(copy.copy(drafter.lookup), fork_drafter(drafter.model), drafter.gamma,
                              copy.deepcopy(drafter.choice))
         twin.choice.reset()
-        twin.calibration, twin.model_dir = drafter.calibration, drafter.model_dir
+        twin.calibration, twin.source = drafter.calibration, drafter.source
         return twin
     raise MinisparkError(f"drafter {drafter.name}: requests in flight together need none, lookup, a DSpark "
                          "or a hybrid drafter (one context each); serve this one with one request at a time")

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from minispark.model.calibration import Calibration
-from minispark.model.drafter_dir import CALIBRATION_FILE
+from minispark.model.drafter_dir import CALIBRATION_FILE, OpenDrafter, open_drafter
 from minispark.core.defaults import DEFAULT_THRESHOLD, DEFAULT_TREE_DRAFTS, FLAT_TREE_DRAFTS, PROFILE_MIN_TOKENS
 from minispark.serving.drafters.base import Drafter, NoDrafter, resolve_gamma
 from minispark.serving.drafters.hybrid import HybridDrafter
@@ -149,7 +149,7 @@ def default_mode(drafter: Drafter, has_table: bool) -> str:
     return "schedule" if has_table else "threshold"
 
 
-def build_serving(target: Target, drafter: DrafterSpec | str | None = None, mode: str | None = None, gamma: int | None = None,
+def build_serving(target: Target, drafter: OpenDrafter | DrafterSpec | str | None = None, mode: str | None = None, gamma: int | None = None,
                   threshold: float | None = None, sps: Path | None = None,
                   sampling: SamplingConfig | None = None, strict: bool = False,
                   draft_skip: bool | None = None, side_by_side: Sequence[str] = ()) -> ServingSetup:
@@ -172,10 +172,10 @@ def build_serving(target: Target, drafter: DrafterSpec | str | None = None, mode
         if draft is None:
             drafter = "lookup"
             hints.append(TRAIN_HINT.format(target=target.name))
-    spec = DrafterSpec.parse(drafter)
+    opened = open_drafter(drafter)
     if draft is None:
-        draft = make_drafter(spec, target)
-    gamma = resolve_gamma(draft, str(spec), gamma)
+        draft = make_drafter(opened, target)
+    gamma = resolve_gamma(draft, str(opened), gamma)
     if target.runtime == "int8" and not isinstance(draft, NoDrafter):
         hints.append(INT8_NOTICE)
     table, mismatch = matching_sps_table(target, sps, strict)
@@ -204,19 +204,20 @@ def build_serving(target: Target, drafter: DrafterSpec | str | None = None, mode
     hybrid = isinstance(draft, HybridDrafter)
     # calibrate (fixed mode) refits it instead; the hybrid prices c_1 in every mode
     if mode == "tree" or draft.has_confidence and (mode != "fixed" or hybrid):
-        directory = draft.model_dir if hybrid and draft.model_dir is not None else spec.directory
-        calibration, warning = load_calibration(directory, target_id(target.identity()), sampling)
+        source = draft.source if hybrid and draft.source is not None else opened
+        calibration, warning = load_calibration(source, target_id(target.identity()), sampling)
         if warning:
             hints.append(warning)
         if calibration is not None and calibration.gamma < gamma:  # `calibrate --gamma 2`: every schedule run failed
-            hints.append(SHORT_CALIBRATION_HINT.format(path=Path(directory) / CALIBRATION_FILE, gamma=gamma,
-                                                       fitted=calibration.gamma, directory=shlex.quote(str(directory))))
+            hints.append(SHORT_CALIBRATION_HINT.format(path=source.directory / CALIBRATION_FILE, gamma=gamma,
+                                                       fitted=calibration.gamma,
+                                                       directory=shlex.quote(str(source.directory))))
             calibration = None
     drafting = not isinstance(draft, NoDrafter)
     # one request's tree rounds lost with it: rounds that verify the lookup branch alone accept too little
     skip = DraftSkip() if drafting and (mode == "schedule" if draft_skip is None else draft_skip) else None
     batch_skip = drafting and (mode in ("schedule", "tree") if draft_skip is None else draft_skip)
-    setup = ServingSetup(draft, str(spec), mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip,
+    setup = ServingSetup(draft, str(opened), mode, gamma, FixedLength(0), table, calibration, threshold, hints, skip,
                          batch_skip)
     if mode in ("schedule", "tree"):
         setup.sps_table = setup.schedule_table  # served (and estimated) on the curve it schedules with

@@ -22,8 +22,9 @@ from minispark.serving.drafters.base import Drafter, NoDrafter, default_policy
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.engine import GenerationResult, speculative_generate
 from minispark.core.defaults import SHIPPED_DRAFTERS
-from minispark.core.drafter_spec import HYBRID, LOOKUP, NONE, TRAINED, DrafterSpec
+from minispark.core.drafter_spec import HYBRID, LOOKUP, NONE, DrafterSpec
 from minispark.core.errors import MinisparkError, option
+from minispark.model.drafter_dir import OpenDrafter, open_drafter
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.schedule import LengthPolicy
 from minispark.target.loading import Target
@@ -73,62 +74,58 @@ def default_drafter(target: Target, directory: Path = SHIPPED_DRAFTERS) -> Path 
     return same_name[0] if same_name else None
 
 
-def shipped_drafter(target: Target) -> tuple[Drafter | None, str | None, str | None]:
-    """The drafter shipped for ``target``, loaded: (drafter, its directory, None); (None, None, None)
+def shipped_drafter(target: Target) -> tuple[Drafter | None, OpenDrafter | None, str | None]:
+    """The drafter shipped for ``target``, loaded: (drafter, its directory opened, None); (None, None, None)
     when none is shipped for it; (None, None, why) when the one found cannot serve it (e.g. trained
     on another conversion of the target). The one rule generate, chat, serve and the demo share."""
     shipped = default_drafter(target)
     if shipped is None:
         return None, None, None
     try:
-        return make_drafter(DrafterSpec(TRAINED, Path(shipped)), target), str(shipped), None
+        opened = open_drafter(Path(shipped))
+        return make_drafter(opened, target), opened, None
     except MinisparkError as exc:
         return None, None, f"shipped drafter not usable ({exc})"
 
 
-def make_drafter(spec: DrafterSpec | str, target: Target, precision: str | None = None) -> Drafter:
-    """The drafter ``spec`` names (:class:`DrafterSpec`, or its text): none, the lookup, a DSpark checkpoint
-    directory, or the hybrid (the lookup and the shipped drafter / DIR, chosen per round: ``drafters/hybrid.py``);
-    a DSpark drafter is served at ``precision`` (``auto`` / ``float`` / ``int8``; default: ``minispark
-    --draft-precision``, else ``auto``)."""
-    spec = DrafterSpec.parse(spec)
-    if spec.kind == NONE:
+def make_drafter(spec: OpenDrafter | DrafterSpec | str, target: Target, precision: str | None = None) -> Drafter:
+    """The drafter ``spec`` names (opened by ``model.drafter_dir.open_drafter``, or a spec to open): none, the
+    lookup, a DSpark checkpoint directory, or the hybrid (the lookup and the shipped drafter / DIR, chosen per
+    round: ``drafters/hybrid.py``); a DSpark drafter is served at ``precision`` (``auto`` / ``float`` / ``int8``;
+    default: ``minispark --draft-precision``, else ``auto``)."""
+    opened = open_drafter(spec)
+    if opened.spec.kind == NONE:
         return NoDrafter()
-    if spec.kind == LOOKUP:
+    if opened.spec.kind == LOOKUP:
         return LookupDrafter()
-    if spec.kind == HYBRID:
+    if opened.spec.kind == HYBRID:
         from minispark.serving.drafters.hybrid import make_hybrid
 
-        directory = spec.directory or default_drafter(target)
-        if directory is None:
-            raise MinisparkError(f"{option('drafter')} {spec}: no trained drafter is shipped for {target.name}; "
-                                 f"pass hybrid:DIR with a drafter directory")
-        if not Path(directory).is_dir():
-            raise MinisparkError(f"{option('drafter')} {spec}: {directory} is not a drafter directory")
-        hybrid = make_hybrid(make_drafter(DrafterSpec(TRAINED, Path(directory)), target, precision))
-        hybrid.model_dir = Path(directory)
+        if opened.found is None:
+            directory = default_drafter(target)
+            if directory is None:
+                raise MinisparkError(f"{option('drafter')} {opened}: no trained drafter is shipped for "
+                                     f"{target.name}; pass hybrid:DIR with a drafter directory")
+            opened = opened.with_directory(directory)
+        hybrid = make_hybrid(_trained_drafter(opened, target, precision))
+        hybrid.source = opened
         return hybrid
-    if spec.directory.is_dir():
-        return _trained_drafter(str(spec.directory), target, precision)
-    raise MinisparkError(f"{option('drafter')} {spec}: expected none, lookup, hybrid[:DIR] or a drafter checkpoint directory")
+    return _trained_drafter(opened, target, precision)
 
 
-def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafter:
-    """The DSpark drafter in directory ``spec`` (see :func:`make_drafter`), its directory read once. One in
-    DeepSpec's layout is first checked against the whole target (its depth too) without reading the
-    weights, for one-line errors naming the key."""
+def _trained_drafter(opened: OpenDrafter, target: Target, precision: str | None) -> Drafter:
+    """The DSpark drafter of the opened directory (see :func:`make_drafter`). One in DeepSpec's layout is first
+    checked against the whole target (its depth too) without reading the weights, for one-line errors naming
+    the key."""
     from minispark.core.settings import settings
     from minispark.core.identity import target_id
     from minispark.model.deepspec import check_against_target
     from minispark.model.draft_quant import quantize_int8
-    from minispark.model.drafter_dir import DEEPSPEC, read_drafter_dir
+    from minispark.model.drafter_dir import DEEPSPEC
     from minispark.target.int8 import int8_supported
     from minispark.serving.drafters.dspark import load_drafter
 
-    try:
-        found = read_drafter_dir(spec)
-    except MinisparkError as exc:
-        raise MinisparkError(f"{option('drafter')} {spec}: {exc}") from None
+    found, where = opened.found, f"{option('drafter')} {opened.directory}"
     if found.kind == DEEPSPEC:
         check_against_target(found, target)
     try:
@@ -140,8 +137,8 @@ def _trained_drafter(spec: str, target: Target, precision: str | None) -> Drafte
         drafter = load_drafter(found, target.model.get_input_embeddings().weight, target.lm_head.weight,
                                target.device, target_identity=target_id(target.identity()))
     except (ValueError, MinisparkError) as exc:
-        raise MinisparkError(f"{option('drafter')} {spec}: {exc}") from None
-    target.check_layers(drafter.feature_layers, f"{option('drafter')} {spec}: feature_layers")
+        raise MinisparkError(f"{where}: {exc}") from None
+    target.check_layers(drafter.feature_layers, f"{where}: feature_layers")
     if int8 and precision != "float":
         quantize_int8(drafter.model)
     return drafter
@@ -209,7 +206,7 @@ def generate(
     *,
     images: Sequence[str | Path] = (),
     messages: list[dict] | None = None,
-    drafter: Drafter | str = "none",
+    drafter: Drafter | OpenDrafter | DrafterSpec | str = "none",
     sampling: SamplingConfig = SamplingConfig(),
     policy: LengthPolicy | None = None,
     gamma: int | None = None,
@@ -221,7 +218,7 @@ def generate(
 ) -> GenerateOutput:
     """Generate a reply to ``prompt`` (or ``messages``) with speculative decoding; ``skip``
     (draft-skip) leaves the drafter out of rounds where drafting is predicted not to pay."""
-    if isinstance(drafter, (str, DrafterSpec)):
+    if isinstance(drafter, (str, DrafterSpec, OpenDrafter)):
         drafter = make_drafter(drafter, target)
     if policy is None:
         policy = default_policy(drafter, gamma)

@@ -95,9 +95,10 @@ def write_record(directory: Path | str, record: TargetRecord) -> Path:
     return path
 
 
-def read_record(directory: Path | str) -> TargetRecord | None:
+def read_record(directory: Path | str, config: dict[str, Any] | None = None) -> TargetRecord | None:
     """The record of a drafter directory (``target.json``), a cache or an answer set (their manifest);
-    None when it records none (a drafter trained before records existed, a DeepSpec import)."""
+    None when it records none (a drafter trained before records existed, a DeepSpec import). ``config``: the
+    directory's ``config.json`` when the caller has read it already."""
     directory = Path(directory)
     path = directory / TARGET_FILE
     if path.is_file():
@@ -111,10 +112,11 @@ def read_record(directory: Path | str) -> TargetRecord | None:
                                  f"{option('target')}") from None
     # a drafter trained before target.json, or a DeepSpec export minispark wrote (``minispark_target``): its
     # identity, loaded as given
-    try:
-        config = read_config(directory)
-    except UnreadableConfig:
-        config = None
+    if config is None:
+        try:
+            config = read_config(directory)
+        except UnreadableConfig:
+            config = None
     if config is not None:
         identity = config.get("target") or config.get(EXPORTED_TARGET_KEY)
         if isinstance(identity, str) and "@" in identity and not identity.startswith("deepspec"):
@@ -146,6 +148,13 @@ def resolve_loading(artifact: str | Path | None, target: str | None, dtype: str 
     set) and the user's flags (see the module docstring). An explicit ``target`` the record contradicts is
     refused with one line."""
     record = read_record(artifact) if artifact is not None and Path(artifact).is_dir() else None
+    return loading_from(record, artifact, target, dtype, device, load_in_4bit, load_in_8bit, flag)
+
+
+def loading_from(record: TargetRecord | None, artifact: str | Path | None, target: str | None, dtype: str | None,
+                 device: str | None, load_in_4bit: bool = False, load_in_8bit: bool = False,
+                 flag: str = option("drafter")) -> Loading:
+    """:func:`resolve_loading` with the ``record`` of ``artifact`` already read (an opened drafter's)."""
     if record is None:
         return Loading(target, dtype, load_in_4bit, load_in_8bit)
     runtime = _runtime_notice(record, f"{flag} {artifact}")

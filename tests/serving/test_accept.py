@@ -17,7 +17,8 @@ from minispark.serving.accept import accept_greedy, accept_sampling, accept_tree
 from minispark.target.sampling import SamplingConfig, sample
 from minispark.serving.schedule import ScheduledLength
 from minispark.serving.sps import SPSTable
-from tests.helpers import DraftVocabFakeDrafter, ConfidentFakeDrafter, exact_joint, empirical_joint, chi_square_pvalue
+from tests.helpers import (JOINT_DRAWS, ConfidentFakeDrafter, DraftVocabFakeDrafter, chi_square_pvalue, empirical_joint,
+                           exact_joint, joint_draws)
 
 
 CONFIGS = {
@@ -31,9 +32,10 @@ CONFIGS = {
 # are slow
 @pytest.mark.parametrize("name", [pytest.param(name, marks=pytest.mark.slow) if "top" in name else name
                                   for name in CONFIGS])
-def test_speculative_sampling_matches_target_joint(name: str) -> None:
+@joint_draws
+def test_speculative_sampling_matches_target_joint(name: str, draws: int) -> None:
     sampling = CONFIGS[name]
-    counts = empirical_joint(sampling, draws=20_000, gamma=2)
+    counts = empirical_joint(sampling, draws=draws, gamma=2)
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
@@ -42,17 +44,18 @@ def test_schedule_mode_matches_target_joint() -> None:
     """Algorithm 1 (batch-1, early stop) keeps the output distribution exact (non-anticipation)."""
     sps = SPSTable.from_inline([1.0, 0.62, 0.5, 0.45])  # verifying costs: admission depends on c_k
     sampling = CONFIGS["T=1"]
-    counts = empirical_joint(sampling, draws=20_000, gamma=3, drafter=ConfidentFakeDrafter(),
+    counts = empirical_joint(sampling, draws=JOINT_DRAWS, gamma=3, drafter=ConfidentFakeDrafter(),
                              policy_factory=lambda: ScheduledLength(sps, 3))
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
 @pytest.mark.parametrize("name", ["T=1", pytest.param("T=0.7,top-k=3", marks=pytest.mark.slow)])
-def test_draft_vocabulary_keeps_the_target_joint(name: str) -> None:
+@joint_draws
+def test_draft_vocabulary_keeps_the_target_joint(name: str, draws: int) -> None:
     """p_d zero outside a draft vocabulary: the residual covers the target mass the drafter cannot
     propose, so the output law is still exactly the target's."""
     sampling = CONFIGS[name]
-    counts = empirical_joint(sampling, draws=20_000, gamma=2, drafter=DraftVocabFakeDrafter())
+    counts = empirical_joint(sampling, draws=draws, gamma=2, drafter=DraftVocabFakeDrafter())
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
@@ -60,7 +63,7 @@ def test_draft_vocabulary_keeps_the_target_joint(name: str) -> None:
 def test_negative_control_draft_vocabulary_with_a_wrong_p_d_fails() -> None:
     """The same test catches a drafter that samples inside its vocabulary but reports the full softmax."""
     sampling = CONFIGS["T=1"]
-    counts = empirical_joint(sampling, draws=20_000, gamma=2, drafter=DraftVocabFakeDrafter(honest=False))
+    counts = empirical_joint(sampling, draws=JOINT_DRAWS, gamma=2, drafter=DraftVocabFakeDrafter(honest=False))
     assert chi_square_pvalue(counts, exact_joint(sampling)) < 1e-6
 
 
@@ -82,15 +85,16 @@ class ZeroConfidenceFakeDrafter(ConfidentFakeDrafter):
         return 0.0 if prev == 1 else super().confidence(prev)
 
 
-def test_envelope_schedule_with_padding_matches_target_joint() -> None:
+@joint_draws
+def test_envelope_schedule_with_padding_matches_target_joint(draws: int) -> None:
     """Scheduling on a jagged curve's envelope, padding the verify past the scheduled prefix, keeps
     the output distribution exact (the pad length is fixed before the padded drafts are drawn)."""
     sps = SPSTable.from_inline([0.8, 0.4, 0.9, 0.45])  # 3 tokens are the cheapest verify of >= 1
     sampling = CONFIGS["T=1"]
     CountingSchedule.padded = 0
-    counts = empirical_joint(sampling, draws=20_000, gamma=3, drafter=ZeroConfidenceFakeDrafter(),
+    counts = empirical_joint(sampling, draws=draws, gamma=3, drafter=ZeroConfidenceFakeDrafter(),
                              policy_factory=lambda: CountingSchedule(sps, 3))
-    assert CountingSchedule.padded > 1000
+    assert CountingSchedule.padded > draws // 20
     assert chi_square_pvalue(counts, exact_joint(sampling)) > 1e-3
 
 
@@ -100,7 +104,7 @@ def test_negative_control_without_residual_fails(monkeypatch: pytest.MonkeyPatch
     wrong = lambda *args, **kwargs: accept_tree_sampling(*args, **kwargs, residual=False)  # noqa: E731
     monkeypatch.setattr(engine, "accept_tree_sampling", wrong)
     sampling = CONFIGS["T=1"]
-    counts = empirical_joint(sampling, draws=20_000, gamma=2)
+    counts = empirical_joint(sampling, draws=JOINT_DRAWS, gamma=2)
     assert chi_square_pvalue(counts, exact_joint(sampling)) < 1e-6
 
 

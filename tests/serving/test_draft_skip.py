@@ -25,7 +25,7 @@ from minispark.target.sampling import SamplingConfig
 from minispark.serving.builder import build_serving
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
-from tests.helpers import PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint
+from tests.helpers import JOINT_DRAWS, PROMPT, FakeDrafter, FakeSession, chi_square_pvalue, exact_joint, joint_draws
 from tests.helpers import OracleDrafter, assert_parity, hf_greedy
 
 PROPOSE_S, TARGET_S = 0.4, 1.0  # a drafter forward costs 0.4 target steps in the unit tests
@@ -210,7 +210,7 @@ class PeekingSkip(Drafter):
         return DrawnBlock(Proposal.empty() if int(proposal.tokens[0]) == 0 else proposal)
 
 
-def joint_with_skip(drafter: Drafter, skip_factory, draws: int = 20_000) -> tuple[dict, int]:
+def joint_with_skip(drafter: Drafter, skip_factory, draws: int = JOINT_DRAWS) -> tuple[dict, int]:
     sampling = SamplingConfig(1.0)
     generator = torch.Generator().manual_seed(1234)
     prompt = PromptInputs(input_ids=torch.tensor([PROMPT]), text_positions=torch.arange(len(PROMPT)))
@@ -225,10 +225,11 @@ def joint_with_skip(drafter: Drafter, skip_factory, draws: int = 20_000) -> tupl
     return counts, skipped
 
 
-def test_draft_skip_keeps_the_target_joint_at_t1() -> None:
+@joint_draws
+def test_draft_skip_keeps_the_target_joint_at_t1(draws: int) -> None:
     """Skip decisions that depend on earlier rounds' acceptance leave the output law exactly p_t."""
-    counts, skipped = joint_with_skip(FakeDrafter(), FixedCostSkip)
-    assert skipped > 5_000  # the rule really skipped, in a history-dependent way
+    counts, skipped = joint_with_skip(FakeDrafter(), FixedCostSkip, draws)
+    assert skipped > draws // 4  # the rule really skipped, in a history-dependent way
     assert chi_square_pvalue(counts, exact_joint(SamplingConfig(1.0), length=4)) > 1e-3
 
 

@@ -31,7 +31,7 @@ from minispark.serving.schedule import FixedLength, ScheduledLength
 from minispark.serving.sps import SPSTable
 from minispark.target.loading import Target, load_target
 from minispark.target.session import PromptInputs
-from tests.helpers import PROMPT, ConfidentFakeDrafter, FakeSession, chi_square_pvalue, exact_joint
+from tests.helpers import JOINT_DRAWS, PROMPT, ConfidentFakeDrafter, FakeSession, chi_square_pvalue, exact_joint
 from tests.helpers import assert_parity, hf_greedy
 
 GAMMA = 3
@@ -176,7 +176,7 @@ class PeekingHybrid(HybridDrafter):
         return block
 
 
-def hybrid_joint(hybrid: HybridDrafter, draws: int = 8_000) -> tuple[dict, dict]:
+def hybrid_joint(hybrid: HybridDrafter, draws: int = JOINT_DRAWS) -> tuple[dict, dict]:
     sampling = SamplingConfig(1.0)
     generator = torch.Generator().manual_seed(1234)
     counts: dict[tuple[int, ...], int] = {}

@@ -41,7 +41,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -55,6 +54,7 @@ from minispark.target.sampling import SamplingConfig
 
 if TYPE_CHECKING:
     from minispark.model.calibration import Calibration
+    from minispark.model.drafter_dir import OpenDrafter
     from minispark.serving.sps import SPSTable
 
 
@@ -244,7 +244,7 @@ class HybridDrafter(Drafter):
         self.max_gamma = model.max_gamma
         self.gamma = gamma or model.max_gamma or DEFAULT_GAMMA
         self.calibration: Calibration | None = None
-        self.model_dir: Path | None = None  # where ``model`` was loaded from (its calibration.json lives there)
+        self.source: OpenDrafter | None = None  # the directory ``model`` was loaded from, opened (its calibrations)
         self.choice = choice or ThetaChoice(self.gamma, model.has_confidence)
         self._round: tuple[PreDraftState, Choice, DraftBlock] | None = None
 

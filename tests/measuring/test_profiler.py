@@ -69,7 +69,7 @@ def test_table_shape_metadata_and_round_trip(tiny_target, tmp_path, monkeypatch)
 
     monkeypatch.setattr(TargetSession, "step", spy)
     config = ProfileConfig(contexts=[40, 16, 5000], max_tokens=3, rounds=2, warmup=1,
-                           reference_repeats=2, drift_bound=10.0, note="unit test")
+                           reference_repeats=2, drift_bound=10.0, note="unit test", cooldown_s=0.0)
     calls = []
     with pytest.warns(UserWarning, match=r"skipping contexts \[5000\]"):
         table = profile_target(tiny_target, config, progress=lambda *a: calls.append(a))
@@ -155,7 +155,9 @@ class LoadReadings:
         return self.loads.pop(0), self.cores
 
 
-SMALL = dict(contexts=[8], max_tokens=2, rounds=1, warmup=0, reference_repeats=1)
+#: A profile of the tiny model in a test: its millisecond steps jitter past the drift bound, and the default cooldown
+#: would sleep seconds per re-measured round (the cooldown itself is tested on a fake clock).
+SMALL = dict(contexts=[8], max_tokens=2, rounds=1, warmup=0, reference_repeats=1, cooldown_s=0.0)
 
 
 def test_busy_machine_is_refused_before_profiling(tiny_target, monkeypatch):
@@ -243,7 +245,7 @@ def test_batched_verify_grid_is_profiled_and_read_by_the_batched_scheduler(tiny_
     from minispark.serving.batch_schedule import batch_sps
 
     table = profile_target(tiny_target, ProfileConfig(contexts=[8, 16], max_tokens=3, batch_requests=[4, 2, 2],
-                                                      rounds=2, warmup=0))
+                                                      rounds=2, warmup=0, cooldown_s=0.0))
     grid = table.batched
     assert grid["context"] == 8 and grid["requests"] == [2, 4] and grid["widths"] == [1, 2, 3]
     assert set(table.metadata["drift"]) == {"8", "16", "batched"}

@@ -114,12 +114,12 @@ def test_single_step_residual_distribution_exact() -> None:
     p_d = torch.tensor([[0.1, 0.6, 0.1, 0.2]])
     generator = torch.Generator().manual_seed(0)
     counts = torch.zeros(4)
-    draws = 40_000
+    draws = 20_000
     for _ in range(draws):
         x = sample(p_d[0], generator).view(1)
         accepted, token = accept_sampling(x, p_d, p_t, generator)
         counts[int(x) if accepted else token] += 1
-    assert torch.allclose(counts / draws, p_t[0], atol=0.01)
+    assert torch.allclose(counts / draws, p_t[0], atol=0.015)
 
 
 def test_one_hot_drafter_residual_excludes_rejected_token() -> None:

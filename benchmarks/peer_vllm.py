@@ -16,8 +16,17 @@ sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and threads are pinned by ``VLLM_CPU_O
 from ``--threads``). vLLM reads the directory minispark converted the embedded target to, as it is. Each category's
 table is kept under its name in ``--out``.
 
+With ``--serve-clients 4,8`` it measures serving instead: ``minispark serve`` target-only (in this process, R = C
+slots) and vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, started once), each answering C
+concurrent clients × ``--serve-requests`` chat completions of ``--max-new-tokens`` at T 0 through the same client
+(``serve_load.client_load``), interleaved per repeat; aggregate tok/s (median), and whether every reply's text is
+minispark's. ``--threads 0`` runs each at its own default threads (minispark: torch's, under its thread governor;
+vLLM: its automatic core binding).
+
     .venv/bin/python benchmarks/peer_vllm.py --vllm-python /work/vllm-venv/bin/python --category chat \\
         --num-prompts 4 --max-new-tokens 64 --repeats 3
+    .venv/bin/python benchmarks/peer_vllm.py --vllm-python /work/vllm-venv/bin/python --serve-clients 4,8 \\
+        --threads 0 --max-new-tokens 32 --repeats 3
 """
 
 from __future__ import annotations
@@ -100,6 +109,81 @@ def run_minispark(target: Any, prompts: list[dict[str, Any]], mode: str, max_new
     return rows
 
 
+def vllm_server(python: str, model: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
+    """vLLM's OpenAI server on a free loopback port, serving ``model`` as its directory's name; ready when /health
+    answers (model loading takes a minute on a CPU)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")
+    if threads:
+        env.update(VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}", OMP_NUM_THREADS=str(threads))
+    server = subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                               "--served-model-name", model.name, "--dtype", "float32", "--host", "127.0.0.1",
+                               "--port", str(port), "--max-model-len", "2048", "--seed", "0"],
+                              stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"vLLM's server exited ({server.returncode}); see {log}")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
+                if reply.status == 200:
+                    return server, url
+        except OSError:
+            time.sleep(2)
+    server.kill()
+    raise SystemExit(f"vLLM's server did not answer /health in 600 s; see {log}")
+
+
+def serve_main(args: argparse.Namespace, target: Any, model: Path) -> dict[str, Any]:
+    """minispark serve (target-only) beside vLLM's server at each C of ``--serve-clients`` (see the docstring)."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from serve_load import client_load, load_run
+
+    from minispark.serving.builder import build_serving
+
+    setup = build_serving(target, "none")
+    prompts = [p["prompt"] for p in held_out_prompts(args.category, args.num_prompts)]
+    levels = [int(c) for c in args.serve_clients.split(",")]
+    tok_s: dict[str, list[float]] = {f"{who}@{c}": [] for c in levels for who in ("minispark", "vllm")}
+    replies: dict[str, dict] = {}
+    server, url = vllm_server(args.vllm_python, model, args.threads, Path("/tmp/peer-vllm-server.log"))
+    try:
+        for repeat in range(args.repeats):
+            for clients in levels:
+                for who in (("minispark", "vllm") if repeat % 2 == 0 else ("vllm", "minispark")):
+                    run = (load_run(target, setup, clients, clients, args.serve_requests, prompts, args.max_new_tokens)
+                           if who == "minispark" else
+                           client_load(url, model.name, clients, args.serve_requests, prompts, args.max_new_tokens))
+                    if run["failed"]:
+                        raise SystemExit(f"{who} at {clients} clients: {run['failures']}")
+                    tok_s[f"{who}@{clients}"].append(run["tok_s"])
+                    replies.setdefault(f"{who}@{clients}", run["answers"])
+                    print(f"repeat {repeat + 1}: {who} {clients} clients {run['tok_s']:.1f} tok/s", flush=True)
+    finally:
+        server.terminate()
+        server.wait(60)
+    table = {}
+    for clients in levels:
+        ours, theirs = tok_s[f"minispark@{clients}"], tok_s[f"vllm@{clients}"]
+        same = replies[f"vllm@{clients}"] == replies[f"minispark@{clients}"]
+        table[str(clients)] = {"minispark_tok_s": round(statistics.median(ours), 2),
+                               "vllm_tok_s": round(statistics.median(theirs), 2),
+                               "ratio": round(statistics.median(ours) / statistics.median(theirs), 3),
+                               "same_replies": same, "runs": {"minispark": [round(v, 2) for v in ours],
+                                                              "vllm": [round(v, 2) for v in theirs]}}
+        print(f"| {clients} | {table[str(clients)]['minispark_tok_s']:.1f} | {table[str(clients)]['vllm_tok_s']:.1f} "
+              f"| {table[str(clients)]['ratio']:.2f}x | {'yes' if same else 'NO'} |")
+    return {"serve": {"category": args.category, "prompts": args.num_prompts, "requests_per_client": args.serve_requests,
+                      "max_new_tokens": args.max_new_tokens, "threads": args.threads or "each tool's default",
+                      "repeats": args.repeats, "clients": table}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", required=True, help="the python of a venv with vllm-cpu installed")
@@ -107,7 +191,10 @@ def main() -> None:
     parser.add_argument("--num-prompts", type=int, default=4)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (minispark) and pinned cores (vLLM)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (minispark) and pinned cores (vLLM); "
+                        "0: each tool's default")
+    parser.add_argument("--serve-clients", default=None, help="measure serving at these client counts (e.g. 4,8)")
+    parser.add_argument("--serve-requests", type=int, default=2, help="requests per client when serving")
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args()
 
@@ -116,8 +203,13 @@ def main() -> None:
     from minispark.target.embedded import embedded_model_dir
     from minispark.target.loading import load_target
 
-    torch.set_num_threads(args.threads)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     target = load_target("embedded", dtype="fp32")
+    if args.serve_clients:
+        kept = json.loads(args.out.read_text()) if args.out.is_file() else {}
+        write_json_atomic(args.out, {**kept, **serve_main(args, target, embedded_model_dir())})
+        return
     prompts = held_out_prompts(args.category, args.num_prompts)
     prompt_ids = [target.encode(**p).input_ids[0].tolist() for p in prompts]
     times: dict[str, list[float]] = {m: [] for m in (*MINISPARK_MODES, *VLLM_MODES)}

@@ -33,48 +33,54 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def load_run(target, setup, slots: int, clients: int, requests: int, prompts: list[str], max_tokens: int) -> dict:
-    """``clients`` threads, each sending ``requests`` chat completions one after another."""
-    config = ServeConfig(served_model_id(target), slots=slots)
+def client_load(url: str, model_id: str, clients: int, requests: int, prompts: list[str], max_tokens: int) -> dict:
+    """``clients`` threads against the OpenAI-compatible server at ``url``, each sending ``requests`` chat
+    completions (T 0) one after another: aggregate tok/s, latencies, failures and the answers by prompt."""
     latencies, answers, failures = [], {}, []
     lock = threading.Lock()
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600, max_retries=0)
+
+    def worker(c: int) -> None:
+        for k in range(requests):
+            index = (c * requests + k) % len(prompts)
+            start = time.perf_counter()
+            try:
+                reply = client.chat.completions.create(
+                    model=model_id, temperature=0, max_tokens=max_tokens,
+                    messages=[{"role": "user", "content": prompts[index]}])
+                text, tokens = reply.choices[0].message.content, reply.usage.completion_tokens
+            except Exception as exc:  # counted, the run goes on
+                with lock:
+                    failures.append(f"{type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                latencies.append(time.perf_counter() - start)
+                answers.setdefault(index, []).append((text, tokens))
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - started
+    tokens = sum(n for rows in answers.values() for _, n in rows)
+    return {"clients": clients, "requests": clients * requests, "wall_s": wall, "tokens": tokens,
+            "tok_s": tokens / wall, "p50_s": percentile(latencies, 0.5) if latencies else None,
+            "p95_s": percentile(latencies, 0.95) if latencies else None, "failed": len(failures),
+            "failures": failures[:3], "answers": {i: [t for t, _ in rows] for i, rows in answers.items()}}
+
+
+def load_run(target, setup, slots: int, clients: int, requests: int, prompts: list[str], max_tokens: int) -> dict:
+    """:func:`client_load` against ``minispark serve`` (in this process, ``slots`` requests in flight)."""
+    config = ServeConfig(served_model_id(target), slots=slots)
     local = LocalServer(target, setup, config, lifetime_s=1200)
     with local as url:
-        client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", timeout=600, max_retries=0)
-
-        def worker(c: int) -> None:
-            for k in range(requests):
-                index = (c * requests + k) % len(prompts)
-                start = time.perf_counter()
-                try:
-                    reply = client.chat.completions.create(
-                        model=config.model_id, temperature=0, max_tokens=max_tokens,
-                        messages=[{"role": "user", "content": prompts[index]}])
-                    text, tokens = reply.choices[0].message.content, reply.usage.completion_tokens
-                except Exception as exc:  # counted, the run goes on
-                    with lock:
-                        failures.append(f"{type(exc).__name__}: {exc}")
-                    continue
-                with lock:
-                    latencies.append(time.perf_counter() - start)
-                    answers.setdefault(index, []).append((text, tokens))
-
-        started = time.perf_counter()
-        threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        wall = time.perf_counter() - started
+        run = client_load(url, config.model_id, clients, requests, prompts, max_tokens)
         decoder = local.server.config.app.state.worker.decoder
         budget = decoder.budget_per_request() if decoder is not None else None
         skipped = decoder.skipped_rounds / decoder.rounds if decoder is not None and decoder.rounds else None
-    tokens = sum(n for rows in answers.values() for _, n in rows)
-    return {"slots": slots, "clients": clients, "requests": clients * requests, "wall_s": wall,
-            "tokens": tokens, "tok_s": tokens / wall, "p50_s": percentile(latencies, 0.5) if latencies else None,
-            "p95_s": percentile(latencies, 0.95) if latencies else None, "failed": len(failures),
-            "failures": failures[:3], "budget_per_request": budget, "skipped_share": skipped,
-            "answers": {i: [t for t, _ in rows] for i, rows in answers.items()}}
+    return {"slots": slots, **run, "budget_per_request": budget, "skipped_share": skipped}
 
 
 def main() -> None:

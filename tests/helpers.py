@@ -204,9 +204,9 @@ class TreeFakeDrafter(ConfidentFakeDrafter):
 
 
 #: Engine runs of a joint (χ²) test in the default run: each negative control fails at this count by far (a missing
-#: residual or a wrong p_d: p below 1e-200); make test-all repeats the positive cases at JOINT_DRAWS_ALL, for power
+#: residual or a wrong p_d: p below 1e-140); make test-all repeats the positive cases at JOINT_DRAWS_ALL, for power
 #: against small biases.
-JOINT_DRAWS = 6_000
+JOINT_DRAWS = 4_000
 JOINT_DRAWS_ALL = 20_000
 joint_draws = pytest.mark.parametrize("draws", [JOINT_DRAWS, pytest.param(JOINT_DRAWS_ALL, marks=pytest.mark.slow)])
 

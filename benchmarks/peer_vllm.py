@@ -16,11 +16,13 @@ sized by ``VLLM_CPU_KVCACHE_SPACE`` (GiB) and threads are pinned by ``VLLM_CPU_O
 from ``--threads``). vLLM reads the directory minispark converted the embedded target to, as it is. Each category's
 table is kept under its name in ``--out``.
 
-With ``--serve-clients 4,8`` it measures serving instead: ``minispark serve`` target-only (in this process, R = C
+With ``--serve-clients 4,8`` it measures serving instead: ``minispark serve`` target-only (R = C
 slots) and vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server``, started once), each answering C
 concurrent clients × ``--serve-requests`` chat completions of ``--max-new-tokens`` at T 0 through the same client
 (``serve_load.client_load``), interleaved per repeat; aggregate tok/s (median), and whether every reply's text is
-minispark's. ``--threads 0`` runs each at its own default threads (minispark: torch's, under its thread governor;
+minispark's. Both servers run in their own processes, as users run them (``minispark serve`` started once per
+C); each is stopped (SIGSTOP) while the other serves: an idle server's threads keep CPU busy. ``--threads 0`` runs
+each at its own default threads (minispark: torch's, under its thread governor;
 vLLM: its automatic core binding).
 
     .venv/bin/python benchmarks/peer_vllm.py --vllm-python /work/vllm-venv/bin/python --category chat \\
@@ -34,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -109,27 +112,44 @@ def run_minispark(target: Any, prompts: list[dict[str, Any]], mode: str, max_new
     return rows
 
 
-def vllm_server(python: str, model: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
-    """vLLM's OpenAI server on a free loopback port, serving ``model`` as its directory's name; ready when /health
-    answers (model loading takes a minute on a CPU)."""
+def free_port() -> int:
     import socket
-    import urllib.request
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+        return probe.getsockname()[1]
+
+
+def vllm_server(python: str, model: Path, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
+    """vLLM's OpenAI server on a free loopback port, serving ``model`` as its directory's name."""
+    port = free_port()
     env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_LOGGING_LEVEL="WARNING")
     if threads:
         env.update(VLLM_CPU_OMP_THREADS_BIND=f"0-{threads - 1}", OMP_NUM_THREADS=str(threads))
-    server = subprocess.Popen([python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-                               "--served-model-name", model.name, "--dtype", "float32", "--host", "127.0.0.1",
-                               "--port", str(port), "--max-model-len", "2048", "--seed", "0"],
-                              stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env)
+    return started([python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                    "--served-model-name", model.name, "--dtype", "float32", "--host", "127.0.0.1",
+                    "--port", str(port), "--max-model-len", "2048", "--seed", "0"], env, port, log)
+
+
+def minispark_server(slots: int, threads: int, log: Path) -> tuple[subprocess.Popen, str]:
+    """``minispark serve`` target-only with ``slots`` requests in flight, in its own process as a user runs it."""
+    port = free_port()
+    flags = ["--threads", str(threads)] if threads else []
+    return started([sys.executable, "-m", "minispark.cli", *flags, "serve", "--drafter", "none", "--max-concurrent",
+                    str(slots), "--port", str(port)], dict(os.environ), port, log)
+
+
+def started(argv: list[str], env: dict[str, str], port: int, log: Path) -> tuple[subprocess.Popen, str]:
+    """A server started from ``argv`` (its own process group) once /health answers on ``port`` (loading a model
+    takes up to a minute or two on a CPU)."""
+    import urllib.request
+
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log.open("w"), env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
         if server.poll() is not None:
-            raise SystemExit(f"vLLM's server exited ({server.returncode}); see {log}")
+            raise SystemExit(f"{argv[2]} exited ({server.returncode}); see {log}")
         try:
             with urllib.request.urlopen(f"{url}/health", timeout=5) as reply:
                 if reply.status == 200:
@@ -137,37 +157,48 @@ def vllm_server(python: str, model: Path, threads: int, log: Path) -> tuple[subp
         except OSError:
             time.sleep(2)
     server.kill()
-    raise SystemExit(f"vLLM's server did not answer /health in 600 s; see {log}")
+    raise SystemExit(f"{argv[2]} did not answer /health in 600 s; see {log}")
 
 
 def serve_main(args: argparse.Namespace, target: Any, model: Path) -> dict[str, Any]:
-    """minispark serve (target-only) beside vLLM's server at each C of ``--serve-clients`` (see the docstring)."""
+    """``minispark serve`` (target-only, R = C slots) beside vLLM's server at each C of ``--serve-clients``, each in
+    its own processes, the other one stopped (SIGSTOP) while one serves (see the docstring)."""
     sys.path.insert(0, str(Path(__file__).parent))
-    from serve_load import client_load, load_run
+    from serve_load import client_load
 
-    from minispark.serving.builder import build_serving
+    from minispark.server.app import served_model_id
 
-    setup = build_serving(target, "none")
     prompts = [p["prompt"] for p in held_out_prompts(args.category, args.num_prompts)]
     levels = [int(c) for c in args.serve_clients.split(",")]
     tok_s: dict[str, list[float]] = {f"{who}@{c}": [] for c in levels for who in ("minispark", "vllm")}
     replies: dict[str, dict] = {}
-    server, url = vllm_server(args.vllm_python, model, args.threads, Path("/tmp/peer-vllm-server.log"))
+    servers = {"vllm": vllm_server(args.vllm_python, model, args.threads, Path("/tmp/peer-vllm-server.log"))}
+    servers |= {f"minispark@{c}": minispark_server(c, args.threads, Path(f"/tmp/peer-minispark-{c}.log"))
+                for c in levels}
+    ids = {"vllm": model.name} | {f"minispark@{c}": served_model_id(target) for c in levels}
     try:
+        for name, (server, _) in servers.items():
+            os.killpg(server.pid, signal.SIGSTOP)
         for repeat in range(args.repeats):
             for clients in levels:
                 for who in (("minispark", "vllm") if repeat % 2 == 0 else ("vllm", "minispark")):
-                    run = (load_run(target, setup, clients, clients, args.serve_requests, prompts, args.max_new_tokens)
-                           if who == "minispark" else
-                           client_load(url, model.name, clients, args.serve_requests, prompts, args.max_new_tokens))
+                    name = f"minispark@{clients}" if who == "minispark" else "vllm"
+                    server, url = servers[name]
+                    os.killpg(server.pid, signal.SIGCONT)
+                    try:
+                        run = client_load(url, ids[name], clients, args.serve_requests, prompts, args.max_new_tokens)
+                    finally:
+                        os.killpg(server.pid, signal.SIGSTOP)
                     if run["failed"]:
                         raise SystemExit(f"{who} at {clients} clients: {run['failures']}")
                     tok_s[f"{who}@{clients}"].append(run["tok_s"])
                     replies.setdefault(f"{who}@{clients}", run["answers"])
                     print(f"repeat {repeat + 1}: {who} {clients} clients {run['tok_s']:.1f} tok/s", flush=True)
     finally:
-        server.terminate()
-        server.wait(60)
+        for server, _ in servers.values():
+            os.killpg(server.pid, signal.SIGCONT)
+            os.killpg(server.pid, signal.SIGTERM)
+            server.wait(60)
     table = {}
     for clients in levels:
         ours, theirs = tok_s[f"minispark@{clients}"], tok_s[f"vllm@{clients}"]

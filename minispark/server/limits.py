@@ -22,6 +22,10 @@ SERVE_QUEUE = 32  # requests waiting for a slot before 429
 #: each in bf16), and one verify forward pads them all; past this no single card holds them.
 SERVE_MAX_SLOTS = 256
 SERVE_DRAIN_S = 60.0  # Ctrl-C: how long in-flight requests get to finish
+#: Cores the thread governor leaves to the server's event loop (HTTP, JSON, detokenizing) on a CPU: on 2 cores,
+#: torch at 2 threads beside it served 4 clients at 19-24 tok/s, at 1 thread 29-35 (8 clients: 34-40 / 41-45;
+#: ``benchmarks/peer_vllm.py --serve-clients``). A fixed ``--threads`` wins.
+SERVE_RESERVED_CORES = 1
 
 
 def serve_slots(device_type: str) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from minispark.server.limits import SERVE_RESERVED_CORES
 from minispark.server.protocol import APIError, ChatRequest
 from minispark.serving.batched import BatchDecoder, BatchRequest
 from minispark.serving.builder import ServingSetup
@@ -80,6 +81,8 @@ class Worker:
         self.cancelled = 0  # jobs stopped unfinished: their client went away, or abort()
         self.decoder: BatchDecoder | None = None
         self.session = None
+        if target.threads is not None:  # the governor picks torch's threads: one core stays with the event loop
+            target.threads.reserve(SERVE_RESERVED_CORES)
         if slots > 1:
             # several requests in flight verify together: Algorithm 1 across them, over chains or trees' nodes
             schedule = setup.sps_table if setup.mode in ("schedule", "tree") else None

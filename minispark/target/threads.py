@@ -68,7 +68,8 @@ class ThreadGovernor:
                  reader: Callable[[], CpuTimes | None] = read_cpu_times,
                  set_threads: Callable[[int], None] = torch.set_num_threads,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.cores = cores or torch.get_num_threads()  # the most it uses: torch's count when it starts
+        self.started_with = cores or torch.get_num_threads()  # torch's count when it starts
+        self.cores = self.started_with  # the most it uses
         self.interval_s, self.reader, self.set_threads, self.clock = interval_s, reader, set_threads, clock
         self.last = reader()
         self.threads = self.cores
@@ -94,6 +95,15 @@ class ThreadGovernor:
             self.threads = threads
             self.set_threads(threads)
         return self.threads
+
+    def reserve(self, cores: int) -> None:
+        """Leave ``cores`` of the cores torch started with to this process's other threads (a server's event loop):
+        torch's threads drop now if they were above that, and never rise past it (at least one stays). Asked again,
+        it replaces the earlier reservation (a process serving twice still leaves one core)."""
+        self.cores = max(1, self.started_with - cores)
+        if self.threads > self.cores:
+            self.threads = self.cores
+            self.set_threads(self.cores)
 
     def describe(self) -> str:
         """What was chosen and why, for the status line."""

@@ -55,6 +55,23 @@ def test_governor_follows_the_cores_others_leave_free() -> None:
     assert governor.tick() == 2 and chosen == [1, 2] and governor.describe() == "threads=2 (auto)"
 
 
+def test_a_reserved_core_lowers_the_ceiling_at_once() -> None:
+    """A server leaves a core to its event loop: torch's threads drop now and never rise past the new ceiling;
+    with one core, one thread stays."""
+    clock, chosen = Accounting(), []
+    governor = ThreadGovernor(cores=4, interval_s=1.0, reader=clock, set_threads=chosen.append,
+                              clock=lambda: clock.now)
+    governor.reserve(1)
+    assert governor.threads == 3 and chosen == [3]
+    clock.advance(1.1)
+    assert governor.tick() == 3 and chosen == [3]  # idle machine: the ceiling, not the 4 cores
+    governor.reserve(1)  # a second server on the same target: still one core left, not two
+    assert governor.threads == 3 and chosen == [3]
+    single = ThreadGovernor(cores=1, reader=clock, set_threads=chosen.append)
+    single.reserve(1)
+    assert single.threads == 1 and chosen == [3]
+
+
 def test_without_the_accounting_torch_keeps_its_default() -> None:
     chosen: list[int] = []
     governor = ThreadGovernor(cores=2, reader=lambda: None, set_threads=chosen.append)

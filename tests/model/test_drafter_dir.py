@@ -14,7 +14,7 @@ import pytest
 
 from minispark.core.drafter_spec import HYBRID, LOOKUP, DrafterSpec
 from minispark.core.errors import OptionError
-from minispark.model.calibration import Calibration
+from minispark.model.calibration import Calibration, CalibrationError
 from minispark.model.drafter_dir import DSPARK, OpenDrafter, calibration_name, open_drafter
 
 
@@ -86,7 +86,7 @@ def test_each_file_is_read_once_from_the_command_line_to_the_serving_setup(draft
 
 def test_a_damaged_calibration_is_refused_when_opened(drafter) -> None:
     (drafter / "calibration-t0.7.json").write_text("{")
-    with pytest.raises(Exception, match="calibration-t0.7.json: not readable as JSON"):
+    with pytest.raises(CalibrationError, match="calibration-t0.7.json: not readable as JSON"):
         open_drafter(str(drafter))
 
 

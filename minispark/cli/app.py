@@ -133,9 +133,11 @@ def main(
         "proposal is memory-bound; the checkpoint's dtype elsewhere), float, or int8. Lossless either way. "
         "(default: auto)"),
     runtime: str | None = typer.Option(
-        None, "--runtime", show_default=False, help="How the target's forward runs: auto (packed for an fp32 or "
-        "bf16 CPU target, eager elsewhere), eager (transformers as it runs, to compare), packed (oneDNN-prepacked "
-        "weights, grouped attention, an in-place KV cache; same numbers), or int8 (weight-only int8 text "
+        None, "--runtime", show_default=False, help="How the target's forward runs: auto (blocks for an fp32 CPU "
+        "target converted from a GGUF, packed for another fp32 or bf16 CPU target, eager elsewhere), eager "
+        "(transformers as it runs, to compare), packed (oneDNN-prepacked weights, grouped attention, an in-place KV "
+        "cache; same numbers), blocks (packed, and steps that read the GGUF's 4-/8-bit blocks the fp32 weights "
+        "were dequantized from: same numbers, a fifth of the bytes; needs AVX-512 and a C compiler), or int8 (weight-only int8 text "
         "linears on a CPU: faster steps; a different target, which drafting matches only up to near-ties), "
         "or compiled (a static KV cache and torch.compiled steps, CUDA graphs on a GPU; compiles once, "
         "then cached on disk). The baseline and every drafting mode use the same one. (default: auto)"),

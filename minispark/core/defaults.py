@@ -106,7 +106,7 @@ API_KEY_ENV = "MINISPARK_API_KEY"
 
 #: How the target's linear layers run (``target/runtime.py`` says what each does), and the variable
 #: ``minispark --runtime`` sets (read where targets load, here and in subprocesses).
-TARGET_RUNTIMES = ("auto", "eager", "packed", "int8", "compiled")
+TARGET_RUNTIMES = ("auto", "eager", "packed", "blocks", "int8", "compiled")
 TARGET_RUNTIME_ENV = "MINISPARK_RUNTIME"
 #: Positions a ``compiled``-runtime session's static KV cache holds at first (it doubles when a
 #: conversation outgrows it, up to the target's context): 4096 × 30 layers × 2 × 3 KV heads × 64 × 4 B
@@ -185,6 +185,10 @@ def draft_precision() -> str:
 #: The packed runtime's copy of an lm_head tied to the embedding, at most: above it the head stays one tensor,
 #: unpacked (memory over the packed kernel's speed; SmolLM2's 113 MB is packed, Gemma 3's 0.67 GB is not).
 PACKED_TIED_MAX_BYTES = 256 * 2**20
+#: The most rows (tokens) a ``blocks``-runtime linear computes from its 4-/8-bit blocks; a wider forward (a
+#: prefill) runs the prepacked fp32 kernel, which is compute-efficient where the blocks' expansion is not
+#: (the embedded target's layers, one core: 1 row 13 ms against 40 fp32, 8 rows 35 against 45, 16 rows 66 against 50).
+BLOCK_MAX_ROWS = 12
 #: A vocabulary larger than this gets a draft vocabulary of ``LARGE_VOCAB_DRAFT`` tokens where a recipe sets none:
 #: the Markov tables and logits over 262,144 tokens (Gemma 3) are 77M parameters and a 0.5 GB chunk, against 12M
 #: and 17 MB at 8,192; EAGLE-3 and FR-Spec draft 32k-token vocabularies of such targets.

@@ -1,9 +1,9 @@
 """What `minispark serve`'s batched verify costs: R sequences × W tokens in one padded target forward.
 
 serve verifies the blocks of the R requests in flight in one forward (``serving/batched.batched_step``):
-R rows right-padded to the widest block, each row with its own KV cache copied in. That is not one
-sequence of Σ_r (1 + ℓ_r) tokens: the R caches are copied and attended separately and padded positions
-cost like real ones. Algorithm 1 across requests (``serving/batch_schedule.py``) prices it from the grid
+R rows right-padded to the widest block, each row's KV cache a row of shared buffers written in place
+(``Target.slot_sessions``). That is not one sequence of Σ_r (1 + ℓ_r) tokens: the R caches are attended
+separately and padded positions cost like real ones. Algorithm 1 across requests (``serving/batch_schedule.py``) prices it from the grid
 this module measures: for every R of ``--batch-requests`` and every width W = 1..``--max-tokens``, the
 median seconds of ``batched_step`` over R sessions that each hold the profile's first context, under the
 profiler's drift control (``profiler.measure_rounds``: warm-up, baseline, shuffled drift-checked rounds).
@@ -39,7 +39,7 @@ def profile_batched(target: Target, config: ProfileConfig, context: int, measure
     generator = torch.Generator().manual_seed(config.seed + context + 1)
     ids = torch.randint(0, target.vocab_size, (largest, context + config.max_tokens), generator=generator)
     ids = ids.to(target.device)  # (R_max, context + max_tokens): row r is request r's cache, then its block
-    sessions = [target.session() for _ in range(largest)]
+    sessions = target.slot_sessions(largest)  # as the server's decoder keeps them: rows of shared buffers
     try:
         for row, session in enumerate(sessions):
             build_cache(session, ids[row:row + 1, :context])

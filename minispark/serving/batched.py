@@ -14,11 +14,14 @@ Each request keeps its own :class:`~minispark.target.session.TargetSession` (KV 
 3. verify:   :func:`batched_step`, one forward over every request's [anchor, x_1..x_ℓ] (padded layout);
 4. accept / commit per request, with its own sampling and generator: lossless per request.
 
-The padded layout: the R caches are copied into one (R, H, L_max, D) cache per layer (zero rows past
-each request's length), the new tokens right-padded to Q = max(1 + ℓ_r), and a 4D additive mask lets
-row r's queries see its L_r cached keys and its own block causally. The new K/V rows are appended back
-to each request's cache. The copy costs O(R·L_max) per round; it keeps every per-request step of the
-single-request engine unchanged (``benchmarks/serve_load.py`` measures the whole).
+The padded layout: the new tokens right-padded to Q = max(1 + ℓ_r) and a 4D additive mask that lets row r's
+queries see its L_r cached keys and its own block causally. The decoder's sessions keep their caches as rows
+of shared per-layer buffers (``Target.slot_sessions``, ``kv_cache.SlotRows``): the forward writes row r's new
+keys and values at its own length L_r, in place, and attends the rows as they lie (columns [0, L_max + Q),
+the mask hiding what lies past each row's own). Sessions with caches of their own (the eager runtime) are
+copied into one (R, H, L_max, D) cache per layer and their new columns appended back: O(R·L_max) a round.
+Either way every per-request step of the single-request engine is unchanged (``benchmarks/serve_load.py``
+measures the whole).
 
     .venv/bin/python -m pytest -q tests/serving/test_batched.py
 """
@@ -47,7 +50,7 @@ from minispark.serving.engine import (DecodeState, GenerationStats, accept, acce
                                       propose, settle, truncate)
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
-from minispark.target.kv_cache import GrowingLayer
+from minispark.target.kv_cache import GrowingLayer, RowLayer, SlotRows
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs, StepOutput, TargetSession, tree_ancestors
 
@@ -102,7 +105,8 @@ def _batchable(sessions: list[TargetSession]) -> bool:
     """Whether one padded forward can verify these sessions: plain caches, and no sliding window (the padded
     mask built here does not apply one)."""
     return len(sessions) > 1 and not sessions[0].target.windowed and all(
-        type(layer) in (DynamicLayer, GrowingLayer) and layer.is_initialized for s in sessions for layer in s.cache.layers)
+        type(layer) in (DynamicLayer, GrowingLayer, RowLayer) and layer.is_initialized
+        for s in sessions for layer in s.cache.layers)
 
 
 @torch.no_grad()
@@ -125,6 +129,10 @@ def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor],
     lengths = [s.cache_length for s in sessions]
     sizes = [int(b.numel()) for b in blocks]
     longest, width = max(lengths), max(sizes)
+    shared = _shared_rows(sessions)
+    # where each row's block sits in the forward's cache: after its own length in the shared rows, after the
+    # longest one in a padded copy
+    starts = lengths if shared is not None else [longest] * num
     tokens = torch.zeros(num, width, dtype=torch.long, device=device)  # (R, Q), right-padded
     positions = torch.zeros(num, width, dtype=torch.long, device=device)  # (R, Q)
     # (R, 1, Q, L_max + Q) additive mask: row r sees its L_r cached keys and, in its block, each node its
@@ -136,37 +144,95 @@ def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor],
         tokens[r, sizes[r]:] = block[-1]  # padding queries: outputs ignored
         positions[r, : sizes[r]] = depth.to(device) + lengths[r] + session.rope_delta
         positions[r, sizes[r]:] = lengths[r] + session.rope_delta  # padding: any position, its rows are dropped
+        start = starts[r]
         visible[r, 0, :, : lengths[r]] = True
-        visible[r, 0, :, longest:] = torch.eye(width, dtype=torch.bool)
-        visible[r, 0, : sizes[r], longest: longest + sizes[r]] = ancestors
+        visible[r, 0, :, start: start + width] = torch.eye(width, dtype=torch.bool)
+        visible[r, 0, : sizes[r], start: start + sizes[r]] = ancestors
     mask = torch.zeros(visible.shape, dtype=dtype, device=device).masked_fill_(~visible.to(device),
                                                                                torch.finfo(dtype).min)
-    layers = []
-    for index in range(len(sessions[0].cache.layers)):
-        first = sessions[0].cache.layers[index].keys  # (1, H, L_0, D)
-        keys = first.new_zeros(num, first.shape[1], longest, first.shape[3])  # (R, H, L_max, D)
-        values = torch.zeros_like(keys)
-        for r, session in enumerate(sessions):
-            layer = session.cache.layers[index]
-            keys[r, :, : lengths[r]] = layer.keys[0]
-            values[r, :, : lengths[r]] = layer.values[0]
-        layers.append((keys, values))
-    cache = DynamicCache(ddp_cache_data=layers)
+    if shared is not None:
+        cache = DynamicCache()
+        slots = [layer.slot for layer in (s.cache.layers[0] for s in sessions)]
+        cache.layers = [RowsInPlace(rows, slots, lengths, width) for rows in shared]
+    else:
+        cache = DynamicCache(ddp_cache_data=_padded_copy(sessions, lengths, longest))
     position_ids = positions.view(1, num, width).expand(3, num, width) if target.uses_mrope else positions
     out = target.model(input_ids=tokens, position_ids=position_ids, attention_mask=mask, cache=cache,
                        use_cache=True)
     results = []
     for r, session in enumerate(sessions):
-        span = slice(longest, longest + sizes[r])
-        for index, layer in enumerate(session.cache.layers):
-            batched = cache.layers[index]
-            layer.update(batched.keys[r:r + 1, :, span], batched.values[r:r + 1, :, span])
+        if shared is not None:  # the new columns are in the session's own row already
+            for layer in session.cache.layers:
+                layer.set_length(lengths[r] + sizes[r])
+        else:
+            span = slice(longest, longest + sizes[r])
+            for index, layer in enumerate(session.cache.layers):
+                batched = cache.layers[index]
+                layer.update(batched.keys[r:r + 1, :, span], batched.values[r:r + 1, :, span])
         session.ids = torch.cat([session.ids, tokens[r, : sizes[r]].to(session.ids.device)])
         features = None
         if session.capture_layers:  # every session's hooks saw the batched (R, Q, d) outputs
             features = torch.cat([session._captured.pop(i)[r, : sizes[r]] for i in session.capture_layers], dim=-1)
         results.append(StepOutput(logits=out.logits[r, : sizes[r]].float(), features=features))
     return results
+
+
+def _shared_rows(sessions: list[TargetSession]) -> list[SlotRows] | None:
+    """Each layer's :class:`SlotRows` when every session's cache is a row of the same shared buffers
+    (``Target.slot_sessions``), else None."""
+    first = sessions[0].cache.layers
+    if not all(type(layer) is RowLayer for layer in first):
+        return None
+    shared = [layer.rows for layer in first]
+    same = all(type(layer) is RowLayer and layer.rows is rows for s in sessions[1:]
+               for layer, rows in zip(s.cache.layers, shared))
+    return shared if same else None
+
+
+def _padded_copy(sessions: list[TargetSession], lengths: list[int], longest: int) -> list[tuple]:
+    """Every layer's (keys, values) of the sessions copied into one (R, H, L_max, D) cache, zeros past each length."""
+    layers = []
+    for index in range(len(sessions[0].cache.layers)):
+        first = sessions[0].cache.layers[index].keys  # (1, H, L_0, D)
+        keys = first.new_zeros(len(sessions), first.shape[1], longest, first.shape[3])  # (R, H, L_max, D)
+        values = torch.zeros_like(keys)
+        for r, session in enumerate(sessions):
+            layer = session.cache.layers[index]
+            keys[r, :, : lengths[r]] = layer.keys[0]
+            values[r, :, : lengths[r]] = layer.values[0]
+        layers.append((keys, values))
+    return layers
+
+
+class RowsInPlace(DynamicLayer):
+    """One layer of a batched forward over sequences whose caches are rows of one :class:`SlotRows`: row r's new
+    keys and values are written at its own length L_r in its slot, and attention reads columns [0, L_max + Q) of
+    the rows in flight (a view when their slots are consecutive). Row r's columns past L_r + Q hold stale or
+    other entries, which the batched mask hides."""
+
+    def __init__(self, rows: SlotRows, slots: list[int], lengths: list[int], width: int) -> None:
+        super().__init__()
+        self.rows, self.slots, self.lengths, self.width = rows, slots, lengths, width
+        self.is_initialized = True
+        self.columns = max(lengths) + width
+
+    def get_seq_length(self) -> int:
+        return self.columns - self.width
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        # key_states (R, H, Q, D): row r's columns L_r .. L_r + Q of its slot
+        self.rows.reserve(key_states[:1], value_states[:1], self.columns)
+        for r, (slot, length) in enumerate(zip(self.slots, self.lengths)):
+            self.rows.keys[slot, :, length: length + self.width] = key_states[r]
+            self.rows.values[slot, :, length: length + self.width] = value_states[r]
+        first = self.slots[0]
+        if self.slots == list(range(first, first + len(self.slots))):
+            return (self.rows.keys[first: first + len(self.slots), :, : self.columns],
+                    self.rows.values[first: first + len(self.slots), :, : self.columns])
+        chosen = torch.tensor(self.slots, device=key_states.device)
+        return (self.rows.keys[:, :, : self.columns].index_select(0, chosen),
+                self.rows.values[:, :, : self.columns].index_select(0, chosen))
 
 
 def _flat(_width: int) -> float:
@@ -211,7 +277,7 @@ class BatchDecoder:
         self.target = target
         self.gamma = 0 if isinstance(drafter, NoDrafter) else gamma
         self.drafters = [drafter] + [fork_drafter(drafter) for _ in range(slots - 1)]
-        self.sessions = [target.session(drafter.feature_layers) for _ in range(slots)]
+        self.sessions = target.slot_sessions(slots, drafter.feature_layers)
         self.requests: list[BatchRequest | None] = [None] * slots
         self.scheduled = drafter.has_confidence and sps_table is not None and self.gamma > 0
         self.sps_table, self.calibration, self.envelope = sps_table, calibration, envelope

@@ -77,6 +77,88 @@ class GrowingLayer(DynamicLayer):
         self._rebase()
 
 
+class SlotRows:
+    """One layer's keys and values for S sequences decoded together: (S, H, C, D) buffers, zero-filled (a masked
+    column must hold a finite number: attention weighs it by exactly 0), one :class:`RowLayer` per sequence
+    viewing its row. A batched forward reads the rows of the sequences in flight as they lie (a view when their
+    slots are consecutive) and writes each one's new columns in place, instead of copying every sequence's cache
+    into a padded one and back (``serving/batched.py``). Capacity grows for all rows at once (×2, amortized)."""
+
+    def __init__(self, slots: int) -> None:
+        self.keys: torch.Tensor | None = None  # (S, H, C, D)
+        self.values: torch.Tensor | None = None
+        self.rows = [RowLayer(self, slot) for slot in range(slots)]
+
+    @property
+    def capacity(self) -> int:
+        return 0 if self.keys is None else self.keys.shape[-2]
+
+    def reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, needed: int) -> None:
+        """Room for ``needed`` columns in every row, shaped like ``key_states``/``value_states`` (1, H, n, D)."""
+        if needed <= self.capacity:
+            return
+        capacity = max(needed + INITIAL_SPARE, 2 * self.capacity)
+        _, heads, _, dim = key_states.shape
+        keys = key_states.new_zeros(len(self.rows), heads, capacity, dim)  # (S, H, C, D)
+        values = value_states.new_zeros(len(self.rows), heads, capacity, value_states.shape[-1])
+        if self.keys is not None:
+            keys[..., : self.capacity, :] = self.keys
+            values[..., : self.capacity, :] = self.values
+        self.keys, self.values = keys, values
+        for row in self.rows:
+            row.bind()
+
+
+class RowLayer(GrowingLayer):
+    """A :class:`GrowingLayer` whose buffers are one row of a :class:`SlotRows` (a sequence of a batch decoded
+    together): prefill, steps, crops and tree compaction work on it as on any growing layer."""
+
+    def __init__(self, rows: SlotRows, slot: int) -> None:
+        super().__init__()
+        self.rows, self.slot = rows, slot
+        self._keys = self._values = None
+
+    def bind(self) -> None:
+        """View this row of the shared buffers (after they were allocated or grown), keeping the length."""
+        self._keys = self.rows.keys[self.slot: self.slot + 1]  # (1, H, C, D)
+        self._values = self.rows.values[self.slot: self.slot + 1]
+        if self.is_initialized:
+            self.set_length(self.get_seq_length())
+
+    def set_length(self, length: int) -> None:
+        """Hold the row's first ``length`` columns (a batched forward wrote the new ones in place)."""
+        self.keys, self.values = self._keys[..., :length, :], self._values[..., :length, :]
+
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+        DynamicLayer.lazy_initialization(self, key_states, value_states)
+        if self.rows.keys is not None:
+            self.bind()
+
+    def _reserve(self, key_states: torch.Tensor, value_states: torch.Tensor, filled: int, needed: int) -> None:
+        self.rows.reserve(key_states, value_states, needed)
+
+    def reset(self) -> None:
+        if self.is_initialized:
+            self.set_length(0)
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        raise NotImplementedError("a slot's cache row holds one sequence")
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        raise NotImplementedError("a slot's cache row holds one sequence")
+
+
+def slot_caches(config: object, slots: int) -> list[DynamicCache]:
+    """``slots`` caches for ``config``'s decoder whose layers are rows of shared per-layer buffers (:class:`SlotRows`):
+    the sequences a batch decodes together, each a growing cache of its own to every other reader."""
+    caches = [DynamicCache(config=config) for _ in range(slots)]
+    for index in range(len(caches[0].layers)):
+        rows = SlotRows(slots)
+        for cache, row in zip(caches, rows.rows):
+            cache.layers[index] = row
+    return caches
+
+
 def growing_cache(config: object) -> DynamicCache:
     """A ``DynamicCache`` for ``config``'s decoder whose layers all grow in place, sliding-window ones included.
 

@@ -21,6 +21,7 @@ import torch
 
 from minispark.core.settings import settings
 from minispark.target.compiled import StaticSteps
+from minispark.target.kv_cache import slot_caches
 from minispark.target.runtime import apply_runtime, requested_runtime
 from minispark.target.plain_prompts import transcript
 from minispark.target.session import PromptInputs, TargetSession
@@ -272,6 +273,15 @@ class Target:
     def session(self, capture_layers: Sequence[int] = (), capture_final: bool = False) -> "TargetSession":
         """A KV-cached decoding session; use as a context manager so hooks are removed."""
         return TargetSession(self, self.check_layers(capture_layers), capture_final)
+
+    def slot_sessions(self, slots: int, capture_layers: Sequence[int] = ()) -> list["TargetSession"]:
+        """``slots`` sessions whose KV caches are rows of shared buffers (``kv_cache.slot_caches``), which a batched
+        forward reads and writes in place; plain sessions where the runtime keeps caches of its own (eager:
+        transformers' cache as it is; compiled: static caches)."""
+        if self.runtime in ("eager", "compiled"):
+            return [self.session(capture_layers) for _ in range(slots)]
+        layers = self.check_layers(capture_layers)
+        return [TargetSession(self, layers, False, cache) for cache in slot_caches(self.model.config, slots)]
 
     def warm_up(self, widths: Sequence[int]) -> float | None:
         """Compile the decoding steps of ``widths`` tokens now (the compiled runtime; None elsewhere): a

@@ -33,11 +33,12 @@ from typing import Iterator
 import torch
 from torch import nn
 
-from minispark.core.defaults import PACKED_TIED_MAX_BYTES, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
+from minispark.core.defaults import BLOCK_MAX_ROWS, PACKED_TIED_MAX_BYTES, TARGET_RUNTIME_ENV, TARGET_RUNTIMES
 from minispark.core.errors import MinisparkError, option
 from minispark.core.settings import settings
 from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
 from minispark.target import compile_fallback
+from minispark.target.block_quant import BlockWeights, block_matmul, find_blocks, kernel_unavailable
 from minispark.target.int8 import int8_matmul, int8_rows, int8_supported
 
 
@@ -70,6 +71,30 @@ class PackedLinear(nn.Linear):
         if torch.is_grad_enabled() and self.weight.requires_grad:
             return super().forward(x)  # the prepacked kernel has no backward
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+
+
+class BlockLinear(PackedLinear):
+    """A :class:`PackedLinear` whose weight is an exact dequantization of 4-/8-bit blocks (a GGUF's): forwards of
+    up to ``BLOCK_MAX_ROWS`` rows (decoding steps, verifies, batched rounds) compute from the blocks
+    (``target/block_quant.py``: the same products, a fifth of the bytes read), wider ones (prefills) with the
+    prepacked fp32 kernel, or the plain one where the weight has no packed copy (a large tied lm_head)."""
+
+    blocks: BlockWeights
+
+    @classmethod
+    def from_blocks(cls, linear: nn.Linear, blocks: BlockWeights, pack: bool) -> "BlockLinear":
+        module = PackedLinear.from_linear(linear) if pack else _sharing(PackedLinear, linear)
+        module.__class__ = cls
+        module.blocks = blocks  # a plain attribute, as the packed copy: never saved
+        if not pack:
+            module.packed = None
+        return module
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        training = torch.is_grad_enabled() and self.weight.requires_grad
+        if not training and x.dtype == torch.float32 and x.numel() <= BLOCK_MAX_ROWS * self.in_features:
+            return block_matmul(x, self.blocks, self.bias)
+        return nn.Linear.forward(self, x) if training or self.packed is None else super().forward(x)
 
 
 class Int8WeightLinear(nn.Linear):
@@ -171,9 +196,14 @@ def apply_runtime(model: nn.Module, runtime: str | None = None, tied_copy_max: i
         use_grouped_attention(model)  # drafting on it says what int8 changes (serving.builder.INT8_NOTICE)
         return "int8"
     shared = _large_tied_head(model, tied_copy_max)
+    blocks = block_weights(model) if runtime in ("auto", "blocks") else {}
+    if runtime == "blocks" and isinstance(blocks, str):
+        raise MinisparkError(f"{option('runtime')} blocks: {blocks}; use {option('runtime')} packed or auto")
+    blocks = {} if isinstance(blocks, str) else blocks
     try:
-        packed = [(name, PackedLinear.from_linear(module)) for name, module in _plain_linears(model)
-                  if module is not shared]
+        packed = [(name, BlockLinear.from_blocks(module, blocks[name], pack=module is not shared) if name in blocks
+                   else PackedLinear.from_linear(module))
+                  for name, module in _plain_linears(model) if module is not shared or name in blocks]
     except RuntimeError as exc:  # oneDNN refuses this CPU or shape
         warnings.warn(f"runtime: cannot prepack the target's linear layers ({str(exc).splitlines()[0]}); "
                       "running eager")
@@ -181,7 +211,19 @@ def apply_runtime(model: nn.Module, runtime: str | None = None, tied_copy_max: i
     for name, module in packed:
         _replace(model, name, module)
     use_grouped_attention(model)  # masked multi-token forwards without repeat_kv (attention.py)
-    return "packed"
+    return "blocks" if blocks else "packed"
+
+
+def block_weights(model: nn.Module) -> dict[str, BlockWeights] | str:
+    """The exact 4-/8-bit blocks of each of ``model``'s fp32 linear weights that has them (a GGUF conversion's),
+    by module name, or why the ``blocks`` runtime cannot run (no such weight, or no kernel here)."""
+    linears = _plain_linears(model)
+    if any(module.weight.dtype != torch.float32 for _, module in linears):
+        return "the target is not fp32 (a GGUF conversion's dequantized weights are)"
+    found = {name: blocks for name, module in linears if (blocks := find_blocks(module.weight)) is not None}
+    if not found:
+        return "no linear weight of the target is an exact 4- or 8-bit block quantization (a GGUF's)"
+    return kernel_unavailable() or found
 
 
 def _large_tied_head(model: nn.Module, most: int) -> nn.Module | None:

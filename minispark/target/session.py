@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicLayer
 from minispark.core.errors import MinisparkError
 from minispark.target.attention import GROUPED_SDPA
 from minispark.target.compiled import StaticSteps
-from minispark.target.kv_cache import GrowingLayer, growing_cache, plain_cache
+from minispark.target.kv_cache import GrowingLayer, RowLayer, growing_cache, plain_cache
 
 #: Attention implementations that read a 4D mask as given: transformers' ``masking_utils`` returns a
 #: 4D ``attention_mask`` untouched, and these apply it as a dense (boolean, or additive for eager) mask.
@@ -82,15 +82,16 @@ class Target(Protocol):
 class TargetSession:
     """KV-cached forwards over one sequence, with optional hidden-state capture hooks."""
 
-    def __init__(self, target: Target, capture_layers: Sequence[int], capture_final: bool) -> None:
-        from transformers import DynamicCache
-
+    def __init__(self, target: Target, capture_layers: Sequence[int], capture_final: bool,
+                 cache: Any | None = None) -> None:
         self.target = target
         # compiled: a pooled static cache, features from the hooks StaticSteps installed once (a hook added
         # per session would recompile the step); eager stays transformers as transformers runs (the baseline)
         self.static: StaticSteps | None = target.static_steps
         if self.static is not None:
             self.cache = self.static.acquire()
+        elif cache is not None:  # a row of caches decoded together (kv_cache.slot_caches)
+            self.cache = cache
         elif target.runtime == "eager":
             self.cache = plain_cache(target.model.config)
         else:
@@ -228,7 +229,7 @@ class TargetSession:
         plain = "tree verification needs a plain KV cache"
         if self.static is not None:
             return f"{plain} (the compiled runtime's static cache is not one); verify chains instead"
-        if any(type(layer) not in (DynamicLayer, GrowingLayer) for layer in self.cache.layers):
+        if any(type(layer) not in (DynamicLayer, GrowingLayer, RowLayer) for layer in self.cache.layers):
             return f"{plain} (this target's cache has special layers); verify chains instead"
         if self.target.windowed:  # the tree mask built here would let a node see past its window
             return "tree verification does not apply a sliding window (this target has one); verify chains instead"

@@ -78,6 +78,38 @@ def test_batched_step_equals_one_step_per_request(target: Target) -> None:
 TREES = [[-1, 0, 0, 1, 2, 1], [-1], [-1, 0, 1, 0]]  # branching, the anchor alone, two branches of the anchor
 
 
+@pytest.mark.parametrize("chosen", [[0, 1, 2], [0, 2], [2, 1]])  # consecutive slots, a gap, out of order
+def test_slot_rows_step_equals_one_step_per_request(target: Target, chosen: list[int]) -> None:
+    """Sessions whose caches are rows of shared buffers (as the decoder keeps them) verify chains and trees in one
+    forward that writes in place: each gets a lone step's logits, features and cache, its next step too."""
+    layers = (1,)
+    prompts = [target.encode(prompt=PROMPTS[i]) for i in chosen]
+    blocks = [torch.tensor([5, 6, 7, 8, 9, 10]), torch.tensor([9]), torch.tensor([3, 4, 11, 12])]
+    blocks, trees = [blocks[i] for i in chosen], [TREES[i] for i in chosen]
+    alone = []
+    for prompt, block, parents in zip(prompts, blocks, trees):
+        with target.session(layers) as session:
+            session.prefill(prompt)
+            tree = session.step_tree(block.to(target.device), torch.tensor(parents))
+            chain = session.step(torch.tensor([1, 2]))
+            alone.append((tree, chain, [layer.keys.clone() for layer in session.cache.layers]))
+    slots = target.slot_sessions(3, layers)
+    sessions = [slots[i] for i in chosen]
+    assert batched_module._shared_rows(sessions) is not None
+    for session, prompt in zip(sessions, prompts):
+        session.prefill(prompt)
+    trees_out = batched_step(sessions, blocks, trees)
+    chains_out = batched_step(sessions, [torch.tensor([1, 2])] * len(sessions))
+    for (tree, chain, ref_keys), got_tree, got_chain, session in zip(alone, trees_out, chains_out, sessions):
+        for got, ref in ((got_tree, tree), (got_chain, chain)):
+            torch.testing.assert_close(got.logits, ref.logits, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(got.features, ref.features, atol=1e-4, rtol=1e-4)
+        for keys, layer in zip(ref_keys, session.cache.layers):
+            torch.testing.assert_close(layer.keys, keys, atol=1e-4, rtol=1e-4)
+    for session in slots:
+        session.close()
+
+
 def test_batched_tree_step_equals_step_tree_per_request(target: Target) -> None:
     """Three sessions of different cache lengths verify a draft tree each in one padded forward: every node's
     logits and features are its session's own ``step_tree``'s, and keeping an accepted path leaves the cache

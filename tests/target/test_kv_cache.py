@@ -13,7 +13,7 @@ from transformers.cache_utils import DynamicLayer
 
 from minispark.target import kv_cache
 from minispark.target.attention import GROUPED_SDPA
-from minispark.target.kv_cache import GrowingLayer, growing_cache
+from minispark.target.kv_cache import GrowingLayer, RowLayer, growing_cache
 from minispark.target.loading import load_target
 from minispark.target.runtime import eager_linears
 
@@ -41,6 +41,30 @@ def test_growing_cache_equals_dynamic_cache(tiny_dir, monkeypatch) -> None:
         for g, p in zip(growing.cache.layers, plain.cache.layers):
             assert torch.equal(g.keys, p.keys) and torch.equal(g.values, p.values)
         assert growing.cache.layers[0]._keys.shape[-2] > growing.cache_length  # spare columns kept
+
+
+def test_slot_rows_equal_dynamic_caches_and_keep_each_other(tiny_dir, monkeypatch) -> None:
+    """Two sessions whose caches are rows of shared buffers walk as transformers' caches do, while the shared
+    buffers grow under them (one row's growth moves every row and keeps what each holds)."""
+    monkeypatch.setattr(kv_cache, "INITIAL_SPARE", 3)  # several doublings inside the walks
+    target = load_target(str(tiny_dir("llama")), runtime="packed")
+    first, second = target.slot_sessions(2)
+    assert all(type(layer) is RowLayer for layer in first.cache.layers)
+    prompts = [target.encode(prompt="Once upon a time there was a lighthouse"), target.encode(prompt="Hi there")]
+    kept = _walk(second, prompts[1])  # row 1 filled first; row 0's walk then grows the buffers several times
+    row_one = [(layer.keys.clone(), layer.values.clone()) for layer in second.cache.layers]
+    walked = _walk(first, prompts[0])
+    with target.session() as plain:
+        plain.cache = DynamicCache(config=target.model.config)
+        for got, want in zip(walked, _walk(plain, prompts[0])):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    for layer, (keys, values) in zip(second.cache.layers, row_one):
+        assert torch.equal(layer.keys, keys) and torch.equal(layer.values, values)
+        assert layer._keys.data_ptr() == layer.rows.keys[1].data_ptr()  # still a view of the grown buffers
+    with target.session() as plain:
+        plain.cache = DynamicCache(config=target.model.config)
+        for got, want in zip(kept, _walk(plain, prompts[1])):
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
 
 
 def test_growing_layer_reindexing_keeps_updating() -> None:

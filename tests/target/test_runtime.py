@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from minispark.cli import app
 from minispark.core.errors import MinisparkError
 from minispark.target import runtime as runtime_module
+from minispark.target.block_quant import kernel_unavailable
 from minispark.target.int8 import int8_supported
 from minispark.target.runtime import Int8WeightLinear, PackedLinear, apply_runtime, eager_linears
 from minispark.serving.builder import INT8_NOTICE, build_serving
@@ -75,7 +76,8 @@ def test_packed_verify_equals_single_steps_and_crop(tiny_dir) -> None:
 
 def test_weights_stay_shared_and_tied(embedded_target) -> None:
     model = embedded_target.model
-    assert embedded_target.runtime == "packed"  # an fp32 CPU target: auto packs
+    # an fp32 CPU target: auto packs, and computes the GGUF's blocks where the kernels build
+    assert embedded_target.runtime == ("blocks" if kernel_unavailable() is None else "packed")
     assert isinstance(embedded_target.lm_head, PackedLinear)
     assert embedded_target.lm_head.weight is model.get_input_embeddings().weight
     names = {name for name, _ in model.named_parameters()}
@@ -140,7 +142,7 @@ def test_auto_stays_eager_where_packing_does_not_apply(tiny_dir) -> None:
         load_target(str(tiny_dir("llama")), dtype="fp16", runtime="packed")
     with pytest.raises(MinisparkError, match="runtime int8: the target computes in torch.bfloat16"):
         load_target(str(tiny_dir("llama")), dtype="bf16", runtime="int8")
-    with pytest.raises(MinisparkError, match="not one of auto, eager, packed, int8, compiled"):
+    with pytest.raises(MinisparkError, match="not one of auto, eager, packed, blocks, int8, compiled"):
         load_target(str(tiny_dir("llama")), runtime="fast")
 
 

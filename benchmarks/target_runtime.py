@@ -1,6 +1,6 @@
-"""Forward times of the embedded target per runtime (``minispark --runtime``: eager, packed, and int8
-where this torch build has its kernel; ``--compiled`` adds the compiled runtime, after printing its
-one-time compile cost; ``--bf16`` adds the target loaded in bf16, eager and packed) at widths 1..8, all in
+"""Forward times of the embedded target per runtime (``minispark --runtime``: eager, packed, blocks where the
+block kernels build here, and int8 where this torch build has its kernel; ``--compiled`` adds the compiled
+runtime, after printing its one-time compile cost; ``--bf16`` adds the target loaded in bf16, eager and packed) at widths 1..8, all in
 one process, interleaved, medians of 7; run it on an idle machine.
 
     .venv/bin/python benchmarks/target_runtime.py [--context 230] [--compiled] [--bf16]
@@ -14,6 +14,7 @@ import time
 
 import torch
 
+from minispark.target.block_quant import kernel_unavailable
 from minispark.target.int8 import int8_supported
 from minispark.target.loading import load_target
 
@@ -24,7 +25,8 @@ def main() -> None:
     parser.add_argument("--compiled", action="store_true", help="also time --runtime compiled (compiles first)")
     parser.add_argument("--bf16", action="store_true", help="also time the target loaded in bf16, eager and packed")
     args = parser.parse_args()
-    runtimes = ["eager", "packed"] + (["int8"] if int8_supported("cpu") else []) + (["compiled"] if args.compiled else [])
+    runtimes = ["eager", "packed"] + (["blocks"] if kernel_unavailable() is None else []) \
+        + (["int8"] if int8_supported("cpu") else []) + (["compiled"] if args.compiled else [])
     targets = {name: load_target(runtime=name) for name in runtimes}
     if args.bf16:
         for name in ("eager", "packed"):

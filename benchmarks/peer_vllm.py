@@ -21,7 +21,8 @@ slots) and vLLM's OpenAI server (``python -m vllm.entrypoints.openai.api_server`
 concurrent clients × ``--serve-requests`` chat completions of ``--max-new-tokens`` at T 0 through the same client
 (``serve_load.client_load``), interleaved per repeat; aggregate tok/s (median), and whether every reply's text is
 minispark's. Both servers run in their own processes, as users run them (``minispark serve`` started once per
-C); each is stopped (SIGSTOP) while the other serves: an idle server's threads keep CPU busy. ``--threads 0`` runs
+C), each warmed up by a short load first; each is stopped (SIGSTOP) while the other serves: an idle server's
+threads keep CPU busy. ``--threads 0`` runs
 each at its own default threads (minispark: torch's, under its thread governor; vLLM: its automatic core binding).
 
     .venv/bin/python benchmarks/peer_vllm.py --vllm-python /work/vllm-venv/bin/python --category chat \\
@@ -176,7 +177,8 @@ def serve_main(args: argparse.Namespace, target: Any, model: Path) -> dict[str, 
                 for c in levels}
     ids = {"vllm": model.name} | {f"minispark@{c}": served_model_id(target) for c in levels}
     try:
-        for name, (server, _) in servers.items():
+        for name, (server, url) in servers.items():  # a warm-up load each (first requests take cold paths)
+            client_load(url, ids[name], 2, 1, prompts, 8)
             os.killpg(server.pid, signal.SIGSTOP)
         for repeat in range(args.repeats):
             for clients in levels:

@@ -312,6 +312,7 @@ class BatchDecoder:
         slot = max(free, key=lambda i: (self.sessions[i].reusable(request.prompt), -i))
         session, drafter = self.sessions[slot], self.drafters[slot]
         request.started = time.perf_counter()
+        self._share_prefix(session, drafter, request.prompt)
         request.stats.reused_tokens = prefill(session, drafter, request.prompt, reuse=True)
         request.stats.prefill_tokens = request.prompt.length - 1 - request.stats.reused_tokens
         request.stats.prefill_s = time.perf_counter() - request.started
@@ -319,6 +320,19 @@ class BatchDecoder:
         request.generator = make_generator(request.seed, self.target.device)
         request.slot = slot
         self.requests[slot] = request
+
+    def _share_prefix(self, session: TargetSession, drafter: Drafter, prompt: PromptInputs) -> None:
+        """Give ``session`` the longest prefix of ``prompt`` another slot holds (a system prompt every request
+        starts with, a conversation continued in another slot), when it is longer than its own: the prefill then
+        forwards only the rest. Only for a drafter that reads no target features (its context is the ids): a
+        DSpark drafter's context would need the features of the prefix it did not see."""
+        if drafter.feature_layers:
+            return
+        own = session.reusable(prompt)
+        donor = max(self.sessions, key=lambda s: s.shareable(prompt) if s is not session else -1)
+        length = donor.shareable(prompt) if donor is not session else 0
+        if length > own:
+            session.adopt_prefix(donor, length)
 
     def cancel(self, request: BatchRequest) -> None:
         """Stop ``request`` between rounds (a client went away): its slot is free for the next one."""
@@ -338,8 +352,7 @@ class BatchDecoder:
         available = [min(block.size, self.gamma) for block in blocks]
         if not self.scheduled:
             return available
-        contexts = [r.state.ids.numel() for r in active]
-        sps = batch_sps(self.sps_table, len(active), self.gamma + 1, sum(contexts) // len(contexts), self.envelope)
+        sps = batch_sps(self.sps_table, len(active), self.gamma + 1, self._context(active), self.envelope)
         # A block whose length its drafter fixed before drawing it is verified whole (engine.schedule).
         free = [i for i, block in enumerate(blocks) if not block.fixed_length]
         fixed = [1 + available[i] for i, block in enumerate(blocks) if block.fixed_length]
@@ -395,7 +408,9 @@ class BatchDecoder:
         t_start = time.perf_counter()
         # Unlike one request's engine, no round is exempt (a hybrid's lookup rounds cost no drafter forward,
         # but their blocks widen every padded row, which the hybrid's own rule does not price).
-        drafting = self.gamma > 0 and (self.skip is None or self.skip.should_draft(len(active)))
+        drafting = self.gamma > 0 and (not self.scheduled or self._widening_pays(
+            len(active), batch_sps(self.sps_table, len(active), self.gamma + 1, self._context(active), self.envelope)
+        )) and (self.skip is None or self.skip.should_draft(len(active)))
         if drafting:
             blocks = propose_all(drafters, active, sessions)
             proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
@@ -442,6 +457,19 @@ class BatchDecoder:
         sources = ["tree" if drafting else "skipped"] * len(active)
         return sources, [tree.drafts for tree in trees], outcomes, (t_proposed, t_verified, t_committed)
 
+    @staticmethod
+    def _context(active: list[BatchRequest]) -> int:
+        """The mean sequence length of the requests in flight (what an SPS curve is read at)."""
+        return sum(r.state.ids.numel() for r in active) // len(active)
+
+    @staticmethod
+    def _widening_pays(num: int, rate: Callable[[int], float]) -> bool:
+        """Whether any draft could pay this round: one sure draft widens all ``num`` rows to 2 tokens for one
+        token more (Algorithm 1's first candidate, at survival 1). When even that does not raise tokens per
+        second on the ``rate`` curve (steps/s of ``num`` rows at width W), nothing would be admitted, and the
+        drafter's forward is left out."""
+        return (num + 1) * rate(2) > num * rate(1)
+
     def _grow(self, active: list[BatchRequest], sessions: list[TargetSession],
               drafters: list[Drafter]) -> tuple[list[DraftTree], bool]:
         """Steps 1-2 of a tree round for every request in flight, and whether it drafted. A round that does not
@@ -454,9 +482,8 @@ class BatchDecoder:
         rate = _flat
         if (table := self.sps_table) is not None:
             widest = min(widest, table.batched["widths"][-1] if table.batched else table.max_tokens)
-            context = sum(i.numel() for i in ids) // num
-            rate = batch_sps(table, num, widest, context, self.envelope)
-        if (num + 1) * rate(2) <= num * rate(1) or not (self.skip is None or self.skip.should_draft(num)):
+            rate = batch_sps(table, num, widest, self._context(active), self.envelope)
+        if not self._widening_pays(num, rate) or not (self.skip is None or self.skip.should_draft(num)):
             return [DraftTree(tokens=[int(i[-1])]) for i in ids], False
         positions = [int(s.text_positions(s.cache_length, 1)[0]) for s in sessions]
         samplings = [r.sampling for r in active]

@@ -210,6 +210,36 @@ class TargetSession:
             keep -= 1
         return keep
 
+    def shareable(self, inputs: PromptInputs) -> int:
+        """How many of this session's cached tokens another session of the same batch could take for ``inputs``
+        (:meth:`adopt_prefix`): their common text prefix, 0 for a prompt with images (two prompts with the same
+        image placeholders may hold different images) or a cache that is not a row of shared buffers."""
+        if inputs.model_kwargs or inputs.position_ids is not None or not self._rows():
+            return 0
+        return self.reusable(inputs)
+
+    def _rows(self) -> bool:
+        return all(type(layer) is RowLayer and layer.is_initialized for layer in self.cache.layers)
+
+    def adopt_prefix(self, donor: "TargetSession", length: int) -> None:
+        """Hold ``donor``'s first ``length`` cached tokens (a copy of their keys and values within the shared
+        buffers: what a prefill of them computes), dropping this session's own; ``length`` ≤
+        ``donor.shareable(prompt)`` for the prompt this session prefills next."""
+        if not donor._rows() or not all(type(layer) is RowLayer for layer in self.cache.layers) \
+                or length > donor.cache_length:
+            raise RuntimeError("adopt_prefix: both sessions must be rows of one batch's buffers, the donor holding "
+                               f"{length} tokens")
+        self._tree = None
+        for mine, theirs in zip(self.cache.layers, donor.cache.layers):
+            if not mine.is_initialized:
+                mine.lazy_initialization(theirs.keys, theirs.values)
+            rows = theirs.rows
+            rows.keys[mine.slot, :, :length] = rows.keys[theirs.slot, :, :length]
+            rows.values[mine.slot, :, :length] = rows.values[theirs.slot, :, :length]
+            mine.set_length(length)
+        self.ids = donor.ids[:length].clone()
+        self.rope_delta = 0  # a text prefix: positions are its indices
+
     @torch.no_grad()
     def step(self, tokens: torch.Tensor) -> StepOutput:
         """Forward ``tokens`` (n,) after the cached ones; logits for every new token."""

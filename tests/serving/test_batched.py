@@ -19,7 +19,10 @@ from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.generate import generate
 from minispark.serving.sps import SPSTable
+from minispark.serving.engine import speculative_generate
+from minispark.serving.schedule import FixedLength
 from minispark.target.loading import Target, load_target
+from minispark.target.sampling import SamplingConfig
 from tests.helpers import random_dspark
 
 PROMPTS = ["Tell me a story about a cat.", "What is 2 + 2?", "List three fruits and say why you like them.",
@@ -271,7 +274,8 @@ def test_concurrent_requests_keep_greedy_parity(target: Target, reference: list[
 def test_admission_reads_the_batched_grid(target: Target, reference: list[list[int]], widening: float) -> None:
     """Rounds of R ≥ 2 requests are priced by the table's batched grid (R rows × W tokens), not by R·W tokens
     of one sequence: one sequence past 1 token costs 11 steps here, so only a grid where a wider row is free
-    admits drafts, and a grid where each extra token per row costs 10 steps admits none. Parity either way."""
+    admits drafts, and a grid where each extra token per row costs 10 steps admits none, without running the
+    drafter (not even a sure draft would pay for a second token per row). Parity either way."""
     table = SPSTable.from_inline([1.0] + [1 / 11.0] * 15)
     table.batched = {"context": 0, "requests": [2, 3], "widths": list(range(1, 17)),
                      "seconds": [[1.0 + widening * (w - 1) for w in range(1, 17)]] * 2}
@@ -279,6 +283,7 @@ def test_admission_reads_the_batched_grid(target: Target, reference: list[list[i
     assert [r.token_ids for r in done] == reference
     if widening:
         assert decoder.budget_per_request() == 1.0
+        assert all(set(r.stats.sources) == {"skipped"} for r in done)
     else:
         assert decoder.budget_per_request() > 1.5
 
@@ -344,3 +349,31 @@ def test_a_slot_keeps_its_cache_for_the_next_turn(target: Target) -> None:
     assert second.slot == first.slot and second.stats.reused_tokens > 0
     want = generate(target, messages=messages, drafter="none", max_new_tokens=6).result.token_ids
     assert second.token_ids == want
+
+
+@pytest.mark.parametrize("drafter", ["none", "lookup", "dspark"])
+def test_requests_share_a_prefix_another_slot_holds(target: Target, drafter: str) -> None:
+    """Requests that start with the same tokens (a system prompt) take that prefix's KV from the slot holding it
+    and prefill only the rest, with each its own target-only output; a DSpark drafter, whose context needs the
+    prefix's features, prefills it itself. A prompt with images is never shared (same placeholders, other images)."""
+    system = target.encode(prompt="You are a careful assistant who answers briefly and kindly, always.")
+    tails = [[11, 12, 13], [21, 22], [31, 32, 33, 34], [41]]
+    prompts = [target.extend(system, torch.tensor(tail)) for tail in tails]
+    want = []
+    for prompt in prompts:
+        with target.session() as session:
+            out = speculative_generate(session, prompt, NoDrafter(), SamplingConfig(), FixedLength(0),
+                                       max_new_tokens=8, eos_ids=target.eos_token_ids)
+            want.append(out.token_ids)
+    draft = {"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter) or random_dspark(target)
+    decoder = BatchDecoder(target, draft, slots=2, gamma=0 if drafter == "none" else 4)
+    try:
+        done = decoder.run([BatchRequest(prompt, max_new_tokens=8) for prompt in prompts])
+    finally:
+        decoder.close()
+    assert [r.token_ids for r in done] == want
+    reused = [r.stats.reused_tokens for r in done]
+    if target.is_vlm or drafter == "dspark":  # a VL target's prompts carry M-RoPE positions: not shared either
+        assert reused[:2] == [0, 0]  # (later requests reuse their own slot's cache, as a next turn does)
+    else:
+        assert reused[0] == 0 and all(n >= system.length - 1 for n in reused[1:])

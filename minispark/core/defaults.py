@@ -185,10 +185,11 @@ def draft_precision() -> str:
 #: The packed runtime's copy of an lm_head tied to the embedding, at most: above it the head stays one tensor,
 #: unpacked (memory over the packed kernel's speed; SmolLM2's 113 MB is packed, Gemma 3's 0.67 GB is not).
 PACKED_TIED_MAX_BYTES = 256 * 2**20
-#: The most rows (tokens) a ``blocks``-runtime linear computes from its 4-/8-bit blocks; a wider forward (a
-#: prefill) runs the prepacked fp32 kernel, which is compute-efficient where the blocks' expansion is not
-#: (the embedded target's layers, one core: 1 row 13 ms against 40 fp32, 8 rows 35 against 45, 16 rows 66 against 50).
-BLOCK_MAX_ROWS = 12
+#: The most rows (tokens) a ``blocks``-runtime linear computes from its 4-/8-bit blocks; a wider forward (a long
+#: prefill) runs the prepacked fp32 kernel, which is compute-efficient where the blocks' expansion is not. The
+#: embedded target's whole step, one thread, interleaved: 8 rows 49.6 ms against 82.1 prepacked, 16 rows 78.8
+#: against 98.8, 24 rows 107.0 against 115.5, 32 rows 140.1 against 135.6, 48 rows 197.2 against 165.1.
+BLOCK_MAX_ROWS = 24
 #: A vocabulary larger than this gets a draft vocabulary of ``LARGE_VOCAB_DRAFT`` tokens where a recipe sets none:
 #: the Markov tables and logits over 262,144 tokens (Gemma 3) are 77M parameters and a 0.5 GB chunk, against 12M
 #: and 17 MB at 8,192; EAGLE-3 and FR-Spec draft 32k-token vocabularies of such targets.

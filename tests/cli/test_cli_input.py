@@ -362,15 +362,15 @@ def test_paths_with_brackets_print_verbatim(tiny_dir, tiny_trained_drafter, tmp_
     }[command]
     result = CliRunner().invoke(app, argv, input=stdin)
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
-    shown = result.output.replace("\n", "")  # a long line may wrap
+    shown = "".join(result.output.split())  # a long line may wrap, a centred title's fold padded with spaces
     if command in ("generate", "chat", "bench"):
-        assert str(target) in shown  # the hint, the chat header, the bench table's title
+        assert str(target) in shown  # the hint, the chat header, the bench table's title (the paths hold no spaces)
     if command != "generate":
         assert str(out) in shown  # wrote / saved / the cache's summary
     if command == "profile":
-        assert "median [min] spread" in shown
+        assert "median[min]spread" in shown
     if command == "chat":
-        assert f"error: target {target} is text-only" in shown
+        assert f"error:target{target}istext-only" in shown
 
 
 @pytest.mark.parametrize("variable, value, says", [

@@ -50,7 +50,7 @@ from minispark.serving.engine import (DecodeState, GenerationStats, accept, acce
                                       propose, settle, truncate)
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
-from minispark.target.kv_cache import GrowingLayer, RowLayer, SlotRows
+from minispark.target.kv_cache import GrowingLayer, RowLayer, RowsInPlace, SlotRows
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs, StepOutput, TargetSession, tree_ancestors
 
@@ -202,37 +202,6 @@ def _padded_copy(sessions: list[TargetSession], lengths: list[int], longest: int
             values[r, :, : lengths[r]] = layer.values[0]
         layers.append((keys, values))
     return layers
-
-
-class RowsInPlace(DynamicLayer):
-    """One layer of a batched forward over sequences whose caches are rows of one :class:`SlotRows`: row r's new
-    keys and values are written at its own length L_r in its slot, and attention reads columns [0, L_max + Q) of
-    the rows in flight (a view when their slots are consecutive). Row r's columns past L_r + Q hold stale or
-    other entries, which the batched mask hides."""
-
-    def __init__(self, rows: SlotRows, slots: list[int], lengths: list[int], width: int) -> None:
-        super().__init__()
-        self.rows, self.slots, self.lengths, self.width = rows, slots, lengths, width
-        self.is_initialized = True
-        self.columns = max(lengths) + width
-
-    def get_seq_length(self) -> int:
-        return self.columns - self.width
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
-               ) -> tuple[torch.Tensor, torch.Tensor]:
-        # key_states (R, H, Q, D): row r's columns L_r .. L_r + Q of its slot
-        self.rows.reserve(key_states[:1], value_states[:1], self.columns)
-        for r, (slot, length) in enumerate(zip(self.slots, self.lengths)):
-            self.rows.keys[slot, :, length: length + self.width] = key_states[r]
-            self.rows.values[slot, :, length: length + self.width] = value_states[r]
-        first = self.slots[0]
-        if self.slots == list(range(first, first + len(self.slots))):
-            return (self.rows.keys[first: first + len(self.slots), :, : self.columns],
-                    self.rows.values[first: first + len(self.slots), :, : self.columns])
-        chosen = torch.tensor(self.slots, device=key_states.device)
-        return (self.rows.keys[:, :, : self.columns].index_select(0, chosen),
-                self.rows.values[:, :, : self.columns].index_select(0, chosen))
 
 
 def _flat(_width: int) -> float:

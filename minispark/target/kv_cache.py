@@ -6,7 +6,9 @@ target at a 238-token context: ``aten::cat`` ~15 ms of a ~100 ms one-token step,
 allocations). :class:`GrowingLayer` keeps buffers with spare columns, writes the new columns with one
 copy, and hands attention a view of the filled ones; a crop (rejected drafts) only shortens the view.
 Capacity doubles when it runs out, so the copies amortize to O(1) per token. The numbers are the same
-as ``DynamicCache``'s: the same keys and values, in the same order (tested).
+as ``DynamicCache``'s: the same keys and values, in the same order (tested). Sequences a batch decodes together
+keep their caches as rows of shared per-layer buffers (:class:`SlotRows`, one :class:`RowLayer` each), which a
+batched forward writes in place and attends as they lie (:class:`RowsInPlace`).
 
     python -c "from minispark.target.loading import load_target; s = load_target().session(); print(type(s.cache.layers[0]).__name__)"
 """
@@ -146,6 +148,37 @@ class RowLayer(GrowingLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError("a slot's cache row holds one sequence")
+
+
+class RowsInPlace(DynamicLayer):
+    """One layer of a batched forward over sequences whose caches are rows of one :class:`SlotRows`: row r's new
+    keys and values are written at its own length L_r in its slot, and attention reads columns [0, L_max + Q) of
+    the rows in flight (a view when their slots are consecutive). Row r's columns past L_r + Q hold stale or
+    other entries, which the batched mask hides (``serving/batched.batched_step`` builds it)."""
+
+    def __init__(self, rows: SlotRows, slots: list[int], lengths: list[int], width: int) -> None:
+        super().__init__()
+        self.rows, self.slots, self.lengths, self.width = rows, slots, lengths, width
+        self.is_initialized = True
+        self.columns = max(lengths) + width
+
+    def get_seq_length(self) -> int:
+        return self.columns - self.width
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        # key_states (R, H, Q, D): row r's columns L_r .. L_r + Q of its slot
+        self.rows.reserve(key_states[:1], value_states[:1], self.columns)
+        for r, (slot, length) in enumerate(zip(self.slots, self.lengths)):
+            self.rows.keys[slot, :, length: length + self.width] = key_states[r]
+            self.rows.values[slot, :, length: length + self.width] = value_states[r]
+        first = self.slots[0]
+        if self.slots == list(range(first, first + len(self.slots))):
+            return (self.rows.keys[first: first + len(self.slots), :, : self.columns],
+                    self.rows.values[first: first + len(self.slots), :, : self.columns])
+        chosen = torch.tensor(self.slots, device=key_states.device)
+        return (self.rows.keys[:, :, : self.columns].index_select(0, chosen),
+                self.rows.values[:, :, : self.columns].index_select(0, chosen))
 
 
 def slot_caches(config: object, slots: int) -> list[DynamicCache]:

@@ -346,15 +346,15 @@ def without_chat_template(source: Path, out: Path) -> Path:
 
 
 def random_dspark(target: Target, seed: int = 0, vocab_ids: torch.Tensor | None = None,
-                  context_vocab: bool = False) -> DSparkDrafter:
+                  context_vocab: bool = False, window: int = 0) -> DSparkDrafter:
     """An untrained DSpark drafter on the target's features: wrong most of the time, which is what
     exercises rejections, crops and the draft context's rollback. ``vocab_ids``: a static draft vocabulary
-    (with ``context_vocab``, the request's own tokens drafted beside it)."""
+    (with ``context_vocab``, the request's own tokens drafted beside it); ``window``: its context window."""
     torch.manual_seed(seed)
     config = DraftConfig(target="tiny", hidden_size=target.hidden_size, num_heads=4, num_kv_heads=2,
                          head_dim=16, intermediate_size=64, vocab_size=target.vocab_size, feature_layers=(1,),
                          mask_token_id=target.vocab_size - 1, block_size=4, markov_rank=16, dtype="float32",
-                         draft_vocab=0 if vocab_ids is None else len(vocab_ids))
+                         draft_vocab=0 if vocab_ids is None else len(vocab_ids), window=window)
     lm_head = target.lm_head.weight
     model = DraftModel.from_target(config, target.model.get_input_embeddings().weight, lm_head, vocab_ids)
     return DSparkDrafter(model.to(target.device), context_lm_head=lm_head if context_vocab else None)

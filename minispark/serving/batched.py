@@ -293,13 +293,17 @@ class BatchDecoder:
     def _share_prefix(self, session: TargetSession, drafter: Drafter, prompt: PromptInputs) -> None:
         """Give ``session`` the longest prefix of ``prompt`` another slot holds (a system prompt every request
         starts with, a conversation continued in another slot), when it is longer than its own: the prefill then
-        forwards only the rest. Only for a drafter that reads no target features (its context is the ids): a
-        DSpark drafter's context would need the features of the prefix it did not see."""
+        forwards only the rest. A drafter that reads target features gets them from that prefill, so the rows it
+        reads before the first anchor (its context window) are forwarded, never shared; one that reads every row
+        (no window) shares nothing. Rows its slot kept from an earlier request lie before that window: never read."""
+        limit = prompt.length
         if drafter.feature_layers:
-            return
+            if not drafter.context_window:
+                return
+            limit = prompt.length - 1 - drafter.context_window  # the anchor is the prompt's last token
         own = session.reusable(prompt)
         donor = max(self.sessions, key=lambda s: s.shareable(prompt) if s is not session else -1)
-        length = donor.shareable(prompt) if donor is not session else 0
+        length = min(donor.shareable(prompt), limit) if donor is not session else 0
         if length > own:
             session.adopt_prefix(donor, length)
 

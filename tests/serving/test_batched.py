@@ -351,11 +351,12 @@ def test_a_slot_keeps_its_cache_for_the_next_turn(target: Target) -> None:
     assert second.token_ids == want
 
 
-@pytest.mark.parametrize("drafter", ["none", "lookup", "dspark"])
+@pytest.mark.parametrize("drafter", ["none", "lookup", "dspark", "dspark-window"])
 def test_requests_share_a_prefix_another_slot_holds(target: Target, drafter: str) -> None:
     """Requests that start with the same tokens (a system prompt) take that prefix's KV from the slot holding it
-    and prefill only the rest, with each its own target-only output; a DSpark drafter, whose context needs the
-    prefix's features, prefills it itself. A prompt with images is never shared (same placeholders, other images)."""
+    and prefill only the rest, with each its own target-only output; a DSpark drafter reading every context row
+    prefills the prefix itself, one with a window of 4 rows shares all but the 4 rows before the first anchor. A
+    prompt with images is never shared (same placeholders, other images)."""
     system = target.encode(prompt="You are a careful assistant who answers briefly and kindly, always.")
     tails = [[11, 12, 13], [21, 22], [31, 32, 33, 34], [41]]
     prompts = [target.extend(system, torch.tensor(tail)) for tail in tails]
@@ -365,7 +366,8 @@ def test_requests_share_a_prefix_another_slot_holds(target: Target, drafter: str
             out = speculative_generate(session, prompt, NoDrafter(), SamplingConfig(), FixedLength(0),
                                        max_new_tokens=8, eos_ids=target.eos_token_ids)
             want.append(out.token_ids)
-    draft = {"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter) or random_dspark(target)
+    draft = {"none": NoDrafter(), "lookup": LookupDrafter()}.get(drafter) \
+        or random_dspark(target, window=4 if drafter == "dspark-window" else 0)
     decoder = BatchDecoder(target, draft, slots=2, gamma=0 if drafter == "none" else 4)
     try:
         done = decoder.run([BatchRequest(prompt, max_new_tokens=8) for prompt in prompts])
@@ -375,5 +377,7 @@ def test_requests_share_a_prefix_another_slot_holds(target: Target, drafter: str
     reused = [r.stats.reused_tokens for r in done]
     if target.is_vlm or drafter == "dspark":  # a VL target's prompts carry M-RoPE positions: not shared either
         assert reused[:2] == [0, 0]  # (later requests reuse their own slot's cache, as a next turn does)
+    elif drafter == "dspark-window":
+        assert reused[0] == 0 and reused[1] == prompts[1].length - 1 - 4
     else:
         assert reused[0] == 0 and all(n >= system.length - 1 for n in reused[1:])

@@ -38,6 +38,8 @@ class Drafter(ABC):
     max_gamma: int | None = None
     #: Target decoder layers whose outputs the drafter consumes (KV injection); () for none.
     feature_layers: tuple[int, ...] = ()
+    #: How many rows of features before the anchor a block reads (older ones are never read again); 0: all.
+    context_window: int = 0
     #: Whether :meth:`propose_tree` expands trees (else a tree round is the n-gram lookup's branch alone).
     drafts_trees: bool = False
 

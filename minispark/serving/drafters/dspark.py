@@ -104,6 +104,7 @@ class DSparkDrafter(Drafter):
         self.context_lm_head = context_lm_head
         self.config = model.config
         self.feature_layers = tuple(model.config.feature_layers)
+        self.context_window = model.config.window
         self.has_confidence = model.config.confidence_head
         self.max_gamma = model.config.block_size
         weight = model.norm.weight  # the compute dtype and device (a norm is never quantized)

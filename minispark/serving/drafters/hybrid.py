@@ -241,6 +241,7 @@ class HybridDrafter(Drafter):
                  choice: ThetaChoice | None = None) -> None:
         self.lookup, self.model = lookup, model
         self.feature_layers, self.has_confidence = model.feature_layers, model.has_confidence
+        self.context_window = model.context_window
         self.max_gamma = model.max_gamma
         self.gamma = gamma or model.max_gamma or DEFAULT_GAMMA
         self.calibration: Calibration | None = None

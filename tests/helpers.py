@@ -14,6 +14,7 @@ import os
 import shutil
 import struct
 import zlib
+from collections.abc import Iterable
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -34,7 +35,7 @@ from minispark.target.sampling import SamplingConfig, make_generator, probabilit
 REPO = Path(__file__).resolve().parent.parent
 from minispark.serving.schedule import FixedLength
 from minispark.target.loading import Target
-from minispark.target.session import PromptInputs, StepOutput
+from minispark.target.session import PromptInputs, StepOutput, TargetSession
 from minispark.training.recipes import load_recipe
 
 
@@ -302,6 +303,20 @@ def hf_greedy(target: Target, inputs: PromptInputs, max_new_tokens: int) -> list
                                 max_new_tokens=max_new_tokens, do_sample=False,
                                 eos_token_id=sorted(target.eos_token_ids), pad_token_id=0, **kwargs)
     return out[0, inputs.length:].tolist()
+
+
+def assert_steps_agree(got: TargetSession, want: TargetSession, tokens: torch.Tensor, widths: Iterable[int],
+                       **close: float) -> None:
+    """Two prefilled sessions (two runtimes of one target) step the first w of ``tokens`` for every width w of
+    ``widths``, each step cropped away after: logits (and captured features) agree within ``close``."""
+    start = got.cache_length
+    for width in widths:
+        got_out, want_out = got.step(tokens[:width]), want.step(tokens[:width])
+        torch.testing.assert_close(got_out.logits, want_out.logits, **close)
+        if want_out.features is not None:
+            torch.testing.assert_close(got_out.features, want_out.features, **close)
+        got.crop(start)
+        want.crop(start)
 
 
 def assert_parity(target: Target, inputs: PromptInputs, got: list[int], want: list[int]) -> None:

@@ -301,11 +301,10 @@ class BatchDecoder:
             if not drafter.context_window:
                 return
             limit = prompt.length - 1 - drafter.context_window  # the anchor is the prompt's last token
-        own = session.reusable(prompt)
-        donor = max(self.sessions, key=lambda s: s.shareable(prompt) if s is not session else -1)
-        length = min(donor.shareable(prompt), limit) if donor is not session else 0
-        if length > own:
-            session.adopt_prefix(donor, length)
+        offered, donor = max(((s.shareable(prompt), s) for s in self.sessions if s is not session),
+                             key=lambda offer: offer[0], default=(0, None))
+        if min(offered, limit) > session.reusable(prompt):
+            session.adopt_prefix(donor, min(offered, limit))
 
     def cancel(self, request: BatchRequest) -> None:
         """Stop ``request`` between rounds (a client went away): its slot is free for the next one."""
@@ -319,13 +318,14 @@ class BatchDecoder:
         request.stats.wall_s = time.perf_counter() - request.started
         self.requests[request.slot] = None
 
-    def _lengths(self, active: list[BatchRequest], blocks: list) -> list[int]:
+    def _lengths(self, active: list[BatchRequest], blocks: list, sps: Callable[[int], float] | None) -> list[int]:
+        """Each block's verified length: Algorithm 1 across the requests on the ``sps`` curve of this round's rows
+        (None: not scheduled, min(γ, block) each)."""
         if self.gamma == 0:
             return [0] * len(active)
         available = [min(block.size, self.gamma) for block in blocks]
-        if not self.scheduled:
+        if sps is None:
             return available
-        sps = batch_sps(self.sps_table, len(active), self.gamma + 1, self._context(active), self.envelope)
         # A block whose length its drafter fixed before drawing it is verified whole (engine.schedule).
         free = [i for i, block in enumerate(blocks) if not block.fixed_length]
         fixed = [1 + available[i] for i, block in enumerate(blocks) if block.fixed_length]
@@ -381,12 +381,13 @@ class BatchDecoder:
         t_start = time.perf_counter()
         # Unlike one request's engine, no round is exempt (a hybrid's lookup rounds cost no drafter forward,
         # but their blocks widen every padded row, which the hybrid's own rule does not price).
-        drafting = self.gamma > 0 and (not self.scheduled or self._widening_pays(
-            len(active), batch_sps(self.sps_table, len(active), self.gamma + 1, self._context(active), self.envelope)
-        )) and (self.skip is None or self.skip.should_draft(len(active)))
+        sps = batch_sps(self.sps_table, len(active), self.gamma + 1, self._context(active), self.envelope) \
+            if self.scheduled else None
+        drafting = self.gamma > 0 and (sps is None or self._widening_pays(len(active), sps)) \
+            and (self.skip is None or self.skip.should_draft(len(active)))
         if drafting:
             blocks = propose_all(drafters, active, sessions)
-            proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks))]
+            proposals = [b.proposal(n) for b, n in zip(blocks, self._lengths(active, blocks, sps))]
             sources = [b.source or d.name for b, d in zip(blocks, drafters)]
         else:
             proposals = [Proposal.empty() for _ in active]

@@ -21,7 +21,7 @@ from minispark.target.block_quant import block_matmul, find_blocks, kernel_unava
 from minispark.target.loading import load_target
 from minispark.target.runtime import BlockLinear
 from minispark.target.sampling import SamplingConfig
-from tests.helpers import assert_modes_keep_greedy
+from tests.helpers import assert_modes_keep_greedy, assert_steps_agree
 from tests.tiny_models import gguf_quantized
 
 KINDS = [(GGMLQuantizationType.Q4_1, 4), (GGMLQuantizationType.Q8_0, 8)]
@@ -101,13 +101,9 @@ def test_blocks_runtime_decodes_as_the_packed_one(gguf_llama: str) -> None:
     close = {"rtol": 1e-4, "atol": 1e-4}  # fp32 products summed in another order
     with blocks.session([1]) as b_session, packed.session([1]) as p_session:
         torch.testing.assert_close(b_session.prefill(prompt).logits, p_session.prefill(prompt).logits, **close)
-        for width in (1, 2, 5, BLOCK_MAX_ROWS, BLOCK_MAX_ROWS + 1):  # blocks, then the prepacked kernel
-            tokens = prompt.input_ids[0, :width]
-            b_out, p_out = b_session.step(tokens), p_session.step(tokens)
-            torch.testing.assert_close(b_out.logits, p_out.logits, **close)
-            torch.testing.assert_close(b_out.features, p_out.features, **close)
-            b_session.crop(prompt.length)
-            p_session.crop(prompt.length)
+        # blocks up to BLOCK_MAX_ROWS rows, then the prepacked kernel
+        assert_steps_agree(b_session, p_session, prompt.input_ids[0], (1, 2, 5, BLOCK_MAX_ROWS, BLOCK_MAX_ROWS + 1),
+                           **close)
     outputs = []
     for target in (blocks, packed):
         with target.session() as session:

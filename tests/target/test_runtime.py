@@ -24,7 +24,7 @@ from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.serving.schedule import FixedLength
 from minispark.target.sampling import SamplingConfig
-from tests.helpers import assert_modes_keep_greedy, hf_greedy
+from tests.helpers import assert_modes_keep_greedy, assert_steps_agree, hf_greedy
 
 FAMILIES = ["llama", "qwen2", "qwen3", "qwen2_5_vl"]
 
@@ -45,13 +45,7 @@ def test_packed_logits_equal_eager_at_every_width(tiny_dir, test_image, family: 
     with eager.session([1]) as e_session, packed.session([1]) as p_session:
         torch.testing.assert_close(p_session.prefill(prompt, all_logits=True).logits,
                                    e_session.prefill(prompt, all_logits=True).logits, **close)
-        for width in range(1, 9):
-            tokens = prompt.input_ids[0, :width]
-            e_out, p_out = e_session.step(tokens), p_session.step(tokens)
-            torch.testing.assert_close(p_out.logits, e_out.logits, **close)
-            torch.testing.assert_close(p_out.features, e_out.features, **close)
-            e_session.crop(prompt.length)
-            p_session.crop(prompt.length)
+        assert_steps_agree(p_session, e_session, prompt.input_ids[0], range(1, 9), **close)
 
 
 def test_packed_verify_equals_single_steps_and_crop(tiny_dir) -> None:
@@ -123,12 +117,7 @@ def test_a_bf16_target_packs_and_decodes_like_itself(tiny_dir) -> None:
     with eager.session() as e_session, packed.session() as p_session:
         e_session.prefill(prompt)
         p_session.prefill(prompt)
-        for width in range(1, 9):
-            tokens = prompt.input_ids[0, :width]
-            torch.testing.assert_close(p_session.step(tokens).logits, e_session.step(tokens).logits,
-                                       rtol=0.02, atol=0.02)
-            e_session.crop(prompt.length)
-            p_session.crop(prompt.length)
+        assert_steps_agree(p_session, e_session, prompt.input_ids[0], range(1, 9), rtol=0.02, atol=0.02)
     with packed.session() as session:
         result = speculative_generate(session, prompt, NoDrafter(), SamplingConfig(), FixedLength(0),
                                       max_new_tokens=24, eos_ids=packed.eos_token_ids)

@@ -46,11 +46,11 @@ from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.core.errors import MinisparkError
 from minispark.serving.draft_tree import DraftTree, TreePolicy
-from minispark.serving.engine import (DecodeState, GenerationStats, accept, accept_tree, commit, commit_tree, prefill,
-                                      propose, settle, truncate)
+from minispark.serving.engine import (DecodeState, GenerationStats, accept, accept_tree, commit, commit_tree, kept_prefix,
+                                      prefill, propose, settle, truncate)
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
-from minispark.target.kv_cache import GrowingLayer, RowLayer, RowsInPlace, SlotRows
+from minispark.target.kv_cache import GrowingLayer, RowLayer, RowsInPlace, SlotRows, rows_written
 from minispark.target.loading import Target
 from minispark.target.session import PromptInputs, StepOutput, TargetSession, tree_ancestors
 
@@ -153,7 +153,8 @@ def batched_step(sessions: list[TargetSession], blocks: list[torch.Tensor],
     if shared is not None:
         cache = DynamicCache()
         slots = [layer.slot for layer in (s.cache.layers[0] for s in sessions)]
-        cache.layers = [RowsInPlace(rows, slots, lengths, width) for rows in shared]
+        where = rows_written(slots, lengths, width, device)
+        cache.layers = [RowsInPlace(rows, where, slots, longest + width) for rows in shared]
     else:
         cache = DynamicCache(ddp_cache_data=_padded_copy(sessions, lengths, longest))
     position_ids = positions.view(1, num, width).expand(3, num, width) if target.uses_mrope else positions
@@ -281,7 +282,7 @@ class BatchDecoder:
         slot = max(free, key=lambda i: (self.sessions[i].reusable(request.prompt), -i))
         session, drafter = self.sessions[slot], self.drafters[slot]
         request.started = time.perf_counter()
-        self._share_prefix(session, drafter, request.prompt)
+        self._share_prefix(slot, request.prompt)
         request.stats.reused_tokens = prefill(session, drafter, request.prompt, reuse=True)
         request.stats.prefill_tokens = request.prompt.length - 1 - request.stats.reused_tokens
         request.stats.prefill_s = time.perf_counter() - request.started
@@ -290,21 +291,25 @@ class BatchDecoder:
         request.slot = slot
         self.requests[slot] = request
 
-    def _share_prefix(self, session: TargetSession, drafter: Drafter, prompt: PromptInputs) -> None:
-        """Give ``session`` the longest prefix of ``prompt`` another slot holds (a system prompt every request
-        starts with, a conversation continued in another slot), when it is longer than its own: the prefill then
-        forwards only the rest. A drafter that reads target features gets them from that prefill, so the rows it
-        reads before the first anchor (its context window) are forwarded, never shared; one that reads every row
-        (no window) shares nothing. Rows its slot kept from an earlier request lie before that window: never read."""
-        limit = prompt.length
+    def _share_prefix(self, slot: int, prompt: PromptInputs) -> None:
+        """Give the slot's session the longest prefix of ``prompt`` another slot holds (a system prompt every
+        request starts with, a conversation continued in another slot), when it keeps more than its own: the
+        prefill then forwards only the rest. A drafter that reads target features takes the rows its first anchor
+        reads before that prefix from the other slot's drafter (its context, or its last prompt's rows); where
+        that one no longer holds them, the prefix shared stops before those rows and the prefill forwards them."""
+        session, drafter = self.sessions[slot], self.drafters[slot]
+        best, lender = kept_prefix(session, drafter, prompt), None
+        for other in range(len(self.sessions)):
+            if other != slot and (offered := self.sessions[other].shareable(prompt)) > best:
+                length = kept_prefix(self.sessions[other], self.drafters[other], prompt, offered)
+                best, lender = (length, other) if length > best else (best, lender)
+        if lender is None:
+            return
+        self.sessions[slot].adopt_prefix(self.sessions[lender], best)
         if drafter.feature_layers:
-            if not drafter.context_window:
-                return
-            limit = prompt.length - 1 - drafter.context_window  # the anchor is the prompt's last token
-        offered, donor = max(((s.shareable(prompt), s) for s in self.sessions if s is not session),
-                             key=lambda offer: offer[0], default=(0, None))
-        if min(offered, limit) > session.reusable(prompt):
-            session.adopt_prefix(donor, min(offered, limit))
+            positions = prompt.text_positions  # (P,)
+            drafter.adopt_context(self.drafters[lender].context_rows(drafter.oldest_read(int(positions[-1])),
+                                                                     int(positions[best])))
 
     def cancel(self, request: BatchRequest) -> None:
         """Stop ``request`` between rounds (a client went away): its slot is free for the next one."""

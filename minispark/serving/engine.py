@@ -163,7 +163,7 @@ def prefill(session: TargetSession, drafter: Drafter, prompt: PromptInputs, reus
 
     With ``reuse`` the longest cached prefix of ``prompt`` is kept (a later turn of a session) and
     only the rest is forwarded; otherwise the session must be empty. Returns the tokens kept."""
-    keep = session.reusable(prompt) if reuse else 0
+    keep = kept_prefix(session, drafter, prompt) if reuse else 0
     if reuse:
         session.crop(keep)
     out = session.prefill(prompt, prompt.length - 1, start=keep)
@@ -175,6 +175,20 @@ def prefill(session: TargetSession, drafter: Drafter, prompt: PromptInputs, reus
         drafter.rollback(int(prompt.text_positions[keep]))
         drafter.extend(new_ids, out.features, positions)
     return keep
+
+
+def kept_prefix(session: TargetSession, drafter: Drafter, prompt: PromptInputs, offered: int | None = None) -> int:
+    """How many cached tokens a prefill of ``prompt`` keeps: the ``offered`` prefix (the session's own common
+    prefix by default), when ``drafter`` holds every row its first anchor reads before it; else no more than
+    the tokens before those rows, which the prefill then forwards."""
+    keep = session.reusable(prompt) if offered is None else offered
+    if not keep:
+        return 0
+    positions = prompt.text_positions  # (P,)
+    oldest = drafter.oldest_read(int(positions[-1]))
+    if drafter.holds(oldest, int(positions[keep])):
+        return keep
+    return min(keep, int((positions[:-1] < oldest).sum()))
 
 
 def propose(drafter: Drafter, state: DecodeState, session: TargetSession, sampling: SamplingConfig,

@@ -154,31 +154,44 @@ class RowsInPlace(DynamicLayer):
     """One layer of a batched forward over sequences whose caches are rows of one :class:`SlotRows`: row r's new
     keys and values are written at its own length L_r in its slot, and attention reads columns [0, L_max + Q) of
     the rows in flight (a view when their slots are consecutive). Row r's columns past L_r + Q hold stale or
-    other entries, which the batched mask hides (``serving/batched.batched_step`` builds it)."""
+    other entries, which the batched mask hides (``serving/batched.batched_step`` builds it). ``where`` (the
+    slots (R, 1, 1) and the columns (R, 1, Q) the new keys go to, :func:`rows_written`) is shared by every layer."""
 
-    def __init__(self, rows: SlotRows, slots: list[int], lengths: list[int], width: int) -> None:
+    def __init__(self, rows: SlotRows, where: tuple[torch.Tensor, torch.Tensor], slots: list[int],
+                 columns: int) -> None:
         super().__init__()
-        self.rows, self.slots, self.lengths, self.width = rows, slots, lengths, width
+        self.rows, self.where, self.slots = rows, where, slots
         self.is_initialized = True
-        self.columns = max(lengths) + width
+        self.columns = columns
+        self.width = where[1].shape[-1]
 
     def get_seq_length(self) -> int:
         return self.columns - self.width
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
                ) -> tuple[torch.Tensor, torch.Tensor]:
-        # key_states (R, H, Q, D): row r's columns L_r .. L_r + Q of its slot
+        # key_states (R, H, Q, D): row r's columns L_r .. L_r + Q of its slot, every row in one indexed write
         self.rows.reserve(key_states[:1], value_states[:1], self.columns)
-        for r, (slot, length) in enumerate(zip(self.slots, self.lengths)):
-            self.rows.keys[slot, :, length: length + self.width] = key_states[r]
-            self.rows.values[slot, :, length: length + self.width] = value_states[r]
+        slots, columns = self.where
+        heads = torch.arange(key_states.shape[1], device=key_states.device).view(1, -1, 1)  # (1, H, 1)
+        self.rows.keys.index_put_((slots, heads, columns), key_states)
+        self.rows.values.index_put_((slots, heads, columns), value_states)
         first = self.slots[0]
         if self.slots == list(range(first, first + len(self.slots))):
             return (self.rows.keys[first: first + len(self.slots), :, : self.columns],
                     self.rows.values[first: first + len(self.slots), :, : self.columns])
-        chosen = torch.tensor(self.slots, device=key_states.device)
+        chosen = slots.view(-1)
         return (self.rows.keys[:, :, : self.columns].index_select(0, chosen),
                 self.rows.values[:, :, : self.columns].index_select(0, chosen))
+
+
+def rows_written(slots: list[int], lengths: list[int], width: int, device: torch.device | str
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where a batched forward writes its new keys: the slots (R, 1, 1) and each row's columns L_r .. L_r + Q
+    (R, 1, Q), as :class:`RowsInPlace` indexes its buffers."""
+    where = torch.tensor(slots, device=device).view(-1, 1, 1)
+    columns = torch.tensor(lengths, device=device).view(-1, 1, 1) + torch.arange(width, device=device).view(1, 1, -1)
+    return where, columns
 
 
 def slot_caches(config: object, slots: int) -> list[DynamicCache]:

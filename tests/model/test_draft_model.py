@@ -164,6 +164,36 @@ def test_context_crop_rolls_back_a_commit() -> None:
     torch.testing.assert_close(drafter.model.forward_block(drafter.context, ids[5], int(positions[5])), before)
 
 
+def test_rows_the_window_dropped_come_back_from_the_prompt_and_lend_to_a_fork() -> None:
+    """A drafter with a window drops old rows as it drafts; rolled back into its prompt (a later request with the
+    same start), it holds again every row a block there reads, as a drafter given only that prefix does, and lends
+    them to a fork whose target cache took the same prefix. Rows of neither the context nor the prompt are not held."""
+    model = make_model("vanilla", window=4)
+    ids, features, positions = sequence(16)
+    drafter = DSparkDrafter(model)
+    drafter.reset(ids[:8], features[:8], positions[:8])  # the prompt: 8 cached rows, the anchor at 8
+    for start in (8, 11):  # two rounds: each drops the rows before its anchor's window
+        drafter.model.forward_block(drafter.context, ids[start], int(positions[start]))
+        drafter.commit(2, ids[start : start + 3], features[start : start + 3], positions[start : start + 3])
+    drafter.model.forward_block(drafter.context, ids[14], int(positions[14]))
+    assert drafter.context.positions.tolist() == positions[10:14].tolist()
+    fresh = DSparkDrafter(model)
+    fresh.reset(ids[:6], features[:6], positions[:6])
+    want = fresh.model.forward_block(fresh.context, ids[6], int(positions[6]))
+
+    # the rows a block at position 6 reads: [2, 6) → the prompt's rows, none of them live any more
+    assert drafter.oldest_read(int(positions[6])) == int(positions[2])
+    assert drafter.holds(int(positions[0]), int(positions[8])) and drafter.holds(int(positions[10]), int(positions[14]))
+    assert not drafter.holds(int(positions[2]), int(positions[12]))  # 8 and 9: committed, then dropped
+    assert not drafter.holds(int(positions[10]), int(positions[15]))  # 14: the anchor, not committed
+    fork = DSparkDrafter(model)
+    fork.adopt_context(drafter.context_rows(int(positions[2]), int(positions[6])))
+    torch.testing.assert_close(fork.model.forward_block(fork.context, ids[6], int(positions[6])), want)
+    drafter.rollback(int(positions[6]))
+    assert drafter.context.positions.tolist() == positions[2:6].tolist()
+    torch.testing.assert_close(drafter.model.forward_block(drafter.context, ids[6], int(positions[6])), want)
+
+
 # ---- sampling exactness -----------------------------------------------------------------------
 
 

@@ -19,7 +19,7 @@ from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.serving.generate import generate
 from minispark.serving.sps import SPSTable
-from minispark.serving.engine import speculative_generate
+from minispark.serving.engine import prefill, speculative_generate
 from minispark.serving.schedule import FixedLength
 from minispark.target.loading import Target, load_target
 from minispark.target.sampling import SamplingConfig
@@ -351,12 +351,41 @@ def test_a_slot_keeps_its_cache_for_the_next_turn(target: Target) -> None:
     assert second.token_ids == want
 
 
+@pytest.mark.parametrize("window", [0, 4])
+def test_a_shared_or_kept_prefix_leaves_the_drafter_the_context_its_own_prefill_gives(target: Target,
+                                                                                      window: int) -> None:
+    """After a request starts on a prefix another slot lent or its own slot kept from an earlier request (whose
+    drafting dropped the old rows past its window), its drafter holds the rows a fresh prefill of its prompt
+    gives: the first block drafts the same."""
+    if target.is_vlm:
+        pytest.skip("a VL target's prompts are not shared")
+    system = target.encode(prompt="You are a careful assistant who answers briefly and kindly, always.")
+    first, second, third = (target.extend(system, torch.tensor(tail)) for tail in ([11, 12, 13], [21, 22], [31]))
+    drafter = random_dspark(target, window=window)
+    decoder = BatchDecoder(target, drafter, slots=2, gamma=4)
+    try:
+        decoder.run([BatchRequest(first, max_new_tokens=12)])  # slot 0 drafts past its prompt's rows
+        for prompt in (second, third):  # lent by slot 0, then kept by slot 0 itself
+            request = BatchRequest(prompt, max_new_tokens=4)
+            decoder.start(request)
+            assert request.stats.reused_tokens >= system.length - 1
+            fresh = random_dspark(target, window=window)
+            with target.session(fresh.feature_layers) as session:
+                prefill(session, fresh, prompt, reuse=False)
+            got = decoder.drafters[request.slot]
+            anchor = int(prompt.text_positions[-1])
+            torch.testing.assert_close(got.model.forward_block(got.context, prompt.input_ids[0, -1], anchor),
+                                       fresh.model.forward_block(fresh.context, prompt.input_ids[0, -1], anchor))
+            decoder.cancel(request)
+    finally:
+        decoder.close()
+
+
 @pytest.mark.parametrize("drafter", ["none", "lookup", "dspark", "dspark-window"])
 def test_requests_share_a_prefix_another_slot_holds(target: Target, drafter: str) -> None:
     """Requests that start with the same tokens (a system prompt) take that prefix's KV from the slot holding it
-    and prefill only the rest, with each its own target-only output; a DSpark drafter reading every context row
-    prefills the prefix itself, one with a window of 4 rows shares all but the 4 rows before the first anchor. A
-    prompt with images is never shared (same placeholders, other images)."""
+    (a DSpark drafter the rows it reads there from that slot's drafter) and prefill only the rest, with each its
+    own target-only output. A prompt with images is never shared (same placeholders, other images)."""
     system = target.encode(prompt="You are a careful assistant who answers briefly and kindly, always.")
     tails = [[11, 12, 13], [21, 22], [31, 32, 33, 34], [41]]
     prompts = [target.extend(system, torch.tensor(tail)) for tail in tails]
@@ -375,9 +404,7 @@ def test_requests_share_a_prefix_another_slot_holds(target: Target, drafter: str
         decoder.close()
     assert [r.token_ids for r in done] == want
     reused = [r.stats.reused_tokens for r in done]
-    if target.is_vlm or drafter == "dspark":  # a VL target's prompts carry M-RoPE positions: not shared either
+    if target.is_vlm:  # a VL target's prompts carry M-RoPE positions: not shared either
         assert reused[:2] == [0, 0]  # (later requests reuse their own slot's cache, as a next turn does)
-    elif drafter == "dspark-window":
-        assert reused[0] == 0 and reused[1] == prompts[1].length - 1 - 4
     else:
         assert reused[0] == 0 and all(n >= system.length - 1 for n in reused[1:])

@@ -16,6 +16,7 @@ from abc import ABC, abstractmethod
 import torch
 
 from minispark.core.defaults import DEFAULT_GAMMA
+from minispark.model.draft_context import HeldRows
 from minispark.serving.draft_block import DraftBlock
 from minispark.serving.draft_tree import TreeDrafts
 from minispark.core.errors import MinisparkError, option
@@ -102,6 +103,25 @@ class Drafter(ABC):
     def rollback(self, text_position: int) -> None:
         """The target KV cache was cropped: forget the context at text positions >= ``text_position``
         (tokens past a stop, or a turn the chat template renders differently from what was cached)."""
+
+    def oldest_read(self, anchor_position: int) -> int:
+        """The oldest text position whose row a block at ``anchor_position`` reads (its context window's first;
+        0 for a drafter that reads every row; ``anchor_position`` itself for one without a context)."""
+        return anchor_position
+
+    def holds(self, start: int, end: int) -> bool:
+        """Whether this drafter holds the rows at text positions [start, end) of its sequence (its context, or
+        rows its last prompt's prefill gave), so that a prefill keeping the target's cache up to ``end`` need
+        not forward them again: true for a drafter without a context."""
+        return True
+
+    def context_rows(self, start: int, end: int) -> HeldRows | None:
+        """The rows at text positions [start, end) for another fork of this drafter whose prompt starts with the
+        same tokens (:meth:`adopt_context`); None when not :meth:`holds`."""
+        return None
+
+    def adopt_context(self, rows: HeldRows) -> None:
+        """Start from ``rows`` another fork lent (:meth:`context_rows`), the target cache from the same prefix."""
 
 
 class NoDrafter(Drafter):

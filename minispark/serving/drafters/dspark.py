@@ -25,7 +25,7 @@ import torch
 
 from minispark.model.checkpoint import load_draft_model
 from minispark.model.drafter_dir import DrafterDir
-from minispark.model.draft_context import DraftContext
+from minispark.model.draft_context import DraftContext, HeldRows, pieces, reach
 from minispark.model.draft_model import DraftModel
 from minispark.model.draft_quant import Int8Linear
 from minispark.serving.draft_block import DraftBlock
@@ -111,6 +111,9 @@ class DSparkDrafter(Drafter):
         self._context = DraftContext(model.config, weight.device, weight.dtype, capacity)
         # Committed rows not yet projected into the context: [(features (n, m·d), positions (n,))].
         self._pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # The context as the last prefill left it (a copy): the rows a later prompt starting with the same tokens
+        # reads before its first anchor, in this slot or lent to another, after the window dropped them here.
+        self._prompt_rows: HeldRows | None = None
 
     @property
     def precision(self) -> str:
@@ -131,6 +134,7 @@ class DSparkDrafter(Drafter):
         self._pending.clear()
         self._append(features, text_positions)
         self._flush()  # with the prefill, not charged to the first round's proposal
+        self._prompt_rows = HeldRows.joined([self._context.held()])
 
     @torch.no_grad()
     def propose(
@@ -189,11 +193,38 @@ class DSparkDrafter(Drafter):
                text_positions: torch.Tensor) -> None:
         self._append(features, text_positions)
         self._flush()
+        self._prompt_rows = HeldRows.joined([self._context.held()])
 
     def rollback(self, text_position: int) -> None:
-        self._context.crop(text_position)
-        kept = [(f[p < text_position], p[p < text_position]) for f, p in self._pending]
-        self._pending = [(f, p) for f, p in kept if p.numel()]
+        """Forget the rows at ``text_position`` and after; rows the window dropped that a block at
+        ``text_position`` reads come back from the last prompt's (:meth:`holds` says whether they can)."""
+        self.context.crop(text_position)  # the queued rows projected first
+        first = int(self._context.positions[0]) if len(self._context) else text_position
+        oldest = max(self.oldest_read(text_position), reach(self._sources(), first))
+        if oldest < first:
+            rows, live = self.context_rows(oldest, first), HeldRows.joined([self._context.held()])
+            self._context.clear()
+            self._context.put(rows)
+            self._context.put(live)
+
+    def oldest_read(self, anchor_position: int) -> int:
+        return max(0, anchor_position - self.context_window) if self.context_window else 0
+
+    def holds(self, start: int, end: int) -> bool:
+        return reach(self._sources(), end) <= start or start >= end
+
+    def context_rows(self, start: int, end: int) -> HeldRows | None:
+        found = pieces(self._sources(), start, end)
+        return None if found is None else HeldRows.joined(found) if found else self._context.held().between(0, 0)
+
+    def adopt_context(self, rows: HeldRows) -> None:
+        self._context.clear()
+        self._pending.clear()
+        self._context.put(rows)
+
+    def _sources(self) -> list[HeldRows]:
+        """The runs of rows held: the live context (every committed row projected) and the last prompt's."""
+        return [self.context.held()] + ([self._prompt_rows] if self._prompt_rows is not None else [])
 
     def _append(self, features: torch.Tensor | None, text_positions: torch.Tensor) -> None:
         """Queue committed rows (checked now, projected by :meth:`_flush`)."""

@@ -47,6 +47,7 @@ import torch
 
 from minispark.core.defaults import (DEFAULT_GAMMA, HYBRID_DSPARK_PRIOR, HYBRID_LOOKUP_PRIOR, HYBRID_MAX_NGRAM, HYBRID_MIN_NGRAM,
                                 HYBRID_PRIOR_ROUNDS)
+from minispark.model.draft_context import HeldRows
 from minispark.serving.draft_block import DraftBlock, FixedBlock
 from minispark.serving.drafters.base import Drafter
 from minispark.serving.drafters.lookup import LookupDrafter
@@ -322,6 +323,19 @@ class HybridDrafter(Drafter):
     def rollback(self, text_position: int) -> None:
         self._round = None
         self.model.rollback(text_position)
+
+    def oldest_read(self, anchor_position: int) -> int:
+        return self.model.oldest_read(anchor_position)
+
+    def holds(self, start: int, end: int) -> bool:
+        return self.model.holds(start, end)
+
+    def context_rows(self, start: int, end: int) -> HeldRows | None:
+        return self.model.context_rows(start, end)
+
+    def adopt_context(self, rows: HeldRows) -> None:
+        self._round = None
+        self.model.adopt_context(rows)
 
 
 def make_hybrid(model: Drafter, max_ngram: int = HYBRID_MAX_NGRAM, min_ngram: int = HYBRID_MIN_NGRAM) -> HybridDrafter:

@@ -7,8 +7,9 @@ one-row step pays the packing too. ``packed`` reorders every ``nn.Linear`` weigh
 target loads, into oneDNN's blocked layout and calls the prepacked kernel (the one inductor's
 ``freezing`` uses), without compiling anything: same weights, same fp32 arithmetic up to summation
 order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. The same runtime
-also switches attention to :mod:`~minispark.target.attention` and the session's KV cache to
-:mod:`~minispark.target.kv_cache` (both bit-identical to transformers' own). ``auto`` picks
+also switches attention to :mod:`~minispark.target.attention`, the session's KV cache to
+:mod:`~minispark.target.kv_cache` and a Llama's decoder layers to :mod:`~minispark.target.lean_layers` (all
+bit-identical to transformers' own). ``auto`` picks
 ``packed`` for an fp32 CPU target whose kernels pack, and for a bf16 one where oneDNN has bf16 kernels
 for the CPU (avx512_bf16 or AMX: its linears read half the bytes), ``eager`` everywhere else (CUDA,
 quantized or fp16 targets). ``int8`` (opt-in, never picked by ``auto``) computes the text model's
@@ -40,6 +41,7 @@ from minispark.target.attention import GROUPED_SDPA, use_grouped_attention
 from minispark.target import compile_fallback
 from minispark.target.block_quant import BlockWeights, block_matmul, find_blocks, kernel_unavailable
 from minispark.target.int8 import int8_matmul, int8_rows, int8_supported
+from minispark.target.lean_layers import plain_layers, use_lean_layers
 
 
 def requested_runtime(runtime: str | None = None) -> str:
@@ -194,6 +196,7 @@ def apply_runtime(model: nn.Module, runtime: str | None = None, tied_copy_max: i
         for name, module in _plain_linears(model, text_only=True):
             _replace(model, name, Int8WeightLinear.from_linear(module))
         use_grouped_attention(model)  # drafting on it says what int8 changes (serving.builder.INT8_NOTICE)
+        use_lean_layers(model)
         return "int8"
     shared = _large_tied_head(model, tied_copy_max)
     blocks = block_weights(model) if runtime in ("auto", "blocks") else {}
@@ -211,6 +214,7 @@ def apply_runtime(model: nn.Module, runtime: str | None = None, tied_copy_max: i
     for name, module in packed:
         _replace(model, name, module)
     use_grouped_attention(model)  # masked multi-token forwards without repeat_kv (attention.py)
+    use_lean_layers(model)  # the decoder layers' operations without the module machinery (lean_layers.py)
     return "blocks" if blocks else "packed"
 
 
@@ -236,9 +240,9 @@ def _large_tied_head(model: nn.Module, most: int) -> nn.Module | None:
 
 @contextlib.contextmanager
 def eager_linears(model: nn.Module) -> Iterator[None]:
-    """Run ``model``'s packed linears eagerly and its attention as transformers' SDPA inside the
-    block (the transformers ``generate`` baseline of ``bench`` measures HF as HF runs), then switch
-    back; the weights are shared."""
+    """Run ``model``'s packed linears eagerly, its attention as transformers' SDPA and its decoder layers as
+    transformers' modules inside the block (the transformers ``generate`` baseline of ``bench`` measures HF as
+    HF runs), then switch back; the weights are shared."""
     packed = [(name, module) for name, module in model.named_modules() if isinstance(module, PackedLinear)]
     attention = model.config._attn_implementation
     for name, module in packed:
@@ -246,7 +250,8 @@ def eager_linears(model: nn.Module) -> Iterator[None]:
     if attention == GROUPED_SDPA:
         model.set_attn_implementation("sdpa")
     try:
-        yield
+        with plain_layers(model):
+            yield
     finally:
         for name, module in packed:
             _replace(model, name, module)

@@ -122,8 +122,10 @@ class BatchDraftSkip:
     tokens in one R-row step. Per request, that is :class:`DraftSkip`'s own rule with E[1 + n] the mean over
     the requests in flight and t₁ the plain R-row step. Both depend on R (a wider batch costs more per step
     and leaves less idle compute for drafts to fill), so each number of requests in flight keeps its own
-    :class:`DraftSkip`; a steady load settles on one. Lossless for the same reason as the single-request
-    form: every decision is a function of earlier rounds only."""
+    :class:`DraftSkip`; a steady load settles on one. A number of requests seen for the first time starts from
+    the estimates of the nearest one seen (R moves one at a time as requests finish and arrive, and a fresh
+    policy would draft its first rounds to learn what its neighbour knows). Lossless for the same reason as
+    the single-request form: every decision is a function of earlier rounds only."""
 
     def __init__(self, **settings: float) -> None:
         self.settings = settings
@@ -132,7 +134,12 @@ class BatchDraftSkip:
     def policy(self, requests: int) -> DraftSkip:
         """The policy of rounds with ``requests`` in flight (made on first use)."""
         if requests not in self.policies:
-            self.policies[requests] = DraftSkip(**self.settings)
+            policy = DraftSkip(**self.settings)
+            if self.policies:
+                nearest = self.policies[min(self.policies, key=lambda known: (abs(known - requests), known))]
+                policy.tokens, policy.seconds = nearest.tokens, nearest.seconds
+                policy.target_step_s = nearest.target_step_s
+            self.policies[requests] = policy
         return self.policies[requests]
 
     def should_draft(self, requests: int) -> bool:

@@ -94,13 +94,15 @@ def test_batch_policy_decides_per_requests_in_flight_on_the_mean_per_request() -
     eight = batch.policy(8)
     assert eight.tokens == pytest.approx(2.5) and eight.seconds == pytest.approx(PROPOSE_S + 1.2)
     assert batch.should_draft(8)  # 2.5 tokens for 1.6 steps
-    # Another number in flight learns on its own: nothing drafted there yet, so it tries.
-    assert batch.policy(3).tokens is None and batch.should_draft(3)
+    # Another number in flight starts from the nearest one's estimates, then learns on its own.
+    assert batch.policy(3).tokens == pytest.approx(2.5) and batch.should_draft(3)
     for _ in range(3):  # losing rounds at 3 in flight do not touch the 8-request policy
         batch.observe(3, True, 12, 0, PROPOSE_S, TARGET_S * 1.5)
         batch.observe(3, False, 0, 0, 0.0, TARGET_S)
     assert not batch.should_draft(3) and batch.should_draft(8)
-    assert BatchDraftSkip(budget=0.5).policy(2).budget == 0.5
+    # 2 in flight for the first time: its nearest (3) says drafting loses, so it skips at once.
+    assert not batch.should_draft(2) and batch.policy(2).tokens == pytest.approx(batch.policy(3).tokens)
+    assert BatchDraftSkip(budget=0.5).policy(2).budget == 0.5 and BatchDraftSkip().policy(2).tokens is None
 
 
 def test_rejects_bad_settings() -> None:

@@ -6,7 +6,7 @@ are exact dequantizations: in each block of 32 weights along a row, w = scale·q
 structure in a weight and proves it (every weight rebuilt from q, scale and offset equals the stored one, bit
 for bit; one that does not leaves the whole matrix as it is), keeping 0.75 bytes a weight (4-bit) or 1.125
 (8-bit) instead of 4. :func:`block_matmul` multiplies with them in ``block_kernels.c``, compiled once per
-machine and CPU into minispark's user directory: each block is expanded to those same fp32 weights in
+machine and CPU into minispark's user directory (``native.py``): each block is expanded to those same fp32 weights in
 registers and multiplied in fp32, so the products are the fp32 target's, summed in another order (outputs
 ~1e-6 apart, as the packed runtime's). A decoding step reads ~5× fewer bytes, and on a CPU whose memory
 bandwidth bounds a one-token step that is what it costs (``benchmarks/target_runtime.py``). The kernel needs
@@ -19,23 +19,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import hashlib
-import os
-import platform
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from minispark.core.defaults import user_dir
+from minispark.target import native
 
 #: Weights per block along a row (GGUF's Q4_0/Q4_1/Q8_0 and the K-quants' sub-blocks).
 BLOCK = 32
-SOURCE = Path(__file__).with_name("block_kernels.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 #: Rows checked before the rest of a matrix: a weight without the structure fails there, at little cost.
 _PROBE_ROWS = 64
 
@@ -121,59 +112,12 @@ def find_blocks(weight: torch.Tensor) -> BlockWeights | None:
     return None
 
 
-def _cpu_signature() -> str:
-    """What ``-march=native`` compiles for: the CPU's model and flags (a library built for one CPU is not loaded
-    on another)."""
-    try:
-        info = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor()
-    lines = [line for line in info.splitlines() if line.startswith(("model name", "flags"))]
-    return "\n".join(sorted(set(lines)))
-
-
-def _compiler() -> str | None:
-    return shutil.which("gcc") or shutil.which("cc")
-
-
-def _has_avx512() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64") and " avx512f" in _cpu_signature()
-
-
-def _build(directory: Path) -> Path:
-    """The compiled kernels for this CPU, built into ``directory`` once (atomically: a half-written library
-    is never loaded)."""
-    source = SOURCE.read_bytes()
-    key = hashlib.sha256(source + " ".join(FLAGS).encode() + _cpu_signature().encode()).hexdigest()[:16]
-    library = directory / f"block_kernels-{key}.so"
-    if library.is_file() and not library.is_symlink():
-        return library
-    directory.mkdir(parents=True, exist_ok=True)
-    handle, scratch = tempfile.mkstemp(prefix=".block_kernels-", suffix=".so", dir=directory)
-    os.close(handle)
-    try:
-        done = subprocess.run([_compiler(), *FLAGS, str(SOURCE), "-o", scratch], capture_output=True, text=True)
-        if done.returncode != 0:
-            lines = (done.stderr or done.stdout).strip().splitlines()
-            raise OSError(f"compiling {SOURCE.name} failed: {lines[0] if lines else done.returncode}")
-        os.replace(scratch, library)
-    finally:
-        if os.path.exists(scratch):
-            os.unlink(scratch)
-    return library
-
-
 @functools.cache
 def _kernels() -> ctypes.CDLL | str:
     """The loaded kernels, or why they cannot be had here (asked once per process)."""
-    if not _has_avx512():
-        return "the block kernels need an x86-64 CPU with AVX-512"
-    if _compiler() is None:
-        return "no C compiler found (install gcc) for the block kernels"
-    try:
-        library = ctypes.CDLL(str(_build(user_dir() / "kernels")))
-    except OSError as exc:
-        return str(exc).splitlines()[0]
+    library = native.load("block_kernels.c", "the block kernels")
+    if isinstance(library, str):
+        return library
     pointer, count = ctypes.c_void_p, ctypes.c_int
     library.q4_matmul.argtypes = [pointer, count, count, pointer, pointer, pointer, count, pointer, count]
     library.q8_matmul.argtypes = [pointer, count, count, pointer, pointer, count, pointer, count]

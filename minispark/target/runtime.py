@@ -7,9 +7,9 @@ one-row step pays the packing too. ``packed`` reorders every ``nn.Linear`` weigh
 target loads, into oneDNN's blocked layout and calls the prepacked kernel (the one inductor's
 ``freezing`` uses), without compiling anything: same weights, same fp32 arithmetic up to summation
 order (logits ~1e-5 apart). It costs one extra copy of the linear weights in RAM. The same runtime
-also switches attention to :mod:`~minispark.target.attention`, the session's KV cache to
-:mod:`~minispark.target.kv_cache` and a Llama's decoder layers to :mod:`~minispark.target.lean_layers` (all
-bit-identical to transformers' own). ``auto`` picks
+also switches attention to :mod:`~minispark.target.attention` (a kernel of ours for decoding steps and
+verifies, ~1e-7 from SDPA), the session's KV cache to :mod:`~minispark.target.kv_cache` and a Llama's decoder
+layers to :mod:`~minispark.target.lean_layers` (both bit-identical to transformers' own). ``auto`` picks
 ``packed`` for an fp32 CPU target whose kernels pack, and for a bf16 one where oneDNN has bf16 kernels
 for the CPU (avx512_bf16 or AMX: its linears read half the bytes), ``eager`` everywhere else (CUDA,
 quantized or fp16 targets). ``int8`` (opt-in, never picked by ``auto``) computes the text model's

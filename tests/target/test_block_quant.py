@@ -4,6 +4,8 @@ as the packed one does."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,7 +18,7 @@ from minispark.core.errors import MinisparkError
 from minispark.serving.drafters.base import NoDrafter
 from minispark.serving.engine import speculative_generate
 from minispark.serving.schedule import FixedLength
-from minispark.target import block_quant
+from minispark.target import block_quant, native
 from minispark.target.block_quant import block_matmul, find_blocks, kernel_unavailable
 from minispark.target.loading import load_target
 from minispark.target.runtime import BlockLinear
@@ -120,7 +122,8 @@ def test_blocks_asked_for_without_blocks_is_refused(tiny_dir) -> None:
 
 
 def test_without_the_kernel_auto_packs(gguf_llama: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(block_quant, "_has_avx512", lambda: False)
+    monkeypatch.setattr(native, "has_avx512", lambda: False)
+    native.load.cache_clear()
     block_quant._kernels.cache_clear()
     try:
         assert "AVX-512" in kernel_unavailable()
@@ -128,11 +131,12 @@ def test_without_the_kernel_auto_packs(gguf_llama: str, monkeypatch: pytest.Monk
         with pytest.raises(MinisparkError, match="runtime blocks: the block kernels need"):
             load_target(gguf_llama, runtime="blocks")
     finally:
+        native.load.cache_clear()
         block_quant._kernels.cache_clear()
 
 
 def test_a_failed_build_leaves_nothing(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    monkeypatch.setattr(block_quant, "_compiler", lambda: "false")  # a compiler that fails without a word
+    monkeypatch.setattr(native, "compiler", lambda: "false")  # a compiler that fails without a word
     with pytest.raises(OSError, match="compiling block_kernels.c failed"):
-        block_quant._build(tmp_path)
+        native.build(Path(native.__file__).with_name("block_kernels.c"), tmp_path)
     assert list(tmp_path.iterdir()) == []

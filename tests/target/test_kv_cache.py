@@ -130,7 +130,8 @@ def test_drafting_past_a_sliding_window_keeps_greedy_parity(tmp_path, family: st
 
 @pytest.mark.parametrize("family", ["llama", "qwen2_5_vl"])
 def test_grouped_attention_equals_sdpa(tiny_dir, test_image, family: str) -> None:
-    """The grouped (no repeat_kv) attention gives transformers' SDPA numbers at every width."""
+    """The grouped (no repeat_kv) attention gives transformers' SDPA numbers at every width (the few-query kernel
+    sums in its own order: logits ~1e-5 apart, as fp32 sums in another order are)."""
     grouped = load_target(str(tiny_dir(family)), runtime="packed")
     config = grouped.model.config.get_text_config()
     assert config.num_key_value_heads < config.num_attention_heads  # the case it exists for
@@ -141,7 +142,7 @@ def test_grouped_attention_equals_sdpa(tiny_dir, test_image, family: str) -> Non
     prompt = grouped.encode(prompt="Describe the picture, then count to ten.", images=images)
     with grouped.session() as g, sdpa.session() as s:
         for got, want in zip(_walk(g, prompt), _walk(s, prompt)):
-            torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+            torch.testing.assert_close(got, want, rtol=0, atol=1e-4)
 
 
 def test_eager_linears_restores_transformers_attention(tiny_dir) -> None:

@@ -190,10 +190,11 @@ PACKED_TIED_MAX_BYTES = 256 * 2**20
 #: embedded target's whole step, one thread, interleaved: 8 rows 49.6 ms against 82.1 prepacked, 16 rows 78.8
 #: against 98.8, 24 rows 107.0 against 115.5, 32 rows 140.1 against 135.6, 48 rows 197.2 against 165.1.
 BLOCK_MAX_ROWS = 24
-#: The most query rows per sequence whose attention runs ``attention_kernels.c`` (decoding steps, verifies, batched
-#: rounds, short prefills after a kept prefix); longer prefills run PyTorch's flash kernel, which is compute-
-#: efficient there. A round of 8 one-token requests on the embedded target: 32.4 ms against 33.9 with the flash kernel.
-SMALL_ATTENTION_ROWS = 24
+#: The most queries a kv head attends with (query heads per kv head × new tokens of a sequence) that run
+#: ``attention_kernels.c``: one-token steps and batched rounds (SmolLM2: 3 a token; Qwen2.5-VL-3B: 8), short
+#: verifies; more run PyTorch's flash kernel, which is faster there (one sequence, cache hot, 300 keys: 12 queries
+#: 60 against 59 µs, 24 queries 93 against 104, 48 queries 160 against 206; 8 queries 43 against 31).
+SMALL_ATTENTION_QUERIES = 16
 #: A vocabulary larger than this gets a draft vocabulary of ``LARGE_VOCAB_DRAFT`` tokens where a recipe sets none:
 #: the Markov tables and logits over 262,144 tokens (Gemma 3) are 77M parameters and a 0.5 GB chunk, against 12M
 #: and 17 MB at 8,192; EAGLE-3 and FR-Spec draft 32k-token vocabularies of such targets.

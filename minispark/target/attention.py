@@ -9,12 +9,14 @@ the whole cached context, heads × groups, in every layer. Measured on the embed
 and it grows with the context. PyTorch's CPU flash kernel takes the grouped keys and values as they
 are (``enable_gqa=True``) with a mask, bit-identical to the repeated ones (tested).
 
-A forward of at most ``SMALL_ATTENTION_ROWS`` queries per sequence (a decoding step, a verify, a batched round)
-in fp32 on a CPU with AVX-512 runs ``attention_kernels.c`` instead (:func:`small_attention`): reading the cache
-is what such a forward costs, and PyTorch's flash kernel spent ~200 µs a layer on a round of 8 one-token
-requests at a ~95-token context where ours spends ~150 (the embedded target's round: 32.4 against 33.9 ms; a
-one-token step 16.5 against 17.9). Each query's result depends on its own row alone, so a token computes the
-same verified alone, in a block or beside other sequences; outputs are ~1e-7 from SDPA's (tested).
+A forward whose kv heads each attend with at most ``SMALL_ATTENTION_QUERIES`` queries (query heads per kv head ×
+new tokens: a decoding step, a batched round, a short verify) in fp32 on a CPU with AVX-512 runs
+``attention_kernels.c`` instead (:func:`small_attention`): reading the cache is what such a forward costs, and
+PyTorch's flash kernel spent ~200 µs a layer on a round of 8 one-token requests at a ~95-token context where ours
+spends ~150 (the embedded target's round: 32.4 against 33.9 ms; a one-token step 16.5 against 17.9). Each
+query's result depends on its own row alone, so within that size a token computes the same alone, in a block or
+beside other sequences; outputs are ~1e-7 from SDPA's (tested). Wider verifies run the flash kernel, whose rows
+differ from a one-token step's by ~1e-7 (as they did before this kernel).
 
 :func:`use_grouped_attention` registers this function with transformers and switches a CPU model to
 it; everything this path does not cover (position biases, soft-capping, CUDA, where masked GQA would fall
@@ -34,7 +36,7 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
 
-from minispark.core.defaults import SMALL_ATTENTION_ROWS
+from minispark.core.defaults import SMALL_ATTENTION_QUERIES
 from minispark.target import native
 
 #: The name this implementation is registered under (masks are SDPA's).
@@ -65,7 +67,8 @@ def _small(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
     """Whether :func:`small_attention` computes this forward: few fp32 queries on a CPU whose kernel builds, one
     mask for every head (or none for a single query: it sees the whole cache)."""
     batch, heads, rows, dim = query.shape
-    return (query.device.type == "cpu" and rows <= SMALL_ATTENTION_ROWS and dim % 16 == 0
+    return (query.device.type == "cpu" and heads // max(key.shape[1], 1) * rows <= SMALL_ATTENTION_QUERIES
+            and dim % 16 == 0
             and query.dtype == key.dtype == value.dtype == torch.float32 and key.shape == value.shape
             and heads % key.shape[1] == 0
             and (rows == 1 if mask is None else mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[-1] == key.shape[2])

@@ -1,7 +1,8 @@
 /* Attention of a few query rows per sequence over its KV cache (minispark/target/attention.py builds and calls this).
 
-   A decoding step, a verify and a batched round attend 1..24 new queries per sequence to a cache of L keys; there
-   each (sequence, kv head) is a few dozen FLOPs per key and the cost is reading K and V. Each of the G·Q queries
+   A decoding step, a batched round and a short verify attend a few queries per kv head (query heads per kv head ×
+   new tokens; at most SMALL_ATTENTION_QUERIES) to a cache of L keys; there each (sequence, kv head) is a few dozen
+   FLOPs per key and the cost is reading K and V. Each of the G·Q queries
    that share a kv head (G query heads per kv head, Q rows) is scored against every key as the keys stream past,
    softmaxed in fp32 (exp below: Cephes' polynomial, ~1 ulp) and summed over V. A query's result depends on its
    own row alone, never on the other queries of the forward or on masked columns (exact zeros after the softmax),

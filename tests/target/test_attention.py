@@ -55,6 +55,15 @@ def test_a_query_computes_the_same_alone_in_a_block_and_beside_masked_columns() 
 
 
 @needs_kernel
+def test_more_queries_per_kv_head_than_the_kernel_takes_run_sdpa() -> None:
+    """Up to ``SMALL_ATTENTION_QUERIES`` queries per kv head (query heads per kv head × new tokens) run the kernel;
+    wider verifies run SDPA, faster there."""
+    for rows, small in ((1, True), (5, True), (6, False)):  # 3 query heads per kv head: 3, 15, 18 queries
+        q, k, v = _inputs(2, 9, 3, rows, 40)
+        assert attention._small(q, k, v, torch.zeros(2, 1, rows, 40)) is small
+
+
+@needs_kernel
 def test_threads_give_the_same_bits() -> None:
     q, k, v = _inputs(4, 9, 3, 3, 50)
     mask = torch.zeros(4, 1, 3, 50)

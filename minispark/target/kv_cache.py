@@ -113,23 +113,72 @@ class SlotRows:
 
 class RowLayer(GrowingLayer):
     """A :class:`GrowingLayer` whose buffers are one row of a :class:`SlotRows` (a sequence of a batch decoded
-    together): prefill, steps, crops and tree compaction work on it as on any growing layer."""
+    together): prefill, steps, crops and tree compaction work on it as on any growing layer.
+
+    Once the row is bound, ``keys``/``values`` are views of its first columns made when read: a batched round only
+    records each row's new length (:meth:`set_length`), where making two views per layer and row cost 0.7 ms a
+    round of 8 requests. Assigning a view of the row (a crop, an update) sets its length."""
+
+    _keys: torch.Tensor | None = None  # (1, H, C, D): this row of the shared buffers, once bound
+    _values: torch.Tensor | None = None
+    # keys, then values: the view handed out (None: made at the next read), its columns, what was assigned before
+    # binding; kept apart because a crop assigns one, then reads the other.
+    _held: tuple[list, list]
 
     def __init__(self, rows: SlotRows, slot: int) -> None:
+        self._held = ([None, 0, None], [None, 0, None])
         super().__init__()
         self.rows, self.slot = rows, slot
-        self._keys = self._values = None
+
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return self._view(self._keys, self._held[0])
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        self._hold(value, self._keys, self._held[0])
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return self._view(self._values, self._held[1])
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        self._hold(value, self._values, self._held[1])
+
+    @staticmethod
+    def _view(row: torch.Tensor | None, held: list) -> torch.Tensor | None:
+        if row is None:
+            return held[2]
+        if held[0] is None:
+            held[0] = row[..., : held[1], :]
+        return held[0]
+
+    @staticmethod
+    def _hold(value: torch.Tensor | None, row: torch.Tensor | None, held: list) -> None:
+        if row is not None and value is not None and value.numel() and value.data_ptr() == row.data_ptr():
+            held[0], held[1] = value, value.shape[-2]  # a view of the row's first columns
+        else:
+            held[0], held[2] = None, value
+            if value is None or not value.numel():
+                held[1] = 0
+
+    def get_seq_length(self) -> int:
+        if self._keys is None:
+            return super().get_seq_length()
+        return self._held[0][1] if self.is_initialized else 0
 
     def bind(self) -> None:
         """View this row of the shared buffers (after they were allocated or grown), keeping the length."""
         self._keys = self.rows.keys[self.slot: self.slot + 1]  # (1, H, C, D)
         self._values = self.rows.values[self.slot: self.slot + 1]
-        if self.is_initialized:
-            self.set_length(self.get_seq_length())
+        self._held[0][0] = self._held[1][0] = None
 
     def set_length(self, length: int) -> None:
         """Hold the row's first ``length`` columns (a batched forward wrote the new ones in place)."""
-        self.keys, self.values = self._keys[..., :length, :], self._values[..., :length, :]
+        keys, values = self._held
+        keys[0] = values[0] = None
+        keys[1] = values[1] = length
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         DynamicLayer.lazy_initialization(self, key_states, value_states)

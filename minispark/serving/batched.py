@@ -302,10 +302,11 @@ class BatchDecoder:
         for other in range(len(self.sessions)):
             if other != slot and (offered := self.sessions[other].shareable(prompt)) > best:
                 length = kept_prefix(self.sessions[other], self.drafters[other], prompt, offered)
-                best, lender = (length, other) if length > best else (best, lender)
+                if length > best:
+                    best, lender = length, other
         if lender is None:
             return
-        self.sessions[slot].adopt_prefix(self.sessions[lender], best)
+        session.adopt_prefix(self.sessions[lender], best)
         if drafter.feature_layers:
             positions = prompt.text_positions  # (P,)
             drafter.adopt_context(self.drafters[lender].context_rows(drafter.oldest_read(int(positions[-1])),

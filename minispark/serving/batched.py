@@ -46,8 +46,8 @@ from minispark.serving.drafters.hybrid import HybridDrafter
 from minispark.serving.drafters.lookup import LookupDrafter
 from minispark.core.errors import MinisparkError
 from minispark.serving.draft_tree import DraftTree, TreePolicy
-from minispark.serving.engine import (DecodeState, GenerationStats, accept, accept_tree, commit, commit_tree, kept_prefix,
-                                      prefill, propose, settle, truncate)
+from minispark.serving.engine import (DecodeState, GenerationStats, accept, accept_tree, commit, commit_tree,
+                                      kept_prefix, prefill, propose, settle, truncate)
 from minispark.target.sampling import SamplingConfig, make_generator
 from minispark.serving.sps import SPSTable
 from minispark.target.kv_cache import GrowingLayer, RowLayer, RowsInPlace, SlotRows, rows_written

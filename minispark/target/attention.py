@@ -71,7 +71,8 @@ def _small(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
             and dim % 16 == 0
             and query.dtype == key.dtype == value.dtype == torch.float32 and key.shape == value.shape
             and heads % key.shape[1] == 0
-            and (rows == 1 if mask is None else mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[-1] == key.shape[2])
+            and (rows == 1 if mask is None
+                 else mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[-1] == key.shape[2])
             and _kernel() is not None)
 
 

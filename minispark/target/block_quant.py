@@ -6,8 +6,8 @@ are exact dequantizations: in each block of 32 weights along a row, w = scale·q
 structure in a weight and proves it (every weight rebuilt from q, scale and offset equals the stored one, bit
 for bit; one that does not leaves the whole matrix as it is), keeping 0.75 bytes a weight (4-bit) or 1.125
 (8-bit) instead of 4. :func:`block_matmul` multiplies with them in ``block_kernels.c``, compiled once per
-machine and CPU into minispark's user directory (``native.py``): each block is expanded to those same fp32 weights in
-registers and multiplied in fp32, so the products are the fp32 target's, summed in another order (outputs
+machine and CPU into minispark's user directory (``native.py``): each block is expanded to those same fp32
+weights in registers and multiplied in fp32, so the products are the fp32 target's, summed in another order (outputs
 ~1e-6 apart, as the packed runtime's). A decoding step reads ~5× fewer bytes, and on a CPU whose memory
 bandwidth bounds a one-token step that is what it costs (``benchmarks/target_runtime.py``). The kernel needs
 AVX-512 and a C compiler with OpenMP; :func:`kernel_unavailable` says when it cannot be had.

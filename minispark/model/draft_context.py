@@ -107,8 +107,8 @@ class DraftContext:
 
     def layer_kv(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Per layer (K, V), each (1, Hkv, n, D)."""
-        k, v = self.keys[:, :, self.start : self.end], self.values[:, :, self.start : self.end]
-        return [(k[i][None], v[i][None]) for i in range(k.shape[0])]
+        held = self.held()
+        return [(held.keys[i][None], held.values[i][None]) for i in range(held.keys.shape[0])]
 
     def clear(self) -> None:
         self.start = self.end = 0

@@ -67,10 +67,9 @@ def _small(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: to
     """Whether :func:`small_attention` computes this forward: few fp32 queries on a CPU whose kernel builds, one
     mask for every head (or none for a single query: it sees the whole cache)."""
     batch, heads, rows, dim = query.shape
-    return (query.device.type == "cpu" and heads // max(key.shape[1], 1) * rows <= SMALL_ATTENTION_QUERIES
-            and dim % 16 == 0
+    return (query.device.type == "cpu" and heads % key.shape[1] == 0
+            and heads // key.shape[1] * rows <= SMALL_ATTENTION_QUERIES and dim % 16 == 0
             and query.dtype == key.dtype == value.dtype == torch.float32 and key.shape == value.shape
-            and heads % key.shape[1] == 0
             and (rows == 1 if mask is None
                  else mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[-1] == key.shape[2])
             and _kernel() is not None)

@@ -111,6 +111,34 @@ class SlotRows:
             row.bind()
 
 
+class _RowView:
+    """:attr:`RowLayer.keys` / :attr:`RowLayer.values`: once the row is bound, a view of its first columns, made at
+    the first read after the length changed; assigning a view of the row sets the length, anything else (what
+    transformers assigns before binding, an empty tensor) is held as it is."""
+
+    def __init__(self, index: int, buffer: str) -> None:
+        self.index, self.buffer = index, buffer  # which of RowLayer._held, and the row's buffer attribute
+
+    def __get__(self, layer: "RowLayer | None", owner: type) -> "torch.Tensor | None | _RowView":
+        if layer is None:
+            return self
+        row, held = getattr(layer, self.buffer), layer._held[self.index]
+        if row is None:
+            return held[2]
+        if held[0] is None:
+            held[0] = row[..., : held[1], :]
+        return held[0]
+
+    def __set__(self, layer: "RowLayer", value: torch.Tensor | None) -> None:
+        row, held = getattr(layer, self.buffer), layer._held[self.index]
+        if row is not None and value is not None and value.numel() and value.data_ptr() == row.data_ptr():
+            held[0], held[1] = value, value.shape[-2]  # a view of the row's first columns
+        else:
+            held[0], held[2] = None, value
+            if value is None or not value.numel():
+                held[1] = 0
+
+
 class RowLayer(GrowingLayer):
     """A :class:`GrowingLayer` whose buffers are one row of a :class:`SlotRows` (a sequence of a batch decoded
     together): prefill, steps, crops and tree compaction work on it as on any growing layer.
@@ -124,44 +152,13 @@ class RowLayer(GrowingLayer):
     # keys, then values: the view handed out (None: made at the next read), its columns, what was assigned before
     # binding; kept apart because a crop assigns one, then reads the other.
     _held: tuple[list, list]
+    keys = _RowView(0, "_keys")
+    values = _RowView(1, "_values")
 
     def __init__(self, rows: SlotRows, slot: int) -> None:
         self._held = ([None, 0, None], [None, 0, None])
         super().__init__()
         self.rows, self.slot = rows, slot
-
-    @property
-    def keys(self) -> torch.Tensor | None:
-        return self._view(self._keys, self._held[0])
-
-    @keys.setter
-    def keys(self, value: torch.Tensor | None) -> None:
-        self._hold(value, self._keys, self._held[0])
-
-    @property
-    def values(self) -> torch.Tensor | None:
-        return self._view(self._values, self._held[1])
-
-    @values.setter
-    def values(self, value: torch.Tensor | None) -> None:
-        self._hold(value, self._values, self._held[1])
-
-    @staticmethod
-    def _view(row: torch.Tensor | None, held: list) -> torch.Tensor | None:
-        if row is None:
-            return held[2]
-        if held[0] is None:
-            held[0] = row[..., : held[1], :]
-        return held[0]
-
-    @staticmethod
-    def _hold(value: torch.Tensor | None, row: torch.Tensor | None, held: list) -> None:
-        if row is not None and value is not None and value.numel() and value.data_ptr() == row.data_ptr():
-            held[0], held[1] = value, value.shape[-2]  # a view of the row's first columns
-        else:
-            held[0], held[2] = None, value
-            if value is None or not value.numel():
-                held[1] = 0
 
     def get_seq_length(self) -> int:
         if self._keys is None:
